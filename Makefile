@@ -1,0 +1,39 @@
+# Threadline: the quick start is `make run` and `make test`.
+GO ?= go
+# Folders with a pinned package.json whose Node packages some tests run.
+NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
+
+.PHONY: run build test test-short bench lint node-deps
+
+## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
+run:
+	$(GO) run ./cmd/threadline serve
+
+## build: build the binary into ./bin
+build:
+	$(GO) build -o bin/threadline ./cmd/threadline
+
+## node-deps: install the pinned Node packages the interop tests run
+node-deps:
+	@for d in $(NODE_DIRS); do \
+		if [ ! -d $$d/node_modules ] || [ $$d/package-lock.json -nt $$d/node_modules ]; then \
+			echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+		fi; \
+	done
+
+## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see README)
+test: node-deps
+	$(GO) test -race -count=1 ./...
+
+## test-short: the tests without the race detector, for a quick loop
+test-short:
+	$(GO) test -count=1 ./...
+
+## bench: run the benchmarks (each reports a ratio against a baseline measured in the same run)
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./...
+
+## lint: gofmt and go vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...

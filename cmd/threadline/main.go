@@ -1,0 +1,76 @@
+// Command threadline is the Threadline server: durable, replayable agent
+// event streams served as n8n's Instance AI protocol.
+//
+//	threadline serve     run the server
+//	threadline migrate   apply the storage schema and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `Threadline streams what AI agents do to the interfaces that show them.
+
+Usage:
+  threadline <command> [flags]
+
+Commands:
+  serve     run the HTTP server (applies the schema first)
+  migrate   apply the storage schema and exit
+
+Run 'threadline <command> -h' for the flags of a command. Every flag can also
+be set by the environment variable shown in its help; a flag on the command
+line wins over the environment.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "threadline:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+func exitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+}

@@ -1,0 +1,87 @@
+// Package httpjson writes JSON responses and the project's error shape,
+// `{"error": {"code", "message", "details"?}}`, and decodes size-limited
+// JSON request bodies into errors that name what was wrong.
+package httpjson
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Write sends v as JSON with the given status.
+func Write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ErrorBody is the error shape of every 4xx and 5xx response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong; Details.field names the request field.
+type ErrorDetail struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// Error is an HTTP error with its JSON body.
+type Error struct {
+	Status int
+	Detail ErrorDetail
+}
+
+func (e *Error) Error() string { return e.Detail.Message }
+
+// NewError builds an error; field, when set, goes into details.field.
+func NewError(status int, code, field, format string, args ...any) *Error {
+	e := &Error{Status: status, Detail: ErrorDetail{Code: code, Message: fmt.Sprintf(format, args...)}}
+	if field != "" {
+		e.Detail.Details = map[string]any{"field": field}
+	}
+	return e
+}
+
+// WriteError sends err: an *Error as it is, anything else as a 500 that does
+// not leak internals.
+func WriteError(w http.ResponseWriter, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = NewError(http.StatusInternalServerError, "internal_error", "", "internal server error")
+	}
+	Write(w, e.Status, ErrorBody{Error: e.Detail})
+}
+
+// Decode reads a JSON body of at most limit bytes into v. It answers 413
+// for a larger body and 400 for malformed JSON or a wrongly typed field,
+// naming the field when it can. Unknown fields are ignored.
+func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return NewError(http.StatusRequestEntityTooLarge, "body_too_large", "",
+				"request body exceeds the limit of %d bytes", limit)
+		}
+		return NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
+	}
+	if len(data) == 0 {
+		return NewError(http.StatusBadRequest, "invalid_json", "", "request body is empty; expected a JSON object")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			field := typeErr.Field
+			return NewError(http.StatusBadRequest, "invalid_field", field,
+				"field %q must be of type %s, got %s", field, typeErr.Type, typeErr.Value)
+		}
+		return NewError(http.StatusBadRequest, "invalid_json", "", "request body is not valid JSON: %v", err)
+	}
+	return nil
+}

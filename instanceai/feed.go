@@ -1,0 +1,182 @@
+package instanceai
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Delivery is one frame as a particular connection must write it.
+type Delivery struct {
+	// ID is the SSE id to write, 0 for none.
+	ID    int64
+	Event *Event
+	Data  []byte
+}
+
+// replayPage bounds how many rows one log read returns.
+const replayPage = 1000
+
+type feedPhase int
+
+const (
+	phaseReplay feedPhase = iota
+	phaseGap
+	phaseOpen
+	phaseLive
+)
+
+// Feed is one connection's view of a thread: the log after the cursor, then
+// the live tail, with no gap and no duplicate.
+//
+// The handoff: replay the log after the cursor; then register with the hub,
+// which atomically captures the highest published seq C and the open
+// segments; read the log again up to C (the rows committed while the first
+// read ran); send each open segment's text as one id-less delta; then serve
+// the subscription's queue, which holds exactly what was published after C.
+type Feed struct {
+	log      EventLog
+	hub      *Hub
+	threadID string
+
+	phase feedPhase
+	// last is the highest seq this connection has accounted for: written
+	// with its id, or a block whose deltas it was sent live.
+	last int64
+	sub  *Subscription
+	snap Snapshot
+}
+
+// OpenFeed starts a feed after the cursor (0 = from the start).
+func OpenFeed(log EventLog, hub *Hub, threadID string, after int64) *Feed {
+	return &Feed{log: log, hub: hub, threadID: threadID, last: after}
+}
+
+// Close releases the feed's subscription.
+func (f *Feed) Close() {
+	if f.sub != nil {
+		f.sub.Close()
+	}
+}
+
+// Last returns the highest seq the connection has accounted for.
+func (f *Feed) Last() int64 { return f.last }
+
+// Live reports whether the replay is over and the feed serves the live tail.
+func (f *Feed) Live() bool { return f.phase == phaseLive }
+
+// Next returns the next deliveries. In the live phase it waits for frames;
+// it returns (nil, nil) when tick fires first, so the caller can send a
+// heartbeat. An error ends the connection: the subscriber was dropped, the
+// thread was deleted, the log failed or ctx ended.
+func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, error) {
+	for {
+		switch f.phase {
+		case phaseReplay:
+			rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+			if err != nil {
+				return nil, err
+			}
+			if len(rows) > 0 {
+				return f.replayed(rows, 0), nil
+			}
+			f.sub, f.snap = f.hub.Subscribe(f.threadID)
+			f.phase = phaseGap
+		case phaseGap:
+			if f.last >= f.snap.Committed {
+				f.phase = phaseOpen
+				continue
+			}
+			rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+			if err != nil {
+				return nil, err
+			}
+			out := f.replayed(rows, f.snap.Committed)
+			if len(out) == 0 {
+				// The log holds nothing more up to C (a memory store may have
+				// evicted it): the queue continues from C.
+				f.last = f.snap.Committed
+			}
+			if len(out) > 0 {
+				return out, nil
+			}
+		case phaseOpen:
+			f.phase = phaseLive
+			if len(f.snap.Open) == 0 {
+				continue
+			}
+			out := make([]Delivery, 0, len(f.snap.Open))
+			for i := range f.snap.Open {
+				ev := &f.snap.Open[i]
+				data, err := json.Marshal(ev)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, Delivery{Event: ev, Data: data})
+			}
+			f.snap.Open = nil
+			return out, nil
+		case phaseLive:
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick:
+				return nil, nil
+			case <-f.sub.Ready():
+			}
+			frames, err := f.sub.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if out := f.admit(frames); len(out) > 0 {
+				return out, nil
+			}
+		}
+	}
+}
+
+// replayed turns log rows into deliveries, stopping after upTo when set.
+func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
+	out := make([]Delivery, 0, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		if upTo > 0 && r.Seq > upTo {
+			break
+		}
+		if r.Seq <= f.last {
+			continue
+		}
+		data, err := json.Marshal(&r.Event)
+		if err != nil {
+			continue
+		}
+		f.last = r.Seq
+		out = append(out, Delivery{ID: r.Seq, Event: &r.Event, Data: data})
+	}
+	return out
+}
+
+// admit applies the cursor rule to live frames: an id already accounted for
+// is skipped; the next id is delivered with its id; a later id is delivered
+// without one, so the client's cursor never jumps over a row it has not
+// seen (it will get that row on its next replay).
+func (f *Feed) admit(frames []Frame) []Delivery {
+	out := make([]Delivery, 0, len(frames))
+	for i := range frames {
+		fr := &frames[i]
+		var id int64
+		switch {
+		case fr.Seq == 0:
+		case fr.Seq <= f.last:
+			continue
+		case fr.Seq == f.last+1:
+			f.last = fr.Seq
+			id = fr.Seq
+		}
+		if fr.Hidden {
+			continue
+		}
+		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data})
+	}
+	return out
+}

@@ -1,0 +1,234 @@
+// Package httpapi serves the native Instance AI protocol over HTTP: start and
+// cancel runs, and the per-thread SSE event stream with replay.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/threadline/threadline/httpjson"
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/ssestream"
+)
+
+// DefaultMaxBody is the default request body limit (1 MiB).
+const DefaultMaxBody = 1 << 20
+
+// Config tunes the native API.
+type Config struct {
+	// MaxBody is the request body limit in bytes; larger bodies get 413.
+	MaxBody int64
+	// Heartbeat is the pause between `: ping` comments (15 s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds each SSE flush.
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// API is the native Instance AI HTTP surface.
+type API struct {
+	store instanceai.Store
+	hub   *instanceai.Hub
+	runs  *instanceai.Runs
+	cfg   Config
+}
+
+// New returns the API.
+func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg Config) *API {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = ssestream.DefaultHeartbeat
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &API{store: store, hub: hub, runs: runs, cfg: cfg}
+}
+
+// Register mounts the routes under /instance-ai.
+func (a *API) Register(r *mux.Router) {
+	s := r.PathPrefix("/instance-ai").Subrouter()
+	s.HandleFunc("/chat/{threadId}", a.chat).Methods(http.MethodPost)
+	s.HandleFunc("/chat/{threadId}/cancel", a.cancel).Methods(http.MethodPost)
+	s.HandleFunc("/events/{threadId}", a.events).Methods(http.MethodGet)
+}
+
+// userKey carries the authenticated user id in a request context.
+type userKey struct{}
+
+// WithUser returns a context carrying the caller's user id.
+func WithUser(ctx context.Context, userID string) context.Context {
+	return context.WithValue(ctx, userKey{}, userID)
+}
+
+// LocalUser owns every thread when no authentication is configured.
+const LocalUser = "local"
+
+// UserFrom returns the caller's user id (LocalUser when unauthenticated).
+func UserFrom(ctx context.Context) string {
+	if u, ok := ctx.Value(userKey{}).(string); ok && u != "" {
+		return u
+	}
+	return LocalUser
+}
+
+var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// threadID reads and checks the {threadId} path variable.
+func threadID(r *http.Request) (string, error) {
+	id := mux.Vars(r)["threadId"]
+	if !threadIDPattern.MatchString(id) {
+		return "", httpjson.NewError(http.StatusBadRequest, "invalid_thread_id", "threadId",
+			"threadId must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
+	}
+	return id, nil
+}
+
+// ownedThread loads a thread the caller owns; anything else is a 404, so a
+// thread id reveals nothing about other users' threads.
+func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
+	id, err := threadID(r)
+	if err != nil {
+		return instanceai.Thread{}, err
+	}
+	t, err := a.store.GetThread(r.Context(), id)
+	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && t.OwnerID != UserFrom(r.Context())) {
+		return instanceai.Thread{}, httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId",
+			"thread %q does not exist", id)
+	}
+	return t, err
+}
+
+type chatRequest struct {
+	Message string `json:"message"`
+}
+
+type chatResponse struct {
+	RunID string `json:"runId"`
+}
+
+func (a *API) chat(w http.ResponseWriter, r *http.Request) {
+	if err := a.startChat(w, r); err != nil {
+		httpjson.WriteError(w, err)
+	}
+}
+
+func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
+	id, err := threadID(r)
+	if err != nil {
+		return err
+	}
+	var req chatRequest
+	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Message) == "" {
+		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty")
+	}
+	user := UserFrom(r.Context())
+	t, _, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user})
+	if err != nil {
+		return err
+	}
+	if t.OwnerID != user {
+		return httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q does not exist", id)
+	}
+	run, err := a.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message})
+	if errors.Is(err, instanceai.ErrRunActive) {
+		e := httpjson.NewError(http.StatusConflict, "run_active", "",
+			"thread %q already has an active run; cancel it or wait for its run-finish", id)
+		e.Detail.Details = map[string]any{"runId": run.ID}
+		return e
+	}
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, chatResponse{RunID: run.ID})
+	return nil
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	t, err := a.ownedThread(r)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	a.runs.Cancel(t.ID, instanceai.ReasonUserCancelled)
+	httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+// cursor reads the replay cursor: the Last-Event-ID header wins over the
+// lastEventId query parameter; neither means from the start.
+func cursor(r *http.Request) (int64, error) {
+	field, raw := "Last-Event-ID", r.Header.Get("Last-Event-ID")
+	if raw == "" {
+		field, raw = "lastEventId", r.URL.Query().Get("lastEventId")
+	}
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+	if err != nil || n < 0 {
+		return 0, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", field,
+			"%s must be a non-negative integer event id, got %q", field, raw)
+	}
+	return n, nil
+}
+
+func (a *API) events(w http.ResponseWriter, r *http.Request) {
+	t, err := a.ownedThread(r)
+	if err == nil {
+		var after int64
+		if after, err = cursor(r); err == nil {
+			a.stream(w, r, t.ID, after)
+			return
+		}
+	}
+	httpjson.WriteError(w, err)
+}
+
+func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64) {
+	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: a.cfg.WriteTimeout})
+	if err != nil {
+		return
+	}
+	feed := instanceai.OpenFeed(a.store, a.hub, threadID, after)
+	defer feed.Close()
+	ping := time.NewTicker(a.cfg.Heartbeat)
+	defer ping.Stop()
+	ctx := r.Context()
+	for {
+		batch, err := feed.Next(ctx, ping.C)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				a.cfg.Logger.Info("event stream ended", "thread", threadID, "last", feed.Last(), "reason", err)
+			}
+			return
+		}
+		if batch == nil {
+			if s.Ping() != nil {
+				return
+			}
+			continue
+		}
+		for _, d := range batch {
+			if err := s.Event(d.ID, "", d.Data); err != nil {
+				return
+			}
+		}
+		if err := s.Flush(); err != nil {
+			return
+		}
+		ping.Reset(a.cfg.Heartbeat)
+	}
+}

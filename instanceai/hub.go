@@ -1,0 +1,292 @@
+package instanceai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Frame is one event as the hub hands it to subscribers: encoded once at
+// publish, shared by every subscriber.
+type Frame struct {
+	// Seq is the log position of a stored event, 0 for an ephemeral one.
+	Seq   int64
+	Event *Event
+	// Data is the JSON encoding of Event.
+	Data []byte
+	// Hidden marks a coalesced block: never written to a live connection
+	// (its deltas already were), but it moves the connection's cursor.
+	Hidden bool
+}
+
+// NewFrame encodes an event into a frame.
+func NewFrame(seq int64, ev *Event) (Frame, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{Seq: seq, Event: ev, Data: data, Hidden: DurabilityOf(ev.Type) == Coalesced}, nil
+}
+
+// ErrSubscriberDropped is reported by a subscription whose queue overflowed.
+var ErrSubscriberDropped = errors.New("subscriber fell behind and was disconnected")
+
+// ErrThreadClosed is reported by a subscription whose thread was deleted.
+var ErrThreadClosed = errors.New("thread was deleted")
+
+// segKey identifies an open coalescing segment: one per agent of a run and kind.
+type segKey struct {
+	runID, agentID string
+	kind           EventType // TypeTextDelta or TypeReasoningDelta
+}
+
+// openSegment is the text of a segment as far as it has been published.
+type openSegment struct {
+	key        segKey
+	responseID string
+	userID     string
+	ts         int64
+	text       strings.Builder
+	order      int // publish order of the first delta, for a stable snapshot
+}
+
+// Hub fans published frames out to the live subscribers of each thread and
+// hands a new subscriber from replay to the live tail without a gap or a
+// duplicate. Publishing never blocks: a subscriber whose bounded queue is
+// full is dropped and reconnects with its cursor.
+type Hub struct {
+	queueSize int
+
+	mu     sync.Mutex
+	topics map[string]*topic
+}
+
+// NewHub returns a hub whose subscribers each buffer up to queueSize frames.
+func NewHub(queueSize int) *Hub {
+	if queueSize <= 0 {
+		queueSize = 4096
+	}
+	return &Hub{queueSize: queueSize, topics: map[string]*topic{}}
+}
+
+type topic struct {
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+	open map[segKey]*openSegment
+	// committed is the highest seq published on this topic. Every seq at or
+	// below it is in the log; every later one reaches subscribers through
+	// their queue.
+	committed int64
+	nextOrder int
+}
+
+func (h *Hub) topic(threadID string) *topic {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[threadID]
+	if t == nil {
+		t = &topic{subs: map[*Subscription]struct{}{}, open: map[segKey]*openSegment{}}
+		h.topics[threadID] = t
+	}
+	return t
+}
+
+// Publish delivers frames, in order, to every subscriber of the thread. The
+// writer calls it after the frames' rows committed, in commit order.
+func (h *Hub) Publish(threadID string, frames []Frame) {
+	t := h.topic(threadID)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range frames {
+		t.track(&frames[i])
+	}
+	for s := range t.subs {
+		if !s.offer(frames) {
+			delete(t.subs, s)
+		}
+	}
+}
+
+// track keeps the published state a late subscriber needs: the open
+// segments' text and the highest committed seq.
+func (t *topic) track(f *Frame) {
+	ev := f.Event
+	switch ev.Type {
+	case TypeTextDelta, TypeReasoningDelta:
+		key := segKey{ev.RunID, ev.AgentID, ev.Type}
+		seg := t.open[key]
+		if seg == nil || seg.responseID != ev.ResponseID {
+			seg = &openSegment{key: key, responseID: ev.ResponseID, userID: ev.UserID, ts: ev.TS, order: t.nextOrder}
+			t.nextOrder++
+			t.open[key] = seg
+		}
+		seg.text.WriteString(ev.Payload.(*Text).Text)
+	case TypeTextBlock, TypeReasoningBlock:
+		kind := TypeTextDelta
+		if ev.Type == TypeReasoningBlock {
+			kind = TypeReasoningDelta
+		}
+		key := segKey{ev.RunID, ev.AgentID, kind}
+		if seg := t.open[key]; seg != nil && seg.responseID == ev.ResponseID {
+			delete(t.open, key)
+		}
+	}
+	if f.Seq > t.committed {
+		t.committed = f.Seq
+	}
+}
+
+// Forget disconnects every subscriber of a deleted thread and drops its state.
+func (h *Hub) Forget(threadID string) {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	delete(h.topics, threadID)
+	h.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for s := range t.subs {
+		s.close(ErrThreadClosed)
+		delete(t.subs, s)
+	}
+}
+
+// Subscribers returns the number of live subscribers across all threads.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	topics := make([]*topic, 0, len(h.topics))
+	for _, t := range h.topics {
+		topics = append(topics, t)
+	}
+	h.mu.Unlock()
+	n := 0
+	for _, t := range topics {
+		t.mu.Lock()
+		n += len(t.subs)
+		t.mu.Unlock()
+	}
+	return n
+}
+
+// Subscription is one live subscriber's bounded queue.
+type Subscription struct {
+	hub      *Hub
+	threadID string
+	topic    *topic
+
+	mu     sync.Mutex
+	queue  []Frame
+	notify chan struct{}
+	err    error
+	closed bool
+}
+
+// offer appends frames to the queue without blocking; it reports false (and
+// closes the subscription) when the queue would overflow.
+func (s *Subscription) offer(frames []Frame) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if len(s.queue)+len(frames) > s.hub.queueSize {
+		s.mu.Unlock()
+		s.close(ErrSubscriberDropped)
+		return false
+	}
+	s.queue = append(s.queue, frames...)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *Subscription) close(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed, s.err = true, err
+	s.queue = nil
+	close(s.notify)
+}
+
+// Next waits for queued frames and returns all of them. It returns an error
+// when the subscription was dropped or closed, or ctx ended.
+func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			err := s.err
+			s.mu.Unlock()
+			return nil, err
+		}
+		if len(s.queue) > 0 {
+			q := s.queue
+			s.queue = nil
+			s.mu.Unlock()
+			return q, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.notify:
+		}
+	}
+}
+
+// Ready is signalled when frames may be waiting; use it with Next in a
+// select that also serves heartbeats.
+func (s *Subscription) Ready() <-chan struct{} { return s.notify }
+
+// Close unsubscribes.
+func (s *Subscription) Close() {
+	s.topic.mu.Lock()
+	delete(s.topic.subs, s)
+	s.topic.mu.Unlock()
+	s.close(context.Canceled)
+}
+
+// Snapshot is what a subscriber gets at registration: the state published
+// so far that its replay must line up with.
+type Snapshot struct {
+	// Committed is the highest seq published before the subscription began.
+	Committed int64
+	// Open are the still-open segments, as one id-less delta each, in the
+	// order they opened.
+	Open []Event
+}
+
+// Subscribe registers a subscriber and, atomically with it, captures the
+// snapshot its replay must reach: every frame published later lands in the
+// subscription's queue, every earlier one is in the log (seq <= Committed)
+// or in Snapshot.Open.
+func (h *Hub) Subscribe(threadID string) (*Subscription, Snapshot) {
+	t := h.topic(threadID)
+	s := &Subscription{hub: h, threadID: threadID, topic: t, notify: make(chan struct{}, 1)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.subs[s] = struct{}{}
+	snap := Snapshot{Committed: t.committed}
+	segs := make([]*openSegment, 0, len(t.open))
+	for _, seg := range t.open {
+		segs = append(segs, seg)
+	}
+	slices.SortFunc(segs, func(a, b *openSegment) int { return a.order - b.order })
+	for _, seg := range segs {
+		snap.Open = append(snap.Open, Event{
+			Type: seg.key.kind, RunID: seg.key.runID, AgentID: seg.key.agentID,
+			UserID: seg.userID, ResponseID: seg.responseID, TS: seg.ts, Payload: &Text{Text: seg.text.String()},
+		})
+	}
+	return s, snap
+}

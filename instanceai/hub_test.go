@@ -1,0 +1,118 @@
+package instanceai
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func textEv(typ EventType, run, agent, resp, text string) *Event {
+	return &Event{Type: typ, RunID: run, AgentID: agent, ResponseID: resp, Payload: &Text{Text: text}}
+}
+
+func mustFrame(t *testing.T, seq int64, ev *Event) Frame {
+	t.Helper()
+	f, err := NewFrame(seq, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestHubSnapshotIsAtomicWithPublish(t *testing.T) {
+	h := NewHub(16)
+	h.Publish("t", []Frame{
+		mustFrame(t, 1, &Event{Type: TypeRunStart, RunID: "r", AgentID: "a", Payload: &RunStart{MessageID: "m"}}),
+		mustFrame(t, 0, textEv(TypeReasoningDelta, "r", "a", "x", "think ")),
+		mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "y", "hello ")),
+		mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "y", "world")),
+	})
+	sub, snap := h.Subscribe("t")
+	defer sub.Close()
+	if snap.Committed != 1 {
+		t.Fatalf("committed = %d, want 1", snap.Committed)
+	}
+	if len(snap.Open) != 2 || snap.Open[0].Type != TypeReasoningDelta || snap.Open[1].Payload.(*Text).Text != "hello world" ||
+		snap.Open[1].ResponseID != "y" {
+		t.Fatalf("open segments = %+v", snap.Open)
+	}
+	// A block closes its segment; the next subscriber sees it gone.
+	h.Publish("t", []Frame{mustFrame(t, 2, textEv(TypeReasoningBlock, "r", "a", "x", "think "))})
+	_, snap2 := h.Subscribe("t")
+	if snap2.Committed != 2 || len(snap2.Open) != 1 || snap2.Open[0].Type != TypeTextDelta {
+		t.Fatalf("after block: %+v", snap2)
+	}
+	frames, err := sub.Next(context.Background())
+	if err != nil || len(frames) != 1 || frames[0].Seq != 2 || !frames[0].Hidden {
+		t.Fatalf("queued after subscribe = %+v, %v", frames, err)
+	}
+}
+
+func TestHubDropsSlowSubscriberWithoutBlocking(t *testing.T) {
+	h := NewHub(4)
+	slow, _ := h.Subscribe("t")
+	fast, _ := h.Subscribe("t")
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= 10; i++ {
+			h.Publish("t", []Frame{mustFrame(t, i, &Event{Type: TypeStatus, RunID: "r", AgentID: "a", Payload: &Status{}})})
+			frames, err := fast.Next(ctx)
+			if err != nil || len(frames) != 1 || frames[0].Seq != i {
+				t.Errorf("fast subscriber got %+v, %v", frames, err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing blocked on a slow subscriber")
+	}
+	if _, err := slow.Next(ctx); err != ErrSubscriberDropped {
+		t.Fatalf("slow subscriber: err = %v, want ErrSubscriberDropped", err)
+	}
+	if n := h.Subscribers(); n != 1 {
+		t.Fatalf("subscribers = %d, want 1 (the slow one removed)", n)
+	}
+}
+
+func TestHubForgetClosesSubscribers(t *testing.T) {
+	h := NewHub(4)
+	sub, _ := h.Subscribe("t")
+	h.Forget("t")
+	if _, err := sub.Next(context.Background()); err != ErrThreadClosed {
+		t.Fatalf("err = %v, want ErrThreadClosed", err)
+	}
+}
+
+func TestFeedAdmitStripsIDsAfterAGap(t *testing.T) {
+	f := &Feed{last: 3}
+	status := func(seq int64) Frame {
+		return mustFrame(t, seq, &Event{Type: TypeToolCall, RunID: "r", AgentID: "a",
+			Payload: &ToolCall{ToolCallID: "c", ToolName: "n", Args: []byte(`{}`)}})
+	}
+	block := mustFrame(t, 5, textEv(TypeTextBlock, "r", "a", "x", "hi"))
+	delta := mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "x", "hi"))
+	got := f.admit([]Frame{status(2), status(3), status(4), delta, block, status(6), status(8), status(9)})
+	var ids []int64
+	for _, d := range got {
+		ids = append(ids, d.ID)
+	}
+	// 2 and 3 are already seen; 4 is next; the delta has no id; the block is
+	// hidden but moves the cursor to 5; 6 is next; 8 follows a gap (7 unseen),
+	// so it and everything after lose their ids.
+	want := []int64{4, 0, 6, 0, 0}
+	if len(ids) != len(want) {
+		t.Fatalf("ids = %v, want %v", ids, want)
+	}
+	for i := range want {
+		if ids[i] != want[i] {
+			t.Fatalf("ids = %v, want %v", ids, want)
+		}
+	}
+	if f.Last() != 6 {
+		t.Fatalf("cursor = %d, want 6", f.Last())
+	}
+}

@@ -1,0 +1,337 @@
+package instanceai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrRunActive is returned when a thread already has an active run.
+var ErrRunActive = errors.New("a run is already active on this thread")
+
+// ErrRunFinished is returned by Emit once the run has finished: nothing an
+// agent emits after the run-finish is written.
+var ErrRunFinished = errors.New("run has finished")
+
+// Agent produces the events of a run. Run-start and run-finish belong to the
+// registry: the agent emits what happens in between and returns. Returning
+// an error (a *ProviderError for upstream failures) ends the run with an
+// error event and run-finish{error}. Agents must honour ctx: cancel means
+// stop now.
+type Agent interface {
+	Run(ctx context.Context, run *Run) error
+}
+
+// AgentFunc adapts a function to Agent.
+type AgentFunc func(ctx context.Context, run *Run) error
+
+// Run calls f.
+func (f AgentFunc) Run(ctx context.Context, run *Run) error { return f(ctx, run) }
+
+// ProviderError is an agent failure with the details the error event carries.
+type ProviderError struct {
+	Message    string
+	Code       string
+	Provider   string
+	StatusCode int
+	Details    string
+}
+
+func (e *ProviderError) Error() string { return e.Message }
+
+// NewID returns a random identifier with the given prefix.
+func NewID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// RunsConfig configures the run registry.
+type RunsConfig struct {
+	Logger *slog.Logger
+	// Now is the clock (tests may fix it).
+	Now func() time.Time
+}
+
+// Runs is the registry of active runs: one per thread, cancel, shutdown.
+type Runs struct {
+	writer *Writer
+	agent  Agent
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu     sync.Mutex
+	active map[string]*Run // by thread id
+	wg     sync.WaitGroup
+}
+
+// NewRuns returns a registry that runs agent and writes through writer.
+func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Runs{writer: writer, agent: agent, log: cfg.Logger, now: cfg.Now, active: map[string]*Run{}}
+}
+
+// StartRequest is what starts a run.
+type StartRequest struct {
+	ThreadID string
+	UserID   string
+	Message  string
+}
+
+// Start begins a run on the thread unless one is active (ErrRunActive, with
+// the active run returned). The run-start event is queued before Start
+// returns, so a client that subscribes afterwards sees the whole run.
+func (m *Runs) Start(req StartRequest) (*Run, error) {
+	m.mu.Lock()
+	if r := m.active[req.ThreadID]; r != nil {
+		m.mu.Unlock()
+		return r, ErrRunActive
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r := &Run{
+		ID: NewID("run_"), ThreadID: req.ThreadID, UserID: req.UserID, Message: req.Message,
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	}
+	r.AgentID = OrchestratorAgentID(r.ID)
+	m.active[req.ThreadID] = r
+	m.wg.Add(1)
+	m.mu.Unlock()
+
+	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
+		m.release(r)
+		m.wg.Done()
+		cancel(err)
+		return nil, fmt.Errorf("start run: %w", err)
+	}
+	go m.execute(r)
+	return r, nil
+}
+
+// Active returns the thread's active run, if any.
+func (m *Runs) Active(threadID string) *Run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active[threadID]
+}
+
+// Count returns the number of active runs.
+func (m *Runs) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.active)
+}
+
+// Cancel stops the thread's active run, if any. It is idempotent and does
+// not wait for the agent: the run is finished (cancelled) before it returns.
+func (m *Runs) Cancel(threadID, reason string) *Run {
+	r := m.Active(threadID)
+	if r == nil {
+		return nil
+	}
+	r.cancel(errCancelled)
+	r.finish(RunCancelled, reason)
+	return r
+}
+
+// Shutdown cancels every active run (reason service_shutdown) and waits for
+// their agents to return, or ctx to end.
+func (m *Runs) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	runs := make([]*Run, 0, len(m.active))
+	for _, r := range m.active {
+		runs = append(runs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range runs {
+		r.cancel(errCancelled)
+		r.finish(RunCancelled, ReasonServiceShutdown)
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Fail ends a run whose events could not be stored; the writer has already
+// published its error and run-finish live.
+func (m *Runs) Fail(threadID, runID string, err error) {
+	r := m.Active(threadID)
+	if r == nil || r.ID != runID {
+		return
+	}
+	r.cancel(err)
+	r.mu.Lock()
+	r.finished = true
+	r.mu.Unlock()
+	m.release(r)
+}
+
+var errCancelled = errors.New("run cancelled")
+
+func (m *Runs) release(r *Run) {
+	m.mu.Lock()
+	if m.active[r.ThreadID] == r {
+		delete(m.active, r.ThreadID)
+	}
+	m.mu.Unlock()
+}
+
+func (m *Runs) execute(r *Run) {
+	defer m.wg.Done()
+	defer close(r.done)
+	err := m.callAgent(r)
+	switch {
+	case r.ctx.Err() != nil:
+		// Cancelled (or failed by the writer): finish already ran or
+		// records the cancellation now.
+		r.finish(RunCancelled, ReasonUserCancelled)
+	case err != nil:
+		m.log.Warn("agent failed", "thread", r.ThreadID, "run", r.ID, "err", err)
+		payload := &ErrorPayload{Content: err.Error()}
+		var pe *ProviderError
+		if errors.As(err, &pe) {
+			payload = &ErrorPayload{Content: pe.Message, StatusCode: pe.StatusCode, Code: pe.Code,
+				Provider: pe.Provider, TechnicalDetails: pe.Details}
+		}
+		_ = r.Emit(Event{Type: TypeError, Payload: payload})
+		r.finish(RunError, err.Error())
+	default:
+		r.finish(RunCompleted, "")
+	}
+}
+
+// callAgent runs the agent, turning a panic into an error.
+func (m *Runs) callAgent(r *Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.log.Error("agent panicked", "thread", r.ThreadID, "run", r.ID, "panic", p)
+			err = fmt.Errorf("agent failed unexpectedly: %v", p)
+		}
+	}()
+	return m.agent.Run(r.ctx, r)
+}
+
+// Run is one active run: what agents emit through.
+type Run struct {
+	ID       string
+	ThreadID string
+	UserID   string
+	Message  string
+	// AgentID is the orchestrator's agent id (orchestrator-<runId>).
+	AgentID string
+
+	runs   *Runs
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	finished  bool
+	openTools []openTool // calls without an outcome, in call order
+}
+
+// Done is closed when the run's agent has returned.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Emit stamps an event with the run's ids and the time, validates it and
+// hands it to the writer. Empty AgentID means the orchestrator. It fails
+// once the run has finished or was cancelled.
+func (r *Run) Emit(ev Event) error {
+	ev.RunID = r.ID
+	if ev.AgentID == "" {
+		ev.AgentID = r.AgentID
+	}
+	if ev.UserID == "" {
+		ev.UserID = r.UserID
+	}
+	if ev.TS == 0 {
+		ev.TS = r.runs.now().UnixMilli()
+	}
+	if err := ev.Validate(); err != nil {
+		return fmt.Errorf("invalid %s event: %w", ev.Type, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finished {
+		return ErrRunFinished
+	}
+	if err := context.Cause(r.ctx); err != nil && ev.Type != TypeRunFinish {
+		return err
+	}
+	r.trackTool(&ev)
+	return r.runs.writer.Enqueue(r.ThreadID, ev)
+}
+
+type openTool struct{ toolCallID, agentID string }
+
+func (r *Run) trackTool(ev *Event) {
+	var id string
+	opens := false
+	switch p := ev.Payload.(type) {
+	case *ToolInputStart:
+		id, opens = p.ToolCallID, true
+	case *ToolCall:
+		id, opens = p.ToolCallID, true
+	case *ToolResult:
+		id = p.ToolCallID
+	case *ToolError:
+		id = p.ToolCallID
+	default:
+		return
+	}
+	i := slices.IndexFunc(r.openTools, func(t openTool) bool { return t.toolCallID == id })
+	switch {
+	case opens && i < 0:
+		r.openTools = append(r.openTools, openTool{id, ev.AgentID})
+	case !opens && i >= 0:
+		r.openTools = slices.Delete(r.openTools, i, i+1)
+	}
+}
+
+// finish settles in-flight tool calls and emits run-finish, once.
+func (r *Run) finish(status, reason string) {
+	r.mu.Lock()
+	if r.finished {
+		r.mu.Unlock()
+		return
+	}
+	now := r.runs.now().UnixMilli()
+	if status == RunCancelled {
+		result, _ := json.Marshal(map[string]string{
+			"status": "cancelled", "message": "The run was cancelled before this tool finished.",
+		})
+		for _, t := range r.openTools {
+			r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
+				Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
+		}
+		r.openTools = nil
+	}
+	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
+		Payload: &RunFinish{Status: status, Reason: reason}})
+	r.finished = true
+	r.mu.Unlock()
+	r.runs.release(r)
+}
+
+func (r *Run) enqueueLocked(ev Event) {
+	ev.RunID, ev.UserID = r.ID, r.UserID
+	if err := r.runs.writer.Enqueue(r.ThreadID, ev); err != nil {
+		r.runs.log.Error("could not queue event", "thread", r.ThreadID, "run", r.ID, "type", ev.Type, "err", err)
+	}
+}

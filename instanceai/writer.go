@@ -1,0 +1,503 @@
+package instanceai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrWriterClosed is returned by Enqueue after Close.
+var ErrWriterClosed = errors.New("writer is closed")
+
+// WriterConfig tunes the writer. Zero values take the defaults.
+type WriterConfig struct {
+	// IdleFlush closes open segments after this much silence on a thread
+	// (default 3 s, as n8n does).
+	IdleFlush time.Duration
+	// Retries is how many times a failed append is retried (default 6).
+	Retries int
+	// RetryBackoff is the first retry's pause; it doubles each time up to
+	// MaxBackoff (defaults 50 ms and 2 s).
+	RetryBackoff time.Duration
+	MaxBackoff   time.Duration
+	// RetireAfter stops a thread's drain goroutine after this much idleness
+	// with nothing open (default 1 min); the next event starts a new one.
+	RetireAfter time.Duration
+	// OnRunFailed is told about runs whose events could not be stored after
+	// the retry budget, so the run registry can stop them.
+	OnRunFailed func(threadID, runID string, err error)
+	// Observer, if set, sees every committed batch (for metrics).
+	Observer func(threadID string, rows int, took time.Duration)
+	Logger   *slog.Logger
+}
+
+func (c *WriterConfig) defaults() {
+	if c.IdleFlush <= 0 {
+		c.IdleFlush = 3 * time.Second
+	}
+	if c.Retries <= 0 {
+		c.Retries = 6
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 50 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 2 * time.Second
+	}
+	if c.RetireAfter <= 0 {
+		c.RetireAfter = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Writer is the only appender to the log. Each thread has one drain
+// goroutine that takes whatever is queued, coalesces deltas into blocks,
+// persists the batch in one multi-row insert, and only then publishes it.
+// Producers never wait on the database.
+type Writer struct {
+	log EventLog
+	hub *Hub
+	cfg WriterConfig
+
+	mu      sync.Mutex
+	threads map[string]*threadDrain
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewWriter returns a writer appending to log and publishing to hub.
+func NewWriter(log EventLog, hub *Hub, cfg WriterConfig) *Writer {
+	cfg.defaults()
+	return &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
+}
+
+// Enqueue hands an event to the thread's drain. It never blocks on storage.
+// The event must already be valid and stamped.
+func (w *Writer) Enqueue(threadID string, ev Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrWriterClosed
+	}
+	d := w.threads[threadID]
+	if d == nil {
+		d = &threadDrain{w: w, threadID: threadID, wake: make(chan struct{}, 1),
+			segs: map[segKey]*segment{}, failedRuns: map[string]bool{}}
+		w.threads[threadID] = d
+		w.wg.Add(1)
+		go d.run()
+	}
+	d.mu.Lock()
+	d.queue = append(d.queue, ev)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Sync waits until every event enqueued for the thread before the call has
+// been persisted and published (or dropped after a failure).
+func (w *Writer) Sync(ctx context.Context, threadID string) error {
+	w.mu.Lock()
+	d := w.threads[threadID]
+	if d == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	d.mu.Lock()
+	d.waiters = append(d.waiters, waiter{at: d.enqueued + len(d.queue), done: done})
+	d.mu.Unlock()
+	w.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting events, closes every open segment, persists what is
+// queued and waits for the drains to finish (or ctx to end).
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	for _, d := range w.threads {
+		d.stopping()
+	}
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("writer shutdown: %w", ctx.Err())
+	}
+}
+
+// segment is an open run of deltas of one kind from one agent.
+type segment struct {
+	key        segKey
+	responseID string
+	userID     string
+	firstTS    int64
+	text       []byte
+	order      int
+}
+
+type waiter struct {
+	at   int
+	done chan struct{}
+}
+
+// threadDrain is the ordered drain of one thread.
+type threadDrain struct {
+	w        *Writer
+	threadID string
+	wake     chan struct{}
+
+	mu       sync.Mutex
+	queue    []Event
+	enqueued int // events taken from the queue so far
+	waiters  []waiter
+	stop     bool
+
+	// Owned by the drain goroutine.
+	segs       map[segKey]*segment
+	nextOrder  int
+	failedRuns map[string]bool
+}
+
+func (d *threadDrain) stopping() {
+	d.mu.Lock()
+	d.stop = true
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *threadDrain) run() {
+	defer d.w.wg.Done()
+	idle := time.NewTimer(d.w.cfg.IdleFlush)
+	defer idle.Stop()
+	lastActivity := time.Now()
+	for {
+		select {
+		case <-d.wake:
+		case <-idle.C:
+		}
+		d.mu.Lock()
+		batch := d.queue
+		d.queue = nil
+		d.enqueued += len(batch)
+		stop := d.stop
+		d.mu.Unlock()
+
+		now := time.Now()
+		if len(batch) > 0 {
+			lastActivity = now
+		}
+		var b batchBuilder
+		for i := range batch {
+			d.add(&b, &batch[i])
+		}
+		if stop || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
+			d.closeWhere(&b, func(*segment) bool { return true })
+		}
+		if len(b.items) > 0 {
+			d.commit(b.items)
+		}
+		d.release()
+
+		if stop {
+			d.mu.Lock()
+			empty := len(d.queue) == 0
+			d.mu.Unlock()
+			if empty {
+				d.retire()
+				return
+			}
+			continue
+		}
+		if len(d.segs) == 0 && time.Since(lastActivity) >= d.w.cfg.RetireAfter && d.tryRetire() {
+			return
+		}
+		wait := d.w.cfg.IdleFlush
+		if len(d.segs) > 0 {
+			wait = max(time.Until(lastActivity.Add(d.w.cfg.IdleFlush)), time.Millisecond)
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(wait)
+	}
+}
+
+// release wakes Sync callers whose events have all been handled.
+func (d *threadDrain) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.waiters[:0]
+	for _, wt := range d.waiters {
+		if wt.at <= d.enqueued {
+			close(wt.done)
+		} else {
+			kept = append(kept, wt)
+		}
+	}
+	d.waiters = kept
+}
+
+// tryRetire removes an idle drain unless an event arrived meanwhile.
+func (d *threadDrain) tryRetire() bool {
+	d.w.mu.Lock()
+	defer d.w.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queue) > 0 || len(d.waiters) > 0 || d.stop {
+		return false
+	}
+	delete(d.w.threads, d.threadID)
+	return true
+}
+
+func (d *threadDrain) retire() {
+	d.w.mu.Lock()
+	if d.w.threads[d.threadID] == d {
+		delete(d.w.threads, d.threadID)
+	}
+	d.w.mu.Unlock()
+	d.mu.Lock()
+	for _, wt := range d.waiters {
+		close(wt.done)
+	}
+	d.waiters = nil
+	d.mu.Unlock()
+}
+
+// batchBuilder collects, in order, what one drain pass persists and publishes.
+type batchBuilder struct {
+	items []batchItem
+}
+
+type batchItem struct {
+	ev     Event
+	stored bool
+}
+
+func (b *batchBuilder) push(ev Event, stored bool) {
+	b.items = append(b.items, batchItem{ev: ev, stored: stored})
+}
+
+// add applies the coalescing rules of the protocol to one event.
+func (d *threadDrain) add(b *batchBuilder, ev *Event) {
+	if d.failedRuns[ev.RunID] {
+		return
+	}
+	switch ev.Type {
+	case TypeTextDelta, TypeReasoningDelta:
+		key := segKey{ev.RunID, ev.AgentID, ev.Type}
+		seg := d.segs[key]
+		if seg != nil && seg.responseID != ev.ResponseID {
+			d.closeSegment(b, seg)
+			seg = nil
+		}
+		if seg == nil {
+			seg = &segment{key: key, responseID: ev.ResponseID, userID: ev.UserID, firstTS: ev.TS, order: d.nextOrder}
+			d.nextOrder++
+			d.segs[key] = seg
+		}
+		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
+		b.push(*ev, false)
+		return
+	}
+	dur := DurabilityOf(ev.Type)
+	if dur == Structural {
+		if ev.Type == TypeRunFinish {
+			// The orchestrator's finish closes every agent of the run.
+			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID })
+		} else {
+			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID && s.key.agentID == ev.AgentID })
+		}
+	}
+	b.push(*ev, dur.Stored())
+}
+
+// closeWhere closes the matching segments, oldest first and, for one agent,
+// reasoning before text.
+func (d *threadDrain) closeWhere(b *batchBuilder, match func(*segment) bool) {
+	var closing []*segment
+	for _, s := range d.segs {
+		if match(s) {
+			closing = append(closing, s)
+		}
+	}
+	sortForClose(closing)
+	for _, s := range closing {
+		d.closeSegment(b, s)
+	}
+}
+
+// sortForClose orders closing segments by the agent that opened first and,
+// within one agent, reasoning before text.
+func sortForClose(segs []*segment) {
+	type agent struct{ runID, agentID string }
+	first := map[agent]int{}
+	for _, s := range segs {
+		a := agent{s.key.runID, s.key.agentID}
+		if o, ok := first[a]; !ok || s.order < o {
+			first[a] = s.order
+		}
+	}
+	kindRank := func(s *segment) int {
+		if s.key.kind == TypeReasoningDelta {
+			return 0
+		}
+		return 1
+	}
+	slices.SortFunc(segs, func(a, b *segment) int {
+		fa, fb := first[agent{a.key.runID, a.key.agentID}], first[agent{b.key.runID, b.key.agentID}]
+		if fa != fb {
+			return fa - fb
+		}
+		return kindRank(a) - kindRank(b)
+	})
+}
+
+func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
+	delete(d.segs, s.key)
+	typ := TypeTextBlock
+	if s.key.kind == TypeReasoningDelta {
+		typ = TypeReasoningBlock
+	}
+	b.push(Event{
+		Type: typ, RunID: s.key.runID, AgentID: s.key.agentID, UserID: s.userID,
+		ResponseID: s.responseID, TS: s.firstTS, Payload: &Text{Text: string(s.text)},
+	}, true)
+}
+
+// commit persists the stored items in one append (retrying with backoff),
+// then publishes every item in order.
+func (d *threadDrain) commit(items []batchItem) {
+	var rows []Event
+	for _, it := range items {
+		if it.stored {
+			rows = append(rows, it.ev)
+		}
+	}
+	var first int64
+	if len(rows) > 0 {
+		var err error
+		start := time.Now()
+		first, err = d.appendWithRetry(rows)
+		if err != nil {
+			d.fail(items, err)
+			return
+		}
+		if obs := d.w.cfg.Observer; obs != nil {
+			obs(d.threadID, len(rows), time.Since(start))
+		}
+	}
+	frames := make([]Frame, 0, len(items))
+	seq := first
+	for i := range items {
+		var s int64
+		if items[i].stored {
+			s = seq
+			seq++
+		}
+		f, err := NewFrame(s, &items[i].ev)
+		if err != nil {
+			d.w.cfg.Logger.Error("encode event", "thread", d.threadID, "type", items[i].ev.Type, "err", err)
+			continue
+		}
+		frames = append(frames, f)
+	}
+	d.w.hub.Publish(d.threadID, frames)
+}
+
+func (d *threadDrain) appendWithRetry(rows []Event) (int64, error) {
+	backoff := d.w.cfg.RetryBackoff
+	var err error
+	for attempt := 0; attempt <= d.w.cfg.Retries; attempt++ {
+		if attempt > 0 {
+			time.Sleep(backoff)
+			backoff = min(backoff*2, d.w.cfg.MaxBackoff)
+		}
+		var first int64
+		first, err = d.w.log.Append(context.Background(), d.threadID, rows)
+		if err == nil {
+			return first, nil
+		}
+		if errors.Is(err, ErrNotFound) {
+			return 0, err // the thread was deleted: nothing to retry
+		}
+		d.w.cfg.Logger.Warn("append failed, retrying", "thread", d.threadID, "rows", len(rows),
+			"attempt", attempt+1, "err", err)
+	}
+	return 0, err
+}
+
+// fail gives up on a batch: every run it touched ends with a visible error
+// and run-finish{error}, published live (they cannot be stored), and later
+// events of those runs are dropped.
+func (d *threadDrain) fail(items []batchItem, err error) {
+	if errors.Is(err, ErrNotFound) {
+		d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
+		return
+	}
+	d.w.cfg.Logger.Error("giving up on storing events; failing their runs", "thread", d.threadID,
+		"events", len(items), "err", err)
+	var frames []Frame
+	for _, it := range items {
+		runID := it.ev.RunID
+		if d.failedRuns[runID] {
+			continue
+		}
+		d.failedRuns[runID] = true
+		for k := range d.segs {
+			if k.runID == runID {
+				delete(d.segs, k)
+			}
+		}
+		agent := OrchestratorAgentID(runID)
+		now := time.Now().UnixMilli()
+		for _, ev := range []Event{
+			{Type: TypeError, RunID: runID, AgentID: agent, UserID: it.ev.UserID, TS: now,
+				Payload: &ErrorPayload{Content: "The server could not store this run's events; the run was stopped.",
+					Code: "storage_unavailable", TechnicalDetails: err.Error()}},
+			{Type: TypeRunFinish, RunID: runID, AgentID: agent, UserID: it.ev.UserID, TS: now,
+				Payload: &RunFinish{Status: RunError, Reason: "storage_unavailable"}},
+		} {
+			if f, ferr := NewFrame(0, &ev); ferr == nil {
+				frames = append(frames, f)
+			}
+		}
+		if cb := d.w.cfg.OnRunFailed; cb != nil {
+			cb(d.threadID, runID, err)
+		}
+	}
+	d.w.hub.Publish(d.threadID, frames)
+}

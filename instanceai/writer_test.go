@@ -1,0 +1,276 @@
+package instanceai_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/memory"
+)
+
+type env struct {
+	store  *memory.Store
+	hub    *instanceai.Hub
+	writer *instanceai.Writer
+}
+
+func newEnv(t *testing.T, log instanceai.EventLog, cfg instanceai.WriterConfig) *env {
+	t.Helper()
+	store := memory.New()
+	if log == nil {
+		log = store
+	}
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	hub := instanceai.NewHub(1 << 16)
+	e := &env{store: store, hub: hub, writer: instanceai.NewWriter(log, hub, cfg)}
+	t.Cleanup(func() { _ = e.writer.Close(context.Background()) })
+	return e
+}
+
+func ev(typ instanceai.EventType, run, agent string, p instanceai.Payload) instanceai.Event {
+	return instanceai.Event{Type: typ, RunID: run, AgentID: agent, TS: 1, Payload: p}
+}
+
+func delta(typ instanceai.EventType, run, agent, resp, text string) instanceai.Event {
+	e := ev(typ, run, agent, &instanceai.Text{Text: text})
+	e.ResponseID = resp
+	return e
+}
+
+func call(run, agent, id string) instanceai.Event {
+	return ev(instanceai.TypeToolCall, run, agent, &instanceai.ToolCall{ToolCallID: id, ToolName: "x", Args: json.RawMessage(`{}`)})
+}
+
+func finish(run, agent string) instanceai.Event {
+	return ev(instanceai.TypeRunFinish, run, agent, &instanceai.RunFinish{Status: instanceai.RunCompleted})
+}
+
+func (e *env) send(t *testing.T, events ...instanceai.Event) {
+	t.Helper()
+	for _, x := range events {
+		if err := e.writer.Enqueue("t", x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.writer.Sync(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logShape renders the stored log as "type[agent]:text" entries.
+func (e *env) logShape(t *testing.T) []string {
+	t.Helper()
+	rows, err := e.store.ReadAfter(context.Background(), "t", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, r := range rows {
+		if r.Seq != int64(i+1) {
+			t.Fatalf("seq %d at position %d", r.Seq, i)
+		}
+		s := string(r.Event.Type) + "[" + r.Event.AgentID + "]"
+		if p, ok := r.Event.Payload.(*instanceai.Text); ok {
+			s += ":" + r.Event.ResponseID + ":" + p.Text
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func expectLog(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestCoalescingRules(t *testing.T) {
+	const tr, td, rd = instanceai.TypeTextDelta, instanceai.TypeTextDelta, instanceai.TypeReasoningDelta
+	cases := []struct {
+		name   string
+		events []instanceai.Event
+		want   []string
+	}{
+		{
+			name:   "next structural event of the same agent closes the segment",
+			events: []instanceai.Event{delta(td, "r", "a", "s1", "hel"), delta(td, "r", "a", "s1", "lo"), call("r", "a", "c1")},
+			want:   []string{"text-block[a]:s1:hello", "tool-call[a]"},
+		},
+		{
+			name:   "another agent's structural event leaves it open",
+			events: []instanceai.Event{delta(td, "r", "a", "s1", "hi"), call("r", "b", "c1")},
+			want:   []string{"tool-call[b]"},
+		},
+		{
+			name: "run-finish closes every agent of the run, not other runs",
+			events: []instanceai.Event{delta(td, "r", "a", "s1", "A"), delta(td, "r", "b", "s2", "B"),
+				delta(td, "q", "c", "s3", "C"), finish("r", "a")},
+			want: []string{"text-block[a]:s1:A", "text-block[b]:s2:B", "run-finish[a]"},
+		},
+		{
+			name:   "a new responseId closes the previous segment",
+			events: []instanceai.Event{delta(td, "r", "a", "s1", "one"), delta(td, "r", "a", "s2", "two"), call("r", "a", "c")},
+			want:   []string{"text-block[a]:s1:one", "text-block[a]:s2:two", "tool-call[a]"},
+		},
+		{
+			name:   "reasoning is written before text when both close",
+			events: []instanceai.Event{delta(tr, "r", "a", "s1", "answer"), delta(rd, "r", "a", "s2", "thought"), call("r", "a", "c")},
+			want:   []string{"reasoning-block[a]:s2:thought", "text-block[a]:s1:answer", "tool-call[a]"},
+		},
+		{
+			name: "ephemeral status is never stored and does not close segments",
+			events: []instanceai.Event{delta(td, "r", "a", "s1", "x"),
+				ev(instanceai.TypeStatus, "r", "a", &instanceai.Status{Message: "working"}), delta(td, "r", "a", "s1", "y"), call("r", "a", "c")},
+			want: []string{"text-block[a]:s1:xy", "tool-call[a]"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour})
+			e.send(t, c.events...)
+			expectLog(t, e.logShape(t), c.want...)
+		})
+	}
+}
+
+func TestIdleFlushClosesSegments(t *testing.T) {
+	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: 30 * time.Millisecond})
+	e.send(t, delta(instanceai.TypeTextDelta, "r", "a", "s1", "quiet"))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(e.logShape(t)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("segment was not flushed after the idle period")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expectLog(t, e.logShape(t), "text-block[a]:s1:quiet")
+}
+
+func TestCloseFlushesOpenSegments(t *testing.T) {
+	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour})
+	e.send(t, delta(instanceai.TypeReasoningDelta, "r", "a", "s1", "why"), delta(instanceai.TypeTextDelta, "r", "a", "s2", "what"))
+	if err := e.writer.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expectLog(t, e.logShape(t), "reasoning-block[a]:s1:why", "text-block[a]:s2:what")
+	if err := e.writer.Enqueue("t", call("r", "a", "c")); !errors.Is(err, instanceai.ErrWriterClosed) {
+		t.Fatalf("enqueue after close: %v", err)
+	}
+}
+
+// countingLog counts appends and can fail the first n of them.
+type countingLog struct {
+	instanceai.EventLog
+	appends atomic.Int64
+	failing atomic.Int64
+}
+
+func (c *countingLog) Append(ctx context.Context, thread string, events []instanceai.Event) (int64, error) {
+	c.appends.Add(1)
+	if c.failing.Add(-1) >= 0 {
+		return 0, errors.New("database is down")
+	}
+	return c.EventLog.Append(ctx, thread, events)
+}
+
+func TestPublishesOnlyAfterCommitWithSeqs(t *testing.T) {
+	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour})
+	sub, _ := e.hub.Subscribe("t")
+	defer sub.Close()
+	e.send(t, delta(instanceai.TypeTextDelta, "r", "a", "s", "hi"), call("r", "a", "c1"), finish("r", "a"))
+	frames, err := sub.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range frames {
+		got = append(got, fmt.Sprintf("%s@%d hidden=%v", f.Event.Type, f.Seq, f.Hidden))
+	}
+	want := []string{"text-delta@0 hidden=false", "text-block@1 hidden=true", "tool-call@2 hidden=false", "run-finish@3 hidden=false"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("frames = %v, want %v", got, want)
+	}
+}
+
+func TestBatchIsOneAppend(t *testing.T) {
+	store := memory.New()
+	counting := &countingLog{EventLog: store}
+	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour})
+	e.store = store
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []instanceai.Event
+	for i := range 100 {
+		batch = append(batch, call("r", "a", fmt.Sprint(i)))
+	}
+	// Enqueued faster than a drain pass, so they are persisted in few appends.
+	e.send(t, batch...)
+	if n := counting.appends.Load(); n < 1 || n > 100 {
+		t.Fatalf("appends = %d", n)
+	}
+	if got := len(e.logShape(t)); got != 100 {
+		t.Fatalf("stored %d events, want 100", got)
+	}
+}
+
+func TestRetriesThenSucceeds(t *testing.T) {
+	store := memory.New()
+	counting := &countingLog{EventLog: store}
+	counting.failing.Store(3)
+	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, RetryBackoff: time.Millisecond})
+	e.store = store
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	e.send(t, call("r", "a", "c1"))
+	expectLog(t, e.logShape(t), "tool-call[a]")
+	if n := counting.appends.Load(); n != 4 {
+		t.Fatalf("appends = %d, want 3 failures + 1 success", n)
+	}
+}
+
+func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
+	store := memory.New()
+	counting := &countingLog{EventLog: store}
+	counting.failing.Store(1000)
+	var mu sync.Mutex
+	var failed []string
+	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 2, RetryBackoff: time.Millisecond,
+		OnRunFailed: func(thread, run string, err error) {
+			mu.Lock()
+			failed = append(failed, thread+"/"+run)
+			mu.Unlock()
+		}})
+	sub, _ := e.hub.Subscribe("t")
+	defer sub.Close()
+	e.send(t, call("r", "a", "c1"), call("r", "a", "c2"))
+	frames, err := sub.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 2 || frames[0].Event.Type != instanceai.TypeError || frames[1].Event.Type != instanceai.TypeRunFinish ||
+		frames[1].Event.Payload.(*instanceai.RunFinish).Status != instanceai.RunError || frames[0].Seq != 0 {
+		t.Fatalf("published %+v", frames)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) != 1 || failed[0] != "t/r" {
+		t.Fatalf("OnRunFailed calls = %v", failed)
+	}
+	if n := counting.appends.Load(); n != 3 {
+		t.Fatalf("appends = %d, want 1 + 2 retries", n)
+	}
+}

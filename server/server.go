@@ -1,0 +1,120 @@
+// Package server wires the core, the storage backend, the agent and the HTTP
+// APIs into one application, so the command and the end-to-end tests build
+// exactly the same thing.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/httpapi"
+)
+
+// Config is the application's configuration beyond the store and agent.
+type Config struct {
+	MaxBody         int64
+	SubscriberQueue int
+	Heartbeat       time.Duration
+	Writer          instanceai.WriterConfig
+	Logger          *slog.Logger
+}
+
+// Server is the wired application.
+type Server struct {
+	Store  instanceai.Store
+	Hub    *instanceai.Hub
+	Writer *instanceai.Writer
+	Runs   *instanceai.Runs
+
+	handler http.Handler
+	logger  *slog.Logger
+	// streams is the base context of every request; cancelling it ends the
+	// open SSE streams at shutdown.
+	streams     context.Context
+	stopStreams context.CancelFunc
+}
+
+// New wires an application on store with agent.
+func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{Store: store, logger: cfg.Logger}
+	s.Hub = instanceai.NewHub(cfg.SubscriberQueue)
+	wcfg := cfg.Writer
+	wcfg.Logger = cfg.Logger
+	wcfg.OnRunFailed = func(threadID, runID string, err error) { s.Runs.Fail(threadID, runID, err) }
+	s.Writer = instanceai.NewWriter(store, s.Hub, wcfg)
+	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger})
+
+	router := mux.NewRouter()
+	httpapi.New(store, s.Hub, s.Runs, httpapi.Config{
+		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
+	}).Register(router)
+	s.handler = router
+	s.streams, s.stopStreams = context.WithCancel(context.Background())
+	return s
+}
+
+// Handler returns the HTTP handler. Requests served by it see their context
+// cancelled when Shutdown begins.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(s.streams, cancel)
+		defer stop()
+		s.handler.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully within
+// timeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Duration) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errs []error
+	s.stopStreams()
+	if err := srv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := s.Shutdown(sctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown ends the open streams, cancels active runs (run-finish cancelled,
+// reason service_shutdown) and flushes every open segment to the log. It
+// does not close the store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopStreams()
+	var errs []error
+	if err := s.Runs.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("runs shutdown: %w", err))
+	}
+	if err := s.Writer.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,297 @@
+// Package memory is the non-durable storage backend, for tests and demos.
+//
+// Each thread keeps a bounded window of its most recent events (by default
+// 500 events and 2 MB of encoded JSON, whichever is hit first); older events
+// are evicted first-in first-out. Seqs keep counting across evictions, so
+// cursors stay valid: a reader simply no longer finds the evicted ones.
+// Everything is lost when the process ends, and seqs restart at 1.
+package memory
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Defaults of the per-thread window, as the native protocol specifies for
+// memory mode.
+const (
+	DefaultMaxEvents = 500
+	DefaultMaxBytes  = 2 << 20
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithMaxEvents bounds the number of events kept per thread (n > 0).
+func WithMaxEvents(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxEvents = n
+		}
+	}
+}
+
+// WithMaxBytes bounds the encoded JSON kept per thread (n > 0). The newest
+// event is always kept, even when it alone is larger.
+func WithMaxBytes(n int64) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
+}
+
+// Store is an in-memory instanceai.Store. The zero value is not usable; call
+// New.
+type Store struct {
+	maxEvents int
+	maxBytes  int64
+
+	// One lock for everything: memory mode serves tests and demos, and the
+	// critical sections are short because encoding and decoding happen
+	// outside it.
+	mu      sync.Mutex
+	threads map[string]*thread
+}
+
+// thread is one thread and its window of events.
+type thread struct {
+	meta instanceai.Thread
+	// lastSeq is the seq of the newest event ever appended.
+	lastSeq int64
+	// events holds the retained events, oldest first, with contiguous seqs
+	// ending at lastSeq. Entries are never modified once stored, so readers
+	// may use them after the lock is released.
+	events []entry
+	bytes  int64
+}
+
+type entry struct {
+	seq  int64
+	data []byte
+}
+
+var _ instanceai.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Migrate does nothing: there is no schema.
+func (s *Store) Migrate(context.Context) error { return nil }
+
+// Close does nothing; the data stays readable until the Store is dropped.
+func (s *Store) Close() error { return nil }
+
+func notFound(op, id string) error {
+	return fmt.Errorf("memory: %s thread %q: %w", op, id, instanceai.ErrNotFound)
+}
+
+// Append implements instanceai.EventLog. Events are stored encoded, as the
+// SQL backends store them, so a caller that later mutates a payload cannot
+// change the log, and the byte budget is measured on the real encoding.
+func (s *Store) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
+	}
+	data := make([][]byte, len(events))
+	for i := range events {
+		b, err := json.Marshal(&events[i])
+		if err != nil {
+			return 0, fmt.Errorf("memory: append to thread %q: encode event %d (%s): %w", threadID, i, events[i].Type, err)
+		}
+		data[i] = b
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.threads[threadID]
+	if t == nil {
+		return 0, notFound("append to", threadID)
+	}
+	first := t.lastSeq + 1
+	if len(events) == 0 {
+		return first, nil
+	}
+	for i, b := range data {
+		t.events = append(t.events, entry{seq: first + int64(i), data: b})
+		t.bytes += int64(len(b))
+	}
+	t.lastSeq += int64(len(events))
+	t.meta.UpdatedAt = now()
+	s.evict(t)
+	return first, nil
+}
+
+// evict drops the oldest events until the window fits, keeping at least the
+// newest one.
+func (s *Store) evict(t *thread) {
+	drop := 0
+	for len(t.events)-drop > 1 && (len(t.events)-drop > s.maxEvents || t.bytes > s.maxBytes) {
+		t.bytes -= int64(len(t.events[drop].data))
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	// Reslicing alone would pin the evicted entries' data through the
+	// backing array until the next growth; clear them so the GC can take it.
+	clear(t.events[:drop])
+	t.events = t.events[drop:]
+}
+
+// ReadAfter implements instanceai.EventLog.
+func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: read thread %q: %w", threadID, err)
+	}
+	s.mu.Lock()
+	t := s.threads[threadID]
+	if t == nil {
+		s.mu.Unlock()
+		return nil, notFound("read", threadID)
+	}
+	var window []entry
+	if n := len(t.events); n > 0 {
+		// Seqs are contiguous, so the position of after+1 is arithmetic.
+		start := max(after+1-t.events[0].seq, 0)
+		if start < int64(n) {
+			window = t.events[start:]
+			if limit > 0 && len(window) > limit {
+				window = window[:limit]
+			}
+			// Copy the headers: a later append may reuse the array.
+			window = slices.Clone(window)
+		}
+	}
+	s.mu.Unlock()
+
+	if len(window) == 0 {
+		return nil, nil
+	}
+	out := make([]instanceai.StoredEvent, len(window))
+	for i, e := range window {
+		out[i].Seq = e.seq
+		if err := json.Unmarshal(e.data, &out[i].Event); err != nil {
+			return nil, fmt.Errorf("memory: read thread %q: decode event %d: %w", threadID, e.seq, err)
+		}
+	}
+	return out, nil
+}
+
+// NextSeq implements instanceai.EventLog. It counts evicted events too: the
+// next seq never goes back.
+func (s *Store) NextSeq(_ context.Context, threadID string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.threads[threadID]
+	if t == nil {
+		return 0, notFound("next seq of", threadID)
+	}
+	return t.lastSeq + 1, nil
+}
+
+// now is truncated to microseconds like the SQL backends, so that every
+// backend returns the same timestamps for the same input.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// EnsureThread implements instanceai.ThreadStore. A zero t.CreatedAt means
+// now. An existing thread is returned as stored, whatever t says.
+func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instanceai.Thread, bool, error) {
+	if t.ID == "" {
+		return instanceai.Thread{}, false, errors.New("memory: ensure thread: empty id")
+	}
+	if err := ctx.Err(); err != nil {
+		return instanceai.Thread{}, false, fmt.Errorf("memory: ensure thread %q: %w", t.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.threads[t.ID]; old != nil {
+		return old.meta, false, nil
+	}
+	at := t.CreatedAt.UTC().Truncate(time.Microsecond)
+	if t.CreatedAt.IsZero() {
+		at = now()
+	}
+	meta := instanceai.Thread{ID: t.ID, OwnerID: t.OwnerID, Title: t.Title, CreatedAt: at, UpdatedAt: at}
+	s.threads[t.ID] = &thread{meta: meta}
+	return meta, true, nil
+}
+
+// GetThread implements instanceai.ThreadStore.
+func (s *Store) GetThread(_ context.Context, id string) (instanceai.Thread, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.threads[id]
+	if t == nil {
+		return instanceai.Thread{}, notFound("get", id)
+	}
+	return t.meta, nil
+}
+
+// ListThreads implements instanceai.ThreadStore: newest first, ties broken
+// by id descending, as the SQL backends order them. limit <= 0 means no
+// limit.
+func (s *Store) ListThreads(_ context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+	s.mu.Lock()
+	var out []instanceai.Thread
+	for _, t := range s.threads {
+		if t.meta.OwnerID == ownerID {
+			out = append(out, t.meta)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b instanceai.Thread) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	offset = max(offset, 0)
+	if offset >= len(out) {
+		return nil, nil
+	}
+	out = out[offset:]
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// RenameThread implements instanceai.ThreadStore.
+func (s *Store) RenameThread(_ context.Context, id, title string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.threads[id]
+	if t == nil {
+		return notFound("rename", id)
+	}
+	t.meta.Title = title
+	t.meta.UpdatedAt = now()
+	return nil
+}
+
+// DeleteThread implements instanceai.ThreadStore; the thread's events go
+// with it.
+func (s *Store) DeleteThread(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.threads[id] == nil {
+		return notFound("delete", id)
+	}
+	delete(s.threads, id)
+	return nil
+}

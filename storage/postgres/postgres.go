@@ -1,0 +1,382 @@
+// Package postgres is the production storage backend: PostgreSQL through
+// sqlx and lib/pq, shared by every instance of the server.
+//
+// Several instances may append to the same thread at once. Seqs stay
+// contiguous because each append takes the thread's counter row with
+// UPDATE ... RETURNING: the row lock queues the appenders of every pool and
+// process, and each one's seqs follow the previous one's commit.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // registers the "postgres" driver
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// maxParams is the PostgreSQL wire protocol's limit on bind parameters per
+// statement (a 16-bit count).
+const maxParams = 65535
+
+// Parameters of the events INSERT: two shared by every row (thread id and
+// created_at), five per row.
+const (
+	sharedParams = 2
+	rowParams    = 5
+)
+
+// Store is an instanceai.Store on PostgreSQL.
+type Store struct {
+	db *sqlx.DB
+	// maxRows is the number of rows per INSERT statement; a larger batch is
+	// split over several statements in the same transaction.
+	maxRows int
+}
+
+var _ instanceai.Store = (*Store)(nil)
+
+// Open connects to the database named by dsn (a postgres:// URL or a
+// key=value string, as lib/pq accepts) and checks that it answers. Call
+// Migrate before first use.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	db, err := sqlx.Open("postgres", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	// Appenders to one thread wait on its row lock while holding a
+	// connection, so the pool must be larger than the number of threads
+	// written at once; idle connections are let go after a while so an idle
+	// instance does not hold server slots.
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	return &Store{db: db, maxRows: (maxParams - sharedParams) / rowParams}, nil
+}
+
+// Migrate applies the embedded schema migrations. Several instances may run
+// it at once: an advisory lock lets one apply each migration.
+func (s *Store) Migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if _, err := migrate.Up(ctx, s.db.DB, migrate.Postgres, sub); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Append implements instanceai.EventLog.
+func (s *Store) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
+	if len(events) == 0 {
+		// Nothing to write; report where the next append would start.
+		var next int64
+		err := s.db.QueryRowContext(ctx, `SELECT last_seq + 1 FROM threads WHERE id = $1`, threadID).Scan(&next)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = instanceai.ErrNotFound
+		}
+		if err != nil {
+			return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+		}
+		return next, nil
+	}
+	// Encode before the transaction: the row lock is held for as short a
+	// time as possible.
+	data := make([]string, len(events))
+	for i := range events {
+		b, err := json.Marshal(&events[i])
+		if err != nil {
+			return 0, fmt.Errorf("postgres: append to thread %q: encode event %d (%s): %w", threadID, i, events[i].Type, err)
+		}
+		data[i] = string(b)
+	}
+	first, err := s.append(ctx, threadID, events, data)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+	}
+	return first, nil
+}
+
+func (s *Store) append(ctx context.Context, threadID string, events []instanceai.Event, data []string) (first int64, err error) {
+	n := int64(len(events))
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	// The row lock taken here is held until COMMIT: a concurrent appender's
+	// UPDATE waits, then sees our last_seq and continues after it.
+	var last int64
+	var now time.Time
+	err = tx.QueryRowContext(ctx,
+		`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
+		threadID, n).Scan(&last, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, instanceai.ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	first = last - n + 1
+	for lo := 0; lo < len(events); lo += s.maxRows {
+		hi := min(lo+s.maxRows, len(events))
+		args := make([]any, 0, sharedParams+rowParams*(hi-lo))
+		args = append(args, threadID, now)
+		for i := lo; i < hi; i++ {
+			e := &events[i]
+			args = append(args, first+int64(i), string(e.Type), e.RunID, e.AgentID, data[i])
+		}
+		if _, err := tx.ExecContext(ctx, insertSQL(hi-lo), args...); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return first, nil
+}
+
+// insertSQL is a multi-row INSERT of rows events; $1 (thread id) and $2
+// (created_at) are shared by every row.
+func insertSQL(rows int) string {
+	var b strings.Builder
+	b.Grow(90 + rows*40)
+	b.WriteString(`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `)
+	p := sharedParams + 1
+	for r := range rows {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("($1")
+		for range rowParams {
+			b.WriteString(",$")
+			b.WriteString(strconv.Itoa(p))
+			p++
+		}
+		b.WriteString(",$2)")
+	}
+	return b.String()
+}
+
+// ReadAfter implements instanceai.EventLog.
+func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	out, err := s.readAfter(ctx, threadID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read thread %q after %d: %w", threadID, after, err)
+	}
+	return out, nil
+}
+
+func (s *Store) readAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	q := `SELECT seq, data FROM events WHERE thread_id = $1 AND seq > $2 ORDER BY seq`
+	args := []any{threadID, after}
+	if limit > 0 {
+		q += ` LIMIT $3`
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []instanceai.StoredEvent
+	var data sql.RawBytes
+	for rows.Next() {
+		var se instanceai.StoredEvent
+		if err := rows.Scan(&se.Seq, &data); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &se.Event); err != nil {
+			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
+		}
+		out = append(out, se)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		// Only an empty answer needs telling apart from a missing thread.
+		var one int
+		err := s.db.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = $1`, threadID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, instanceai.ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// NextSeq implements instanceai.EventLog. It reads the log itself rather
+// than the counter, so it reports what a reader can actually see.
+func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
+	var next int64
+	err := s.db.QueryRowContext(ctx,
+		`SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = t.id) + 1 FROM threads t WHERE t.id = $1`,
+		threadID).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: next seq of thread %q: %w", threadID, err)
+	}
+	return next, nil
+}
+
+// threadRow is a threads row as sqlx scans it.
+type threadRow struct {
+	ID        string    `db:"id"`
+	OwnerID   string    `db:"owner_id"`
+	Title     string    `db:"title"`
+	CreatedAt time.Time `db:"created_at"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+const threadColumns = `id, owner_id, title, created_at, updated_at`
+
+// thread converts a row; lib/pq returns timestamps in the session's time
+// zone, and the store promises UTC.
+func (r threadRow) thread() instanceai.Thread {
+	return instanceai.Thread{ID: r.ID, OwnerID: r.OwnerID, Title: r.Title,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+}
+
+// EnsureThread implements instanceai.ThreadStore. A zero t.CreatedAt means
+// the database's now(). An existing thread is returned as stored, whatever t
+// says, so the caller can compare owners.
+func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instanceai.Thread, bool, error) {
+	if t.ID == "" {
+		return instanceai.Thread{}, false, errors.New("postgres: ensure thread: empty id")
+	}
+	var at any // NULL: let the database's clock decide, one clock for all instances
+	if !t.CreatedAt.IsZero() {
+		at = t.CreatedAt.UTC().Truncate(time.Microsecond)
+	}
+	// The INSERT reports the row only when it made it. Otherwise the thread
+	// existed, or a concurrent call made it, or it was deleted again in
+	// between; a fresh statement sees the outcome, and the loop retries the
+	// last case.
+	for range 3 {
+		var r threadRow
+		err := s.db.GetContext(ctx, &r,
+			`INSERT INTO threads (id, owner_id, title, created_at, updated_at)
+			 VALUES ($1, $2, $3, COALESCE($4::timestamptz, now()), COALESCE($4::timestamptz, now()))
+			 ON CONFLICT (id) DO NOTHING
+			 RETURNING `+threadColumns,
+			t.ID, t.OwnerID, t.Title, at)
+		if err == nil {
+			return r.thread(), true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, err)
+		}
+		err = s.db.GetContext(ctx, &r, `SELECT `+threadColumns+` FROM threads WHERE id = $1`, t.ID)
+		if err == nil {
+			return r.thread(), false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, err)
+		}
+	}
+	return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: created and deleted concurrently, giving up", t.ID)
+}
+
+// GetThread implements instanceai.ThreadStore.
+func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, error) {
+	var r threadRow
+	err := s.db.GetContext(ctx, &r, `SELECT `+threadColumns+` FROM threads WHERE id = $1`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return instanceai.Thread{}, fmt.Errorf("postgres: get thread %q: %w", id, err)
+	}
+	return r.thread(), nil
+}
+
+// ListThreads implements instanceai.ThreadStore: newest first, ties broken
+// by id so that pages never overlap. limit <= 0 means no limit.
+func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+	var lim any // NULL is LIMIT ALL
+	if limit > 0 {
+		lim = limit
+	}
+	var rows []threadRow
+	err := s.db.SelectContext(ctx, &rows,
+		`SELECT `+threadColumns+` FROM threads WHERE owner_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
+		ownerID, lim, max(offset, 0))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list threads of %q: %w", ownerID, err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	out := make([]instanceai.Thread, len(rows))
+	for i, r := range rows {
+		out[i] = r.thread()
+	}
+	return out, nil
+}
+
+// RenameThread implements instanceai.ThreadStore.
+func (s *Store) RenameThread(ctx context.Context, id, title string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE threads SET title = $2, updated_at = now() WHERE id = $1`, id, title)
+	if err == nil {
+		err = mustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: rename thread %q: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteThread implements instanceai.ThreadStore; the events go with the
+// thread through ON DELETE CASCADE.
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM threads WHERE id = $1`, id)
+	if err == nil {
+		err = mustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: delete thread %q: %w", id, err)
+	}
+	return nil
+}
+
+func mustAffect(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return instanceai.ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,473 @@
+// Package sqlite is the embedded storage backend: one SQLite file on disk,
+// durable with zero infrastructure, through the pure-Go driver
+// modernc.org/sqlite so that the build needs no cgo.
+//
+// SQLite allows one writer at a time. Rather than let concurrent appenders
+// race for the file lock and fail with SQLITE_BUSY, the Store sends every
+// write through its own *sql.DB limited to one connection: writers queue in
+// the pool (honouring their contexts) and run back to back. Reads go through
+// a separate pool; WAL mode lets them run beside the writer and see every
+// committed append.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/migrate"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// maxParams is SQLite's default SQLITE_MAX_VARIABLE_NUMBER (since 3.32).
+const maxParams = 32766
+
+// rowParams is the number of parameters per row of the events INSERT.
+// Every row binds its own thread id and timestamp: numbered parameters
+// (?1 shared by all rows) would be fewer, but the driver resolves each
+// numbered parameter's name by a linear search, which makes binding a large
+// batch quadratic.
+const rowParams = 7
+
+// busyTimeout bounds how long a connection waits for the file lock held by
+// another process (or another Store on the same file) before failing.
+const busyTimeout = 10 * time.Second
+
+// timeLayout is how timestamps are stored: UTC, microseconds (PostgreSQL's
+// resolution, so both backends return the same values), and fixed width, so
+// that text order is time order.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// Store is an instanceai.Store on a SQLite file.
+type Store struct {
+	path string
+	// wdb has exactly one connection, which begins transactions IMMEDIATE:
+	// a write transaction holds the file's write lock from its first
+	// statement, so it never has to upgrade a read lock (the upgrade is what
+	// fails with SQLITE_BUSY regardless of busy_timeout).
+	wdb *sql.DB
+	// rdb is a pool of query-only connections.
+	rdb *sql.DB
+	// maxRows is the number of rows per INSERT statement; a larger batch is
+	// split over several statements in the same transaction.
+	maxRows int
+}
+
+var _ instanceai.Store = (*Store)(nil)
+
+// Open opens (creating it and its parent directories if needed) the SQLite
+// database at path. Call Migrate before first use.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("sqlite: create directory for %s: %w", path, err)
+		}
+	}
+	busy := "_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")"
+
+	wdb, err := sql.Open("sqlite", dsn(path,
+		busy,
+		"_pragma=journal_mode(WAL)",
+		"_pragma=foreign_keys(1)",
+		// FULL syncs the WAL at every commit: an append that returned is on
+		// disk even after a power cut, which "persist before emit" promises.
+		// The writer batches events, so the sync is paid once per batch.
+		"_pragma=synchronous(FULL)",
+		"_txlock=immediate",
+	))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxIdleTime(0)
+	wdb.SetConnMaxLifetime(0)
+
+	s := &Store{path: path, wdb: wdb, maxRows: maxParams / rowParams}
+	var mode string
+	if err := wdb.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		// Without WAL, readers would block the writer and the other way
+		// round; better to refuse than to run with surprising stalls.
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: journal mode is %q, WAL is required", path, mode)
+	}
+
+	// Readers are opened after the writer switched the file to WAL, which is
+	// a persistent property of the file.
+	rdb, err := sql.Open("sqlite", dsn(path, busy, "_pragma=query_only(1)"))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	readers := max(4, runtime.GOMAXPROCS(0))
+	rdb.SetMaxOpenConns(readers)
+	rdb.SetMaxIdleConns(readers)
+	if err := rdb.PingContext(ctx); err != nil {
+		rdb.Close()
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.rdb = rdb
+	return s, nil
+}
+
+// dsn builds a file: URI so that any path works, including one containing
+// '?' or '#', which would otherwise be read as the start of the parameters.
+func dsn(path string, params ...string) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + esc + "?" + strings.Join(params, "&")
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Migrate applies the embedded schema migrations.
+func (s *Store) Migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if _, err := migrate.Up(ctx, s.wdb, migrate.SQLite, sub); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.rdb.Close(), s.wdb.Close())
+}
+
+func formatTime(t time.Time) string {
+	return t.UTC().Truncate(time.Microsecond).Format(timeLayout)
+}
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad stored timestamp %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// Append implements instanceai.EventLog.
+func (s *Store) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
+	if len(events) == 0 {
+		// Nothing to write; report where the next append would start.
+		var next int64
+		err := s.rdb.QueryRowContext(ctx, `SELECT last_seq + 1 FROM threads WHERE id = ?`, threadID).Scan(&next)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, instanceai.ErrNotFound)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
+		}
+		return next, nil
+	}
+	// Encode before taking the write lock: it is the slow, pure part.
+	data := make([]string, len(events))
+	for i := range events {
+		b, err := json.Marshal(&events[i])
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: append to thread %q: encode event %d (%s): %w", threadID, i, events[i].Type, err)
+		}
+		data[i] = string(b)
+	}
+	first, err := s.append(ctx, threadID, events, data)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
+	}
+	return first, nil
+}
+
+func (s *Store) append(ctx context.Context, threadID string, events []instanceai.Event, data []string) (first int64, err error) {
+	n := int64(len(events))
+	now := formatTime(time.Now())
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	// The counter row hands out this batch's seqs; within the transaction
+	// nobody else can move it, so first..last is ours.
+	var last int64
+	err = tx.QueryRowContext(ctx,
+		`UPDATE threads SET last_seq = last_seq + ?, updated_at = ? WHERE id = ? RETURNING last_seq`,
+		n, now, threadID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, instanceai.ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	first = last - n + 1
+	for lo := 0; lo < len(events); lo += s.maxRows {
+		hi := min(lo+s.maxRows, len(events))
+		args := make([]any, 0, rowParams*(hi-lo))
+		for i := lo; i < hi; i++ {
+			e := &events[i]
+			args = append(args, threadID, first+int64(i), string(e.Type), e.RunID, e.AgentID, data[i], now)
+		}
+		if _, err := tx.ExecContext(ctx, insertSQL(hi-lo), args...); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return first, nil
+}
+
+// insertSQL is a multi-row INSERT of rows events.
+func insertSQL(rows int) string {
+	const head = `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `
+	const row = `(?,?,?,?,?,?,?)`
+	var b strings.Builder
+	b.Grow(len(head) + rows*(len(row)+1))
+	b.WriteString(head)
+	for r := range rows {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// ReadAfter implements instanceai.EventLog.
+func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	out, err := s.readAfter(ctx, threadID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: read thread %q after %d: %w", threadID, after, err)
+	}
+	return out, nil
+}
+
+func (s *Store) readAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	q := `SELECT seq, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
+	args := []any{threadID, after}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []instanceai.StoredEvent
+	var data sql.RawBytes
+	for rows.Next() {
+		var se instanceai.StoredEvent
+		if err := rows.Scan(&se.Seq, &data); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &se.Event); err != nil {
+			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
+		}
+		out = append(out, se)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		// Only an empty answer needs telling apart from a missing thread.
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) threadExists(ctx context.Context, id string) error {
+	var one int
+	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return instanceai.ErrNotFound
+	}
+	return err
+}
+
+// NextSeq implements instanceai.EventLog. It reads the log itself rather
+// than the counter, so it reports what a reader can actually see.
+func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
+	var next int64
+	err := s.rdb.QueryRowContext(ctx,
+		`SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = t.id) + 1 FROM threads t WHERE t.id = ?`,
+		threadID).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: next seq of thread %q: %w", threadID, err)
+	}
+	return next, nil
+}
+
+const threadColumns = `id, owner_id, title, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanThread(row scanner) (instanceai.Thread, error) {
+	var t instanceai.Thread
+	var created, updated string
+	if err := row.Scan(&t.ID, &t.OwnerID, &t.Title, &created, &updated); err != nil {
+		return instanceai.Thread{}, err
+	}
+	var err error
+	if t.CreatedAt, err = parseTime(created); err != nil {
+		return instanceai.Thread{}, err
+	}
+	if t.UpdatedAt, err = parseTime(updated); err != nil {
+		return instanceai.Thread{}, err
+	}
+	return t, nil
+}
+
+// EnsureThread implements instanceai.ThreadStore. A zero t.CreatedAt means
+// now. An existing thread is returned as stored, whatever t says, so the
+// caller can compare owners.
+func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instanceai.Thread, bool, error) {
+	if t.ID == "" {
+		return instanceai.Thread{}, false, errors.New("sqlite: ensure thread: empty id")
+	}
+	stored, created, err := s.ensureThread(ctx, t)
+	if err != nil {
+		return instanceai.Thread{}, false, fmt.Errorf("sqlite: ensure thread %q: %w", t.ID, err)
+	}
+	return stored, created, nil
+}
+
+func (s *Store) ensureThread(ctx context.Context, t instanceai.Thread) (stored instanceai.Thread, created bool, err error) {
+	at := t.CreatedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ts := formatTime(at)
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return stored, false, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	res, err := tx.ExecContext(ctx,
+		`INSERT INTO threads (id, owner_id, title, created_at, updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		t.ID, t.OwnerID, t.Title, ts, ts)
+	if err != nil {
+		return stored, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return stored, false, err
+	}
+	stored, err = scanThread(tx.QueryRowContext(ctx, `SELECT `+threadColumns+` FROM threads WHERE id = ?`, t.ID))
+	if err != nil {
+		return stored, false, err
+	}
+	return stored, n == 1, tx.Commit()
+}
+
+// GetThread implements instanceai.ThreadStore.
+func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, error) {
+	t, err := scanThread(s.rdb.QueryRowContext(ctx, `SELECT `+threadColumns+` FROM threads WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return instanceai.Thread{}, fmt.Errorf("sqlite: get thread %q: %w", id, err)
+	}
+	return t, nil
+}
+
+// ListThreads implements instanceai.ThreadStore: newest first, ties broken
+// by id so that pages never overlap. limit <= 0 means no limit.
+func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite's "no limit"
+	}
+	rows, err := s.rdb.QueryContext(ctx,
+		`SELECT `+threadColumns+` FROM threads WHERE owner_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
+		ownerID, limit, max(offset, 0))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+	}
+	defer rows.Close()
+	var out []instanceai.Thread
+	for rows.Next() {
+		t, err := scanThread(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+	}
+	return out, nil
+}
+
+// RenameThread implements instanceai.ThreadStore.
+func (s *Store) RenameThread(ctx context.Context, id, title string) error {
+	res, err := s.wdb.ExecContext(ctx, `UPDATE threads SET title = ?, updated_at = ? WHERE id = ?`,
+		title, formatTime(time.Now()), id)
+	if err == nil {
+		err = mustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: rename thread %q: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteThread implements instanceai.ThreadStore. The events go with the
+// thread through ON DELETE CASCADE (foreign_keys is on for the writer).
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	res, err := s.wdb.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
+	if err == nil {
+		err = mustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: delete thread %q: %w", id, err)
+	}
+	return nil
+}
+
+func mustAffect(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return instanceai.ErrNotFound
+	}
+	return nil
+}

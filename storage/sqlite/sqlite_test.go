@@ -1,0 +1,280 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/storagetest"
+)
+
+func openAt(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	return s
+}
+
+// openMigrated opens a store on a fresh file and closes it after the test.
+func openMigrated(t testing.TB) *Store {
+	t.Helper()
+	s := openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) instanceai.Store {
+		return openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+	})
+}
+
+// Two Stores on one file are two writers that only the file lock (and the
+// busy timeout) keep apart, as two processes would be.
+func TestTwoPools(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	storagetest.RunTwoPools(t,
+		func(t *testing.T) instanceai.Store { return openAt(t, path) },
+		func(t *testing.T) instanceai.Store { return openAt(t, path) })
+}
+
+func TestOpenCreatesDirectoriesAndConfiguresConnections(t *testing.T) {
+	ctx := context.Background()
+	// Characters that a DSN would otherwise take for syntax.
+	path := filepath.Join(t.TempDir(), "a dir", "with#and?and%", "nested", "x.db")
+	s := openAt(t, path)
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database file not created at %s: %v", path, err)
+	}
+	if s.Path() != path {
+		t.Errorf("Path() = %q, want %q", s.Path(), path)
+	}
+
+	var mode string
+	if err := s.rdb.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+	}
+	var fk, sync, busy int
+	if err := s.wdb.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 1 {
+		t.Errorf("writer foreign_keys = %d, %v; want 1", fk, err)
+	}
+	if err := s.wdb.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		t.Errorf("writer synchronous = %d, %v; want 2 (FULL)", sync, err)
+	}
+	if err := s.rdb.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != int(busyTimeout.Milliseconds()) {
+		t.Errorf("reader busy_timeout = %d, %v; want %d", busy, err, busyTimeout.Milliseconds())
+	}
+	if got := s.wdb.Stats().MaxOpenConnections; got != 1 {
+		t.Errorf("writer pool allows %d connections, want 1", got)
+	}
+	// The read pool cannot write, so no code path can bypass the writer.
+	if _, err := s.rdb.ExecContext(ctx, `INSERT INTO threads (id, owner_id, created_at, updated_at) VALUES ('x', 'o', '', '')`); err == nil {
+		t.Error("the read pool accepted a write")
+	}
+}
+
+// Data survives closing and reopening the file.
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "t.db")
+	s := openAt(t, path)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o", Title: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	events := storagetest.EveryType("run-1")
+	if _, err := s.Append(ctx, "t", events); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openAt(t, path)
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	th, err := s.GetThread(ctx, "t")
+	if err != nil || th.Title != "kept" {
+		t.Fatalf("GetThread after reopen = %+v, %v", th, err)
+	}
+	next, err := s.NextSeq(ctx, "t")
+	if err != nil || next != int64(len(events))+1 {
+		t.Fatalf("NextSeq after reopen = %d, %v; want %d", next, err, len(events)+1)
+	}
+	if first, err := s.Append(ctx, "t", events[:1]); err != nil || first != next {
+		t.Fatalf("Append after reopen = %d, %v; want %d", first, err, next)
+	}
+}
+
+// The data column holds exactly the bytes json.Marshal produced, so anything
+// reading the table directly sees the wire form.
+func TestStoredBytes(t *testing.T) {
+	ctx := context.Background()
+	s := openMigrated(t)
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	events := storagetest.EveryType("run-1")
+	if _, err := s.Append(ctx, "t", events); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, type, run_id, agent_id, data, created_at FROM events WHERE thread_id = 't' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var seq int64
+		var typ, run, agent, data, created string
+		if err := rows.Scan(&seq, &typ, &run, &agent, &data, &created); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(&events[i])
+		if data != string(want) {
+			t.Errorf("seq %d data = %s, want %s", seq, data, want)
+		}
+		if typ != string(events[i].Type) || run != events[i].RunID || agent != events[i].AgentID {
+			t.Errorf("seq %d columns = %s/%s/%s, want %s/%s/%s", seq, typ, run, agent, events[i].Type, events[i].RunID, events[i].AgentID)
+		}
+		if _, err := time.Parse(timeLayout, created); err != nil {
+			t.Errorf("seq %d created_at %q: %v", seq, created, err)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != len(events) {
+		t.Fatalf("%d rows, want %d", i, len(events))
+	}
+}
+
+func countEvents(t *testing.T, s *Store, thread string) int {
+	t.Helper()
+	var n int
+	if err := s.rdb.QueryRow(`SELECT count(*) FROM events WHERE thread_id = ?`, thread).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The cascade happens in the database, not only in what ReadAfter shows.
+func TestDeleteRemovesRows(t *testing.T) {
+	ctx := context.Background()
+	s := openMigrated(t)
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "t", storagetest.TypicalBatch("r", 50)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countEvents(t, s, "t"); n != 50 {
+		t.Fatalf("%d rows before delete, want 50", n)
+	}
+	if err := s.DeleteThread(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countEvents(t, s, "t"); n != 0 {
+		t.Fatalf("%d event rows left after delete, want 0", n)
+	}
+}
+
+// A batch larger than one INSERT is split, and all of it commits or none.
+func TestChunkedAppend(t *testing.T) {
+	ctx := context.Background()
+	s := openMigrated(t)
+	s.maxRows = 7
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	batch := storagetest.TypicalBatch("r", 50)
+	if first, err := s.Append(ctx, "t", batch); err != nil || first != 1 {
+		t.Fatalf("Append = %d, %v; want 1", first, err)
+	}
+	got, err := s.ReadAfter(ctx, "t", 0, 0)
+	if err != nil || len(got) != 50 || got[49].Seq != 50 {
+		t.Fatalf("read %d events (%v), want 1..50", len(got), err)
+	}
+
+	// A row squatting on seq 60 makes the second chunk of the next batch
+	// (seqs 58..64) collide with the primary key: the whole batch, and the
+	// counter bump, must roll back.
+	if _, err := s.wdb.ExecContext(ctx,
+		`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES ('t', 60, 'status', '', '', '{}', ?)`,
+		formatTime(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "t", batch[:20]); err == nil {
+		t.Fatal("Append over a squatted seq succeeded")
+	} else if errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append over a squatted seq: %v", err)
+	}
+	if n := countEvents(t, s, "t"); n != 51 {
+		t.Fatalf("%d rows after the failed append, want 51 (50 + the squatter)", n)
+	}
+	var last int64
+	if err := s.rdb.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 50 {
+		t.Fatalf("last_seq after the failed append = %d, %v; want 50", last, err)
+	}
+}
+
+func TestInsertSQL(t *testing.T) {
+	got := insertSQL(2)
+	want := `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES (?,?,?,?,?,?,?),(?,?,?,?,?,?,?)`
+	if got != want {
+		t.Fatalf("insertSQL(2) =\n%s\nwant\n%s", got, want)
+	}
+	s := openMigrated(t)
+	if n := strings.Count(insertSQL(s.maxRows), "?"); n > maxParams || n+rowParams <= maxParams {
+		t.Fatalf("a full chunk binds %d parameters; the limit is %d", n, maxParams)
+	}
+}
+
+// rawAppend is the baseline of BenchmarkAppend: one hand-written multi-row
+// INSERT in autocommit, seqs supplied by the caller, no counter row.
+func rawAppend(s *Store) storagetest.RawAppend {
+	return func(ctx context.Context, threadID string, first int64, events []instanceai.Event) error {
+		now := formatTime(time.Now())
+		var q strings.Builder
+		q.WriteString(`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `)
+		args := make([]any, 0, 7*len(events))
+		for i := range events {
+			b, err := json.Marshal(&events[i])
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString(`(?,?,?,?,?,?,?)`)
+			args = append(args, threadID, first+int64(i), string(events[i].Type), events[i].RunID, events[i].AgentID, string(b), now)
+		}
+		_, err := s.wdb.ExecContext(ctx, q.String(), args...)
+		return err
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	s := openMigrated(b)
+	storagetest.BenchAppend(b, s, rawAppend(s))
+}

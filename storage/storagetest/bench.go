@@ -1,0 +1,132 @@
+package storagetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// BatchSize is the number of events per Append in BenchAppend.
+const BatchSize = 64
+
+// RawAppend is a backend's baseline for BenchAppend: the same events written
+// with a hand-written batched INSERT (or its equivalent) at seqs chosen by
+// the caller, with no counter row, no transaction of its own and nothing the
+// Store adds. It must encode the events itself, as Append does.
+type RawAppend func(ctx context.Context, threadID string, firstSeq int64, events []instanceai.Event) error
+
+// rate is one measurement.
+type rate struct {
+	events  int
+	elapsed time.Duration
+}
+
+func (r rate) perSecond() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.events) / r.elapsed.Seconds()
+}
+
+// BenchAppend measures s.Append against raw, on the same database in the
+// same run, with batches of BatchSize typical events. Sub-benchmarks:
+//
+//	store  Append alone; reports events/s
+//	raw    the baseline alone; reports events/s
+//	ratio  one store batch and one raw batch per iteration, alternating
+//	       which goes first, each timed on its own; reports both rates and
+//	       store/raw, store's events/s divided by raw's (1 means the store
+//	       costs nothing over a bare INSERT; 0.5 means half as fast)
+//
+// The ratio interleaves the two because a commit's cost is dominated by the
+// disk's sync latency, which drifts over seconds: measured back to back, the
+// two halves would see different disks. ns/op of ratio is the pair's time.
+func BenchAppend(b *testing.B, s instanceai.Store, raw RawAppend) {
+	ctx := context.Background()
+	batch := TypicalBatch("run-bench", BatchSize)
+	threads := 0
+	newThread := func(tb testing.TB, kind string) string {
+		threads++
+		id := fmt.Sprintf("bench-%s-%d-%d", kind, time.Now().UnixNano(), threads)
+		if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "bench"}); err != nil {
+			tb.Fatalf("EnsureThread: %v", err)
+		}
+		return id
+	}
+	// appendRaw writes the next batch of a raw thread; next counts its
+	// seqs, since raw has no counter of its own.
+	appendRaw := func(b *testing.B, id string, next *int64) {
+		if err := raw(ctx, id, *next, batch); err != nil {
+			b.Fatalf("raw append: %v", err)
+		}
+		*next += BatchSize
+	}
+	appendStore := func(b *testing.B, id string) {
+		if _, err := s.Append(ctx, id, batch); err != nil {
+			b.Fatalf("Append: %v", err)
+		}
+	}
+
+	b.Run("store", func(b *testing.B) {
+		id := newThread(b, "store")
+		n := 0
+		for b.Loop() {
+			appendStore(b, id)
+			n++
+		}
+		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+	})
+	b.Run("raw", func(b *testing.B) {
+		id, next := newThread(b, "raw"), int64(1)
+		n := 0
+		for b.Loop() {
+			appendRaw(b, id, &next)
+			n++
+		}
+		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+	})
+	b.Run("ratio", func(b *testing.B) {
+		storeID := newThread(b, "store")
+		rawID, next := newThread(b, "raw"), int64(1)
+		var st, rw rate
+		timed := func(r *rate, f func()) {
+			t0 := time.Now()
+			f()
+			r.elapsed += time.Since(t0)
+			r.events += BatchSize
+		}
+		i := 0
+		for b.Loop() {
+			if i%2 == 0 {
+				timed(&st, func() { appendStore(b, storeID) })
+				timed(&rw, func() { appendRaw(b, rawID, &next) })
+			} else {
+				timed(&rw, func() { appendRaw(b, rawID, &next) })
+				timed(&st, func() { appendStore(b, storeID) })
+			}
+			i++
+		}
+		if rw.perSecond() == 0 {
+			b.Fatal("the raw baseline measured no events")
+		}
+		b.ReportMetric(st.perSecond(), "store-events/s")
+		b.ReportMetric(rw.perSecond(), "raw-events/s")
+		b.ReportMetric(st.perSecond()/rw.perSecond(), "store/raw")
+	})
+}
+
+// EncodedSize is the average encoded size of TypicalBatch's events, for
+// reports.
+func EncodedSize() int {
+	total := 0
+	batch := TypicalBatch("run-bench", BatchSize)
+	for i := range batch {
+		b, _ := json.Marshal(&batch[i])
+		total += len(b)
+	}
+	return total / len(batch)
+}

@@ -1,0 +1,755 @@
+// Package storagetest is the contract every storage backend passes: one
+// suite, run by each backend's own tests, so that the core can rely on the
+// same behaviour from SQLite, PostgreSQL and memory alike.
+package storagetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Opener returns a fresh, empty store. It may register cleanups on t (to
+// drop a schema, say); the suite migrates the store and closes it.
+type Opener func(t *testing.T) instanceai.Store
+
+// Run runs the contract suite. Subtests run in parallel, each on its own
+// store from open. The store must keep at least 10,000 events per thread
+// (a bounded backend is opened with larger bounds for the suite).
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s instanceai.Store)
+	}{
+		{"MigrateIsIdempotent", testMigrateIdempotent},
+		{"ConcurrentAppendersGetContiguousSeqs", testConcurrentAppenders},
+		{"ThreadsHaveIndependentSeqs", testIndependentThreads},
+		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
+		{"NextSeqIsMaxPlusOne", testNextSeq},
+		{"EmptyAppend", testEmptyAppend},
+		{"LargeBatch", testLargeBatch},
+		{"RoundTripIsByteIdentical", testRoundTrip},
+		{"AppendCopiesEvents", testAppendCopies},
+		{"Threads", testThreads},
+		{"ListThreadsPages", testListThreadsPages},
+		{"NotFound", testNotFound},
+		{"DeleteCascadesToLog", testDeleteCascades},
+		{"CancelledContextWritesNothing", testCancelledContext},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, openMigrated(t, open))
+		})
+	}
+}
+
+func openMigrated(t *testing.T, open Opener) instanceai.Store {
+	t.Helper()
+	s := open(t)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+// RunTwoPools checks that two Store instances on the same database (two
+// connection pools, as two server processes would have) can append to the
+// same thread at once and still produce one contiguous log without
+// duplicates. openA and openB must return stores on the same database; the
+// suite migrates both (concurrently, which is part of the test) and closes
+// them.
+func RunTwoPools(t *testing.T, openA, openB Opener) {
+	ctx := context.Background()
+	a, b := openA(t), openB(t)
+	for _, s := range []instanceai.Store{a, b} {
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, s := range []instanceai.Store{a, b} {
+		wg.Go(func() { errs[i] = s.Migrate(ctx) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Migrate: %v", err)
+	}
+
+	// Both create the thread at once: exactly one of them made it.
+	var created [2]bool
+	for i, s := range []instanceai.Store{a, b} {
+		wg.Go(func() {
+			_, created[i], errs[i] = s.EnsureThread(ctx, instanceai.Thread{ID: "shared", OwnerID: "owner"})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent EnsureThread: %v", err)
+	}
+	if created[0] == created[1] {
+		t.Fatalf("EnsureThread created = %v on the two stores, want exactly one true", created)
+	}
+
+	checkConcurrentAppends(t, []instanceai.Store{a, b}, "shared", 8, 40, 20)
+
+	// What one pool deletes, the other no longer sees.
+	if err := a.DeleteThread(ctx, "shared"); err != nil {
+		t.Fatalf("DeleteThread: %v", err)
+	}
+	if _, err := b.ReadAfter(ctx, "shared", 0, 0); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("ReadAfter on the other store after delete: err = %v, want ErrNotFound", err)
+	}
+}
+
+func testMigrateIdempotent(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "t1", "owner")
+	appendTexts(t, s, "t1", 0, 3)
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+	}
+	// Migrating again neither fails nor touches the data.
+	checkTexts(t, s, "t1", 0, 1, 3)
+}
+
+// ensure creates a thread and fails the test unless it was new.
+func ensure(t *testing.T, s instanceai.Store, id, owner string) instanceai.Thread {
+	t.Helper()
+	th, created, err := s.EnsureThread(context.Background(), instanceai.Thread{ID: id, OwnerID: owner})
+	if err != nil {
+		t.Fatalf("EnsureThread(%q): %v", id, err)
+	}
+	if !created {
+		t.Fatalf("EnsureThread(%q): created = false for a new thread", id)
+	}
+	return th
+}
+
+// textEvent is event number i of a test stream, recognisable on read.
+func textEvent(stream string, i int) instanceai.Event {
+	return instanceai.Event{Type: instanceai.TypeTextBlock, RunID: "run-" + stream,
+		AgentID: "agent-" + stream, Payload: &instanceai.Text{Text: stream + "#" + strconv.Itoa(i)}}
+}
+
+// appendTexts appends events i0..i0+n-1 of stream "s" in one batch and
+// returns the first seq.
+func appendTexts(t *testing.T, s instanceai.Store, thread string, i0, n int) int64 {
+	t.Helper()
+	batch := make([]instanceai.Event, n)
+	for k := range batch {
+		batch[k] = textEvent("s", i0+k)
+	}
+	first, err := s.Append(context.Background(), thread, batch)
+	if err != nil {
+		t.Fatalf("Append(%q, %d events): %v", thread, n, err)
+	}
+	return first
+}
+
+// checkTexts reads the whole thread and checks that it holds events
+// i0..i0+n-1 of stream "s" at seqs seq0..seq0+n-1.
+func checkTexts(t *testing.T, s instanceai.Store, thread string, i0 int, seq0 int64, n int) {
+	t.Helper()
+	got, err := s.ReadAfter(context.Background(), thread, 0, 0)
+	if err != nil {
+		t.Fatalf("ReadAfter(%q): %v", thread, err)
+	}
+	if len(got) != n {
+		t.Fatalf("thread %q holds %d events, want %d", thread, len(got), n)
+	}
+	for k, se := range got {
+		if want := seq0 + int64(k); se.Seq != want {
+			t.Fatalf("thread %q event %d has seq %d, want %d", thread, k, se.Seq, want)
+		}
+		if want := "s#" + strconv.Itoa(i0+k); textOf(se.Event) != want {
+			t.Fatalf("thread %q seq %d holds %q, want %q", thread, se.Seq, textOf(se.Event), want)
+		}
+	}
+}
+
+func textOf(e instanceai.Event) string {
+	if p, ok := e.Payload.(*instanceai.Text); ok {
+		return p.Text
+	}
+	return fmt.Sprintf("<%T>", e.Payload)
+}
+
+func testConcurrentAppenders(t *testing.T, s instanceai.Store) {
+	ensure(t, s, "busy", "owner")
+	checkConcurrentAppends(t, []instanceai.Store{s}, "busy", 16, 50, 20)
+}
+
+// checkConcurrentAppends runs workers goroutines (spread over stores), each
+// appending batches batches of 1..maxBatch events, then checks that the log
+// is exactly seqs 1..N, that every batch got the seqs Append reported, and
+// that each worker's events appear in its own order.
+func checkConcurrentAppends(t *testing.T, stores []instanceai.Store, thread string, workers, batches, maxBatch int) {
+	t.Helper()
+	ctx := context.Background()
+	type batch struct {
+		first  int64
+		i0, n  int
+		worker int
+	}
+	results := make([][]batch, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			s := stores[w%len(stores)]
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			stream := "w" + strconv.Itoa(w)
+			next := 0
+			for range batches {
+				n := 1 + rng.IntN(maxBatch)
+				events := make([]instanceai.Event, n)
+				for k := range events {
+					events[k] = textEvent(stream, next+k)
+				}
+				first, err := s.Append(ctx, thread, events)
+				if err != nil {
+					errs[w] = fmt.Errorf("worker %d: Append: %w", w, err)
+					return
+				}
+				results[w] = append(results[w], batch{first: first, i0: next, n: n, worker: w})
+				next += n
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+
+	total := 0
+	for _, rs := range results {
+		for _, r := range rs {
+			total += r.n
+		}
+	}
+	got, err := stores[0].ReadAfter(ctx, thread, 0, 0)
+	if err != nil {
+		t.Fatalf("ReadAfter: %v", err)
+	}
+	if len(got) != total {
+		t.Fatalf("log holds %d events, appended %d", len(got), total)
+	}
+	for k, se := range got {
+		if se.Seq != int64(k+1) {
+			t.Fatalf("event %d has seq %d: seqs are not 1..%d", k, se.Seq, total)
+		}
+	}
+	// Every batch sits where Append said, intact.
+	for _, rs := range results {
+		for _, r := range rs {
+			if r.first < 1 || r.first+int64(r.n)-1 > int64(total) {
+				t.Fatalf("worker %d: Append returned first seq %d for %d events, log has %d", r.worker, r.first, r.n, total)
+			}
+			for k := range r.n {
+				se := got[r.first-1+int64(k)]
+				if want := fmt.Sprintf("w%d#%d", r.worker, r.i0+k); textOf(se.Event) != want {
+					t.Fatalf("seq %d holds %q, want %q (worker %d's batch starting at %d)", se.Seq, textOf(se.Event), want, r.worker, r.first)
+				}
+			}
+		}
+	}
+	// Each worker's events in its own order (implied by the above when
+	// first seqs increase per worker; checked directly for clarity).
+	lastOf := map[string]int{}
+	for _, se := range got {
+		stream, num, _ := strings.Cut(textOf(se.Event), "#")
+		i, _ := strconv.Atoi(num)
+		if prev, seen := lastOf[stream]; seen && i != prev+1 {
+			t.Fatalf("stream %s: event %d follows %d", stream, i, prev)
+		}
+		lastOf[stream] = i
+	}
+	next, err := stores[0].NextSeq(ctx, thread)
+	if err != nil || next != int64(total)+1 {
+		t.Fatalf("NextSeq = %d, %v; want %d", next, err, total+1)
+	}
+}
+
+func testIndependentThreads(t *testing.T, s instanceai.Store) {
+	ensure(t, s, "a", "owner")
+	ensure(t, s, "b", "owner")
+	// Interleaved, each thread counts on its own.
+	for i := range 5 {
+		if first := appendTexts(t, s, "a", 2*i, 2); first != int64(2*i+1) {
+			t.Fatalf("thread a batch %d: first seq %d, want %d", i, first, 2*i+1)
+		}
+		if first := appendTexts(t, s, "b", i, 1); first != int64(i+1) {
+			t.Fatalf("thread b batch %d: first seq %d, want %d", i, first, i+1)
+		}
+	}
+	checkTexts(t, s, "a", 0, 1, 10)
+	checkTexts(t, s, "b", 0, 1, 5)
+}
+
+func testReadAfterEveryCursor(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "r", "owner")
+	const n = 37
+	i := 0
+	for _, size := range []int{1, 5, 10, 21} {
+		appendTexts(t, s, "r", i, size)
+		i += size
+	}
+	check := func(after int64, limit int) {
+		t.Helper()
+		got, err := s.ReadAfter(ctx, "r", after, limit)
+		if err != nil {
+			t.Fatalf("ReadAfter(%d, %d): %v", after, limit, err)
+		}
+		from := max(after, 0) + 1
+		want := max(0, n-int(from)+1)
+		if limit > 0 {
+			want = min(want, limit)
+		}
+		if len(got) != want {
+			t.Fatalf("ReadAfter(%d, %d) returned %d events, want %d", after, limit, len(got), want)
+		}
+		for k, se := range got {
+			seq := from + int64(k)
+			if se.Seq != seq || textOf(se.Event) != "s#"+strconv.Itoa(int(seq-1)) {
+				t.Fatalf("ReadAfter(%d, %d)[%d] = seq %d %q, want seq %d", after, limit, k, se.Seq, textOf(se.Event), seq)
+			}
+		}
+	}
+	for after := int64(-1); after <= n+2; after++ {
+		for _, limit := range []int{-1, 0, 1, 3, n, n + 10} {
+			check(after, limit)
+		}
+	}
+	check(1<<40, 0)
+
+	// Paging with a cursor reassembles the whole log.
+	var all []int64
+	for cursor := int64(0); ; {
+		page, err := s.ReadAfter(ctx, "r", cursor, 4)
+		if err != nil {
+			t.Fatalf("ReadAfter(%d, 4): %v", cursor, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, se := range page {
+			all = append(all, se.Seq)
+		}
+		cursor = page[len(page)-1].Seq
+	}
+	if len(all) != n || all[0] != 1 || all[n-1] != n {
+		t.Fatalf("paging read seqs %v, want 1..%d", all, n)
+	}
+}
+
+func testNextSeq(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "n", "owner")
+	want := int64(1)
+	for _, size := range []int{0, 1, 4, 0, 9} {
+		next, err := s.NextSeq(ctx, "n")
+		if err != nil || next != want {
+			t.Fatalf("NextSeq = %d, %v; want %d", next, err, want)
+		}
+		if size > 0 {
+			if first := appendTexts(t, s, "n", int(want-1), size); first != want {
+				t.Fatalf("Append returned first seq %d, NextSeq said %d", first, want)
+			}
+		}
+		want += int64(size)
+	}
+	// NextSeq is MAX(seq)+1 of the log: compare with what a read returns.
+	got, err := s.ReadAfter(ctx, "n", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := s.NextSeq(ctx, "n")
+	if err != nil || next != got[len(got)-1].Seq+1 {
+		t.Fatalf("NextSeq = %d, %v; last seq read is %d", next, err, got[len(got)-1].Seq)
+	}
+}
+
+func testEmptyAppend(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "e", "owner")
+	for _, empty := range [][]instanceai.Event{nil, {}} {
+		first, err := s.Append(ctx, "e", empty)
+		if err != nil || first != 1 {
+			t.Fatalf("Append(empty) on an empty thread = %d, %v; want 1, nil", first, err)
+		}
+	}
+	appendTexts(t, s, "e", 0, 3)
+	first, err := s.Append(ctx, "e", nil)
+	if err != nil || first != 4 {
+		t.Fatalf("Append(empty) after 3 events = %d, %v; want 4, nil", first, err)
+	}
+	if first := appendTexts(t, s, "e", 3, 1); first != 4 {
+		t.Fatalf("Append after an empty append started at %d, want 4", first)
+	}
+	checkTexts(t, s, "e", 0, 1, 4)
+}
+
+func testLargeBatch(t *testing.T, s instanceai.Store) {
+	ensure(t, s, "big", "owner")
+	if first := appendTexts(t, s, "big", 0, 1); first != 1 {
+		t.Fatalf("first seq %d, want 1", first)
+	}
+	if first := appendTexts(t, s, "big", 1, 7000); first != 2 {
+		t.Fatalf("first seq of the large batch %d, want 2", first)
+	}
+	checkTexts(t, s, "big", 0, 1, 7001)
+}
+
+func testRoundTrip(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "rt", "owner")
+	events := EveryType("run-rt")
+	// Half in one batch, the rest one by one: both paths must preserve bytes.
+	half := len(events) / 2
+	if _, err := s.Append(ctx, "rt", events[:half]); err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	for i := half; i < len(events); i++ {
+		if _, err := s.Append(ctx, "rt", events[i:i+1]); err != nil {
+			t.Fatalf("Append(%s): %v", events[i].Type, err)
+		}
+	}
+	got, err := s.ReadAfter(ctx, "rt", 0, 0)
+	if err != nil {
+		t.Fatalf("ReadAfter: %v", err)
+	}
+	if len(got) != len(events) {
+		t.Fatalf("read %d events, appended %d", len(got), len(events))
+	}
+	types := map[instanceai.EventType]bool{}
+	for i, se := range got {
+		want, err := json.Marshal(&events[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := json.Marshal(&se.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(have) != string(want) {
+			t.Errorf("seq %d (%s) does not round-trip:\n got %s\nwant %s", se.Seq, events[i].Type, have, want)
+		}
+		if !reflect.DeepEqual(se.Event, events[i]) {
+			t.Errorf("seq %d (%s) decodes to %#v, want %#v", se.Seq, events[i].Type, se.Event, events[i])
+		}
+		types[se.Event.Type] = true
+	}
+	for _, typ := range instanceai.AllTypes {
+		if !types[typ] {
+			t.Errorf("no %s event came back", typ)
+		}
+	}
+}
+
+func testAppendCopies(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "c", "owner")
+	p := &instanceai.Text{Text: "original"}
+	events := []instanceai.Event{{Type: instanceai.TypeTextBlock, RunID: "r", AgentID: "a", Payload: p}}
+	if _, err := s.Append(ctx, "c", events); err != nil {
+		t.Fatal(err)
+	}
+	// The caller reuses its buffers; the log must not change with them.
+	p.Text = "changed"
+	events[0].RunID = "changed"
+	got, err := s.ReadAfter(ctx, "c", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || textOf(got[0].Event) != "original" || got[0].Event.RunID != "r" {
+		t.Fatalf("stored event changed with the caller's copy: %+v", got)
+	}
+	// Nor must a reader's changes reach the log.
+	got[0].Event.Payload.(*instanceai.Text).Text = "reader"
+	again, err := s.ReadAfter(ctx, "c", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if textOf(again[0].Event) != "original" {
+		t.Fatalf("a reader's change reached the log: %q", textOf(again[0].Event))
+	}
+}
+
+// timeWindow is how far a store's clock may be from the test's (a database
+// server's clock on the same machine, rounded to microseconds).
+const timeWindow = time.Minute
+
+func testThreads(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	before := time.Now()
+	th, created, err := s.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "alice", Title: "First"})
+	if err != nil || !created {
+		t.Fatalf("EnsureThread new = %v, %v; want created", created, err)
+	}
+	if th.ID != "th" || th.OwnerID != "alice" || th.Title != "First" {
+		t.Fatalf("EnsureThread stored %+v", th)
+	}
+	for name, ts := range map[string]time.Time{"CreatedAt": th.CreatedAt, "UpdatedAt": th.UpdatedAt} {
+		if ts.Location() != time.UTC {
+			t.Errorf("%s %v is not in UTC", name, ts)
+		}
+		if ts.Before(before.Add(-timeWindow)) || ts.After(time.Now().Add(timeWindow)) {
+			t.Errorf("%s %v is not about now (%v)", name, ts, before)
+		}
+	}
+	if th.UpdatedAt.Before(th.CreatedAt) {
+		t.Errorf("UpdatedAt %v before CreatedAt %v", th.UpdatedAt, th.CreatedAt)
+	}
+
+	// Idempotent: the stored record wins over the second call's fields.
+	again, created, err := s.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "mallory", Title: "Other"})
+	if err != nil || created {
+		t.Fatalf("EnsureThread existing = %v, %v; want not created", created, err)
+	}
+	if !again.CreatedAt.Equal(th.CreatedAt) || again.OwnerID != "alice" || again.Title != "First" {
+		t.Fatalf("EnsureThread existing returned %+v, want %+v", again, th)
+	}
+	got, err := s.GetThread(ctx, "th")
+	if err != nil {
+		t.Fatalf("GetThread: %v", err)
+	}
+	if !sameThread(got, th) {
+		t.Fatalf("GetThread = %+v, want %+v", got, th)
+	}
+
+	// Rename changes the title and nothing else, and bumps UpdatedAt.
+	time.Sleep(2 * time.Millisecond)
+	if err := s.RenameThread(ctx, "th", "Renamed ✓"); err != nil {
+		t.Fatalf("RenameThread: %v", err)
+	}
+	renamed, err := s.GetThread(ctx, "th")
+	if err != nil {
+		t.Fatalf("GetThread: %v", err)
+	}
+	if renamed.Title != "Renamed ✓" || renamed.OwnerID != "alice" || !renamed.CreatedAt.Equal(th.CreatedAt) {
+		t.Fatalf("after rename: %+v", renamed)
+	}
+	if !renamed.UpdatedAt.After(th.UpdatedAt) {
+		t.Fatalf("rename did not advance UpdatedAt: %v then %v", th.UpdatedAt, renamed.UpdatedAt)
+	}
+	if list, err := s.ListThreads(ctx, "alice", 0, 0); err != nil || len(list) != 1 || list[0].Title != "Renamed ✓" {
+		t.Fatalf("ListThreads after rename = %+v, %v", list, err)
+	}
+
+	// An explicit CreatedAt is kept, in UTC, at microsecond precision.
+	at := time.Date(2024, 2, 29, 23, 59, 58, 123456789, time.FixedZone("X", 5*3600+1800))
+	old, created, err := s.EnsureThread(ctx, instanceai.Thread{ID: "old", OwnerID: "alice", CreatedAt: at})
+	if err != nil || !created {
+		t.Fatalf("EnsureThread with CreatedAt = %v, %v", created, err)
+	}
+	want := at.UTC().Truncate(time.Microsecond)
+	if !old.CreatedAt.Equal(want) || old.CreatedAt.Location() != time.UTC {
+		t.Fatalf("CreatedAt = %v, want %v", old.CreatedAt, want)
+	}
+	if got, err := s.GetThread(ctx, "old"); err != nil || !got.CreatedAt.Equal(want) || got.Title != "" {
+		t.Fatalf("GetThread(old) = %+v, %v; want CreatedAt %v and an empty title", got, err, want)
+	}
+
+	// Appending counts as activity.
+	appendTexts(t, s, "old", 0, 1)
+	if got, err := s.GetThread(ctx, "old"); err != nil || !got.UpdatedAt.After(old.UpdatedAt) {
+		t.Fatalf("after Append UpdatedAt = %v (%v), was %v", got.UpdatedAt, err, old.UpdatedAt)
+	}
+
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{OwnerID: "alice"}); err == nil {
+		t.Fatal("EnsureThread accepted an empty id")
+	}
+}
+
+func sameThread(a, b instanceai.Thread) bool {
+	return a.ID == b.ID && a.OwnerID == b.OwnerID && a.Title == b.Title &&
+		a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt)
+}
+
+func testListThreadsPages(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	mk := func(id, owner string, minutes int) {
+		t.Helper()
+		_, created, err := s.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: owner, Title: "title " + id,
+			CreatedAt: base.Add(time.Duration(minutes) * time.Minute)})
+		if err != nil || !created {
+			t.Fatalf("EnsureThread(%s) = %v, %v", id, created, err)
+		}
+	}
+	// Created out of order, with a tie on created_at (broken by id, descending).
+	mk("c", "alice", 3)
+	mk("a", "alice", 1)
+	mk("bob-1", "bob", 10)
+	mk("e", "alice", 5)
+	mk("tie-1", "alice", 4)
+	mk("tie-2", "alice", 4)
+	mk("b", "alice", 2)
+	want := []string{"e", "tie-2", "tie-1", "c", "b", "a"}
+
+	ids := func(ts []instanceai.Thread) []string {
+		var out []string
+		for _, th := range ts {
+			if th.OwnerID != "alice" {
+				t.Fatalf("ListThreads(alice) returned %+v", th)
+			}
+			out = append(out, th.ID)
+		}
+		return out
+	}
+	for _, limit := range []int{0, -1, 100} {
+		all, err := s.ListThreads(ctx, "alice", limit, 0)
+		if err != nil {
+			t.Fatalf("ListThreads: %v", err)
+		}
+		if got := ids(all); !slices.Equal(got, want) {
+			t.Fatalf("ListThreads(alice, limit %d) = %v, want %v", limit, got, want)
+		}
+	}
+	for _, size := range []int{1, 2, 4} {
+		var paged []string
+		for off := 0; off < len(want)+size; off += size {
+			page, err := s.ListThreads(ctx, "alice", size, off)
+			if err != nil {
+				t.Fatalf("ListThreads(limit %d, offset %d): %v", size, off, err)
+			}
+			if len(page) > size {
+				t.Fatalf("ListThreads(limit %d) returned %d", size, len(page))
+			}
+			paged = append(paged, ids(page)...)
+		}
+		if !slices.Equal(paged, want) {
+			t.Fatalf("pages of %d = %v, want %v", size, paged, want)
+		}
+	}
+	if page, err := s.ListThreads(ctx, "alice", 2, 100); err != nil || len(page) != 0 {
+		t.Fatalf("ListThreads past the end = %v, %v; want empty", page, err)
+	}
+	if page, err := s.ListThreads(ctx, "nobody", 0, 0); err != nil || len(page) != 0 {
+		t.Fatalf("ListThreads(nobody) = %v, %v; want empty", page, err)
+	}
+	bobs, err := s.ListThreads(ctx, "bob", 0, 0)
+	if err != nil || len(bobs) != 1 || bobs[0].ID != "bob-1" || bobs[0].Title != "title bob-1" ||
+		!bobs[0].CreatedAt.Equal(base.Add(10*time.Minute)) {
+		t.Fatalf("ListThreads(bob) = %+v, %v", bobs, err)
+	}
+}
+
+func testNotFound(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "exists", "owner")
+	appendTexts(t, s, "exists", 0, 2)
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, instanceai.ErrNotFound) {
+			t.Errorf("%s on a missing thread: err = %v, want ErrNotFound", op, err)
+		}
+	}
+	_, err := s.Append(ctx, "missing", []instanceai.Event{textEvent("s", 0)})
+	check("Append", err)
+	_, err = s.Append(ctx, "missing", nil)
+	check("Append(empty)", err)
+	_, err = s.ReadAfter(ctx, "missing", 0, 0)
+	check("ReadAfter", err)
+	_, err = s.ReadAfter(ctx, "missing", 5, 1)
+	check("ReadAfter(5, 1)", err)
+	_, err = s.NextSeq(ctx, "missing")
+	check("NextSeq", err)
+	_, err = s.GetThread(ctx, "missing")
+	check("GetThread", err)
+	check("RenameThread", s.RenameThread(ctx, "missing", "x"))
+	check("DeleteThread", s.DeleteThread(ctx, "missing"))
+
+	// None of that created the thread, nor touched the other one.
+	if _, err := s.GetThread(ctx, "missing"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Errorf("missing thread exists after the calls: %v", err)
+	}
+	checkTexts(t, s, "exists", 0, 1, 2)
+	// A read past the end of an existing thread is empty, not an error.
+	if got, err := s.ReadAfter(ctx, "exists", 2, 0); err != nil || len(got) != 0 {
+		t.Errorf("ReadAfter past the end = %v, %v; want empty, nil", got, err)
+	}
+}
+
+func testDeleteCascades(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "doomed", "owner")
+	ensure(t, s, "survivor", "owner")
+	appendTexts(t, s, "doomed", 0, 10)
+	appendTexts(t, s, "survivor", 0, 5)
+
+	if err := s.DeleteThread(ctx, "doomed"); err != nil {
+		t.Fatalf("DeleteThread: %v", err)
+	}
+	if _, err := s.GetThread(ctx, "doomed"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("GetThread after delete: %v, want ErrNotFound", err)
+	}
+	if _, err := s.ReadAfter(ctx, "doomed", 0, 0); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("ReadAfter after delete: %v, want ErrNotFound", err)
+	}
+	if _, err := s.NextSeq(ctx, "doomed"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("NextSeq after delete: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteThread(ctx, "doomed"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("second DeleteThread: %v, want ErrNotFound", err)
+	}
+	if list, err := s.ListThreads(ctx, "owner", 0, 0); err != nil || len(list) != 1 || list[0].ID != "survivor" {
+		t.Fatalf("ListThreads after delete = %+v, %v", list, err)
+	}
+	checkTexts(t, s, "survivor", 0, 1, 5)
+
+	// The same id again is a new thread with a new log: seqs restart at 1
+	// and none of the old events come back.
+	ensure(t, s, "doomed", "owner")
+	if next, err := s.NextSeq(ctx, "doomed"); err != nil || next != 1 {
+		t.Fatalf("NextSeq of the recreated thread = %d, %v; want 1", next, err)
+	}
+	if got, err := s.ReadAfter(ctx, "doomed", 0, 0); err != nil || len(got) != 0 {
+		t.Fatalf("recreated thread holds %d events (%v), want none", len(got), err)
+	}
+	if first := appendTexts(t, s, "doomed", 100, 2); first != 1 {
+		t.Fatalf("first Append to the recreated thread got seq %d, want 1", first)
+	}
+	checkTexts(t, s, "doomed", 100, 1, 2)
+}
+
+func testCancelledContext(t *testing.T, s instanceai.Store) {
+	ensure(t, s, "cc", "owner")
+	appendTexts(t, s, "cc", 0, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Append(ctx, "cc", []instanceai.Event{textEvent("s", 2)})
+	if err == nil {
+		t.Fatal("Append with a cancelled context succeeded")
+	}
+	if errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append with a cancelled context: %v, want a context error", err)
+	}
+	checkTexts(t, s, "cc", 0, 1, 2)
+	if first := appendTexts(t, s, "cc", 2, 1); first != 3 {
+		t.Fatalf("Append after the cancelled one got seq %d, want 3", first)
+	}
+}
