@@ -140,8 +140,7 @@ func (m *Runs) Cancel(threadID, reason string) *Run {
 	if r == nil {
 		return nil
 	}
-	r.cancel(errCancelled)
-	r.finish(RunCancelled, reason)
+	r.stop(reason)
 	return r
 }
 
@@ -155,8 +154,7 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	for _, r := range runs {
-		r.cancel(errCancelled)
-		r.finish(RunCancelled, ReasonServiceShutdown)
+		r.stop(ReasonServiceShutdown)
 	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
@@ -182,7 +180,18 @@ func (m *Runs) Fail(threadID, runID string, err error) {
 	m.release(r)
 }
 
-var errCancelled = errors.New("run cancelled")
+// cancelled is the cause a run's context is cancelled with; it carries the
+// run-finish reason, so whichever of the canceller and the run's own
+// goroutine finishes the run first records the same reason.
+type cancelled struct{ reason string }
+
+func (c cancelled) Error() string { return "run cancelled: " + c.reason }
+
+// stop cancels the run's context and finishes it as cancelled.
+func (r *Run) stop(reason string) {
+	r.cancel(cancelled{reason})
+	r.finish(RunCancelled, reason)
+}
 
 func (m *Runs) release(r *Run) {
 	m.mu.Lock()
@@ -198,9 +207,11 @@ func (m *Runs) execute(r *Run) {
 	err := m.callAgent(r)
 	switch {
 	case r.ctx.Err() != nil:
-		// Cancelled (or failed by the writer): finish already ran or
-		// records the cancellation now.
-		r.finish(RunCancelled, ReasonUserCancelled)
+		// Cancelled, or failed by the writer (then already finished).
+		var c cancelled
+		if errors.As(context.Cause(r.ctx), &c) {
+			r.finish(RunCancelled, c.reason)
+		}
 	case err != nil:
 		m.log.Warn("agent failed", "thread", r.ThreadID, "run", r.ID, "err", err)
 		payload := &ErrorPayload{Content: err.Error()}

@@ -26,7 +26,9 @@ type Frame struct {
 }
 
 // IsComment reports whether the frame carried only comments.
-func (f *Frame) IsComment() bool { return !f.HasID && f.Event == "" && f.Data == "" && len(f.Comments) > 0 }
+func (f *Frame) IsComment() bool {
+	return !f.HasID && f.Event == "" && f.Data == "" && len(f.Comments) > 0
+}
 
 // MaxLine bounds one line, so a hostile server cannot make a client buffer
 // without end.

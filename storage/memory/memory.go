@@ -165,9 +165,10 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 		return nil, notFound("read", threadID)
 	}
 	var window []entry
-	if n := len(t.events); n > 0 {
-		// Seqs are contiguous, so the position of after+1 is arithmetic.
-		start := max(after+1-t.events[0].seq, 0)
+	if n := len(t.events); n > 0 && after < t.lastSeq {
+		// Seqs are contiguous, so the position of after+1 is arithmetic
+		// (after clamped first so that the subtraction cannot overflow).
+		start := max(max(after, 0)+1-t.events[0].seq, 0)
 		if start < int64(n) {
 			window = t.events[start:]
 			if limit > 0 && len(window) > limit {

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,12 @@ func TestEvictionByCount(t *testing.T) {
 	}
 	if got := retained(t, s, "t", 20); !equal(got, span(21, 25)) {
 		t.Fatalf("ReadAfter(20) = %v, want 21..25", got)
+	}
+	if got := retained(t, s, "t", math.MinInt64); !equal(got, span(16, 25)) {
+		t.Fatalf("ReadAfter(MinInt64) = %v, want 16..25", got)
+	}
+	if got := retained(t, s, "t", math.MaxInt64); len(got) != 0 {
+		t.Fatalf("ReadAfter(MaxInt64) = %v, want none", got)
 	}
 	if next, err := s.NextSeq(ctx, "t"); err != nil || next != 26 {
 		t.Fatalf("NextSeq = %d, %v; want 26", next, err)

@@ -73,8 +73,13 @@ var _ instanceai.Store = (*Store)(nil)
 // Open opens (creating it and its parent directories if needed) the SQLite
 // database at path. Call Migrate before first use.
 func Open(ctx context.Context, path string) (*Store, error) {
-	if path == "" {
+	switch {
+	case path == "":
 		return nil, errors.New("sqlite: empty database path")
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		// Every pooled connection would open its own private database;
+		// the memory backend is the non-durable option.
+		return nil, fmt.Errorf("sqlite: %q is not a file path (use the memory backend for a non-durable store)", path)
 	}
 	if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -155,9 +160,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both pools.
+// Close closes both pools. The writer goes last: the last connection to
+// close checkpoints the WAL into the database file, which a query-only
+// reader cannot do.
 func (s *Store) Close() error {
-	return errors.Join(s.rdb.Close(), s.wdb.Close())
+	rerr := s.rdb.Close()
+	return errors.Join(rerr, s.wdb.Close())
 }
 
 func formatTime(t time.Time) string {

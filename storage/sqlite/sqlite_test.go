@@ -278,3 +278,12 @@ func BenchmarkAppend(b *testing.B) {
 	s := openMigrated(b)
 	storagetest.BenchAppend(b, s, rawAppend(s))
 }
+
+func TestOpenRejectsNonFiles(t *testing.T) {
+	for _, path := range []string{"", ":memory:", "file:x.db?mode=memory"} {
+		if s, err := Open(context.Background(), path); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded", path)
+		}
+	}
+}

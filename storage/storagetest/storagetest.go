@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -344,6 +345,8 @@ func testReadAfterEveryCursor(t *testing.T, s instanceai.Store) {
 		}
 	}
 	check(1<<40, 0)
+	check(math.MaxInt64, 0)
+	check(math.MinInt64, 0)
 
 	// Paging with a cursor reassembles the whole log.
 	var all []int64
