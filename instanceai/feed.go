@@ -117,12 +117,14 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			f.snap.Open = nil
 			return out, nil
 		case phaseLive:
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-tick:
-				return nil, nil
-			case <-f.sub.Ready():
+			if ready, ch := f.sub.wait(); !ready {
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-tick:
+					return nil, nil
+				case <-ch:
+				}
 			}
 			frames, err := f.sub.Next(ctx)
 			if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/threadline/threadline/ssestream"
 )
 
 // Frame is one event as the hub hands it to subscribers: encoded once at
@@ -17,6 +19,11 @@ type Frame struct {
 	Event *Event
 	// Data is the JSON encoding of Event.
 	Data []byte
+	// Wire is Data framed as SSE data lines ending in the blank line, built
+	// once here so that fanning out to many connections copies bytes
+	// instead of re-framing per connection. A connection writes its own
+	// `id:` line before it.
+	Wire []byte
 	// Hidden marks a coalesced block: never written to a live connection
 	// (its deltas already were), but it moves the connection's cursor.
 	Hidden bool
@@ -28,7 +35,7 @@ func NewFrame(seq int64, ev *Event) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	return Frame{Seq: seq, Event: ev, Data: data, Hidden: DurabilityOf(ev.Type) == Coalesced}, nil
+	return Frame{Seq: seq, Event: ev, Data: data, Wire: ssestream.DataFrame(data), Hidden: DurabilityOf(ev.Type) == Coalesced}, nil
 }
 
 // ErrSubscriberDropped is reported by a subscription whose queue overflowed.
@@ -182,6 +189,9 @@ type Subscription struct {
 	mu     sync.Mutex
 	queue  []Frame
 	notify chan struct{}
+	// parked is set by a subscriber about to wait for notify, so that
+	// publishers signal only subscribers that are actually waiting.
+	parked bool
 	err    error
 	closed bool
 }
@@ -200,10 +210,14 @@ func (s *Subscription) offer(frames []Frame) bool {
 		return false
 	}
 	s.queue = append(s.queue, frames...)
+	wake := s.parked
+	s.parked = false
 	s.mu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }
@@ -235,6 +249,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 			s.mu.Unlock()
 			return q, nil
 		}
+		s.parked = true
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -244,9 +259,18 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 	}
 }
 
-// Ready is signalled when frames may be waiting; use it with Next in a
-// select that also serves heartbeats.
-func (s *Subscription) Ready() <-chan struct{} { return s.notify }
+// wait reports whether frames are queued or the subscription ended. If not,
+// it marks the subscriber parked and returns the channel a publisher will
+// signal, for a select that also serves heartbeats and cancellation.
+func (s *Subscription) wait() (ready bool, ch <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 || s.closed {
+		return true, nil
+	}
+	s.parked = true
+	return false, s.notify
+}
 
 // Close unsubscribes.
 func (s *Subscription) Close() {

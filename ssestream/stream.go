@@ -85,6 +85,29 @@ func (s *Stream) Event(id int64, typ string, data []byte) error {
 	return err
 }
 
+// DataFrame frames data as an SSE message without id or event lines:
+// `data:` lines ending in the blank line, ready for Stream.Frame.
+func DataFrame(data []byte) []byte {
+	var m sse.Message
+	m.AppendData(string(data))
+	b, _ := m.MarshalText() // only fails for a message with nothing in it
+	return b
+}
+
+// Frame writes a frame built by DataFrame, preceded by `id: <id>` when
+// id > 0.
+func (s *Stream) Frame(id int64, wire []byte) error {
+	if id > 0 {
+		var line [32]byte
+		b := append(append(line[:0], "id: "...), strconv.FormatInt(id, 10)...)
+		if _, err := s.buf.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	_, err := s.buf.Write(wire)
+	return err
+}
+
 // Comment writes a comment line (`: text`).
 func (s *Stream) Comment(text string) error {
 	s.msg = sse.Message{}

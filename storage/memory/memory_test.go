@@ -244,3 +244,7 @@ func rawAppend() storagetest.RawAppend {
 func BenchmarkAppend(b *testing.B) {
 	storagetest.BenchAppend(b, New(), rawAppend())
 }
+
+func BenchmarkWriter(b *testing.B) {
+	storagetest.BenchWriter(b, New(WithMaxEvents(1<<30), WithMaxBytes(1<<40)), rawAppend())
+}

@@ -354,3 +354,12 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	storagetest.BenchAppend(b, s, rawAppend(s))
 }
+
+func BenchmarkWriter(b *testing.B) {
+	s := openDSN(b, durableSchema(b))
+	b.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storagetest.BenchWriter(b, s, rawAppend(s))
+}

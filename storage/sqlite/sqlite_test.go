@@ -287,3 +287,8 @@ func TestOpenRejectsNonFiles(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkWriter(b *testing.B) {
+	s := openMigrated(b)
+	storagetest.BenchWriter(b, s, rawAppend(s))
+}

@@ -2,7 +2,6 @@ package storagetest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -119,14 +118,106 @@ func BenchAppend(b *testing.B, s instanceai.Store, raw RawAppend) {
 	})
 }
 
-// EncodedSize is the average encoded size of TypicalBatch's events, for
-// reports.
-func EncodedSize() int {
-	total := 0
+// BenchWriter measures the whole write path — instanceai.Writer taking
+// events from a producer, batching them, appending them to s and publishing
+// them to a hub with a live subscriber — against raw, the hand-written
+// batched INSERT of the same rows, on the same database in the same run.
+// Each iteration hands BatchSize events to the writer and waits until they
+// are stored and published. Sub-benchmarks as in BenchAppend: writer, raw,
+// and ratio (writer/raw, interleaved so disk noise hits both alike).
+func BenchWriter(b *testing.B, s instanceai.Store, raw RawAppend) {
+	ctx := context.Background()
 	batch := TypicalBatch("run-bench", BatchSize)
-	for i := range batch {
-		b, _ := json.Marshal(&batch[i])
-		total += len(b)
+	threads := 0
+	newThread := func(tb testing.TB, kind string) string {
+		threads++
+		id := fmt.Sprintf("benchw-%s-%d-%d", kind, time.Now().UnixNano(), threads)
+		if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "bench"}); err != nil {
+			tb.Fatalf("EnsureThread: %v", err)
+		}
+		return id
 	}
-	return total / len(batch)
+	hub := instanceai.NewHub(1 << 20)
+	writer := instanceai.NewWriter(s, hub, instanceai.WriterConfig{})
+	b.Cleanup(func() { _ = writer.Close(ctx) })
+
+	// A live subscriber per thread, drained in the background, so the
+	// measured path includes the fan-out the server always does.
+	subscribe := func(id string) {
+		sub, _ := hub.Subscribe(id)
+		sctx, cancel := context.WithCancel(ctx)
+		b.Cleanup(func() { cancel(); sub.Close() })
+		go func() {
+			for {
+				if _, err := sub.Next(sctx); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	viaWriter := func(b *testing.B, id string) {
+		for _, ev := range batch {
+			if err := writer.Enqueue(id, ev); err != nil {
+				b.Fatalf("Enqueue: %v", err)
+			}
+		}
+		if err := writer.Sync(ctx, id); err != nil {
+			b.Fatalf("Sync: %v", err)
+		}
+	}
+	appendRaw := func(b *testing.B, id string, next *int64) {
+		if err := raw(ctx, id, *next, batch); err != nil {
+			b.Fatalf("raw append: %v", err)
+		}
+		*next += BatchSize
+	}
+
+	b.Run("writer", func(b *testing.B) {
+		id := newThread(b, "writer")
+		subscribe(id)
+		n := 0
+		for b.Loop() {
+			viaWriter(b, id)
+			n++
+		}
+		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+	})
+	b.Run("raw", func(b *testing.B) {
+		id, next := newThread(b, "raw"), int64(1)
+		n := 0
+		for b.Loop() {
+			appendRaw(b, id, &next)
+			n++
+		}
+		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+	})
+	b.Run("ratio", func(b *testing.B) {
+		writerID := newThread(b, "writer")
+		subscribe(writerID)
+		rawID, next := newThread(b, "raw"), int64(1)
+		var wr, rw rate
+		timed := func(r *rate, f func()) {
+			t0 := time.Now()
+			f()
+			r.elapsed += time.Since(t0)
+			r.events += BatchSize
+		}
+		i := 0
+		for b.Loop() {
+			if i%2 == 0 {
+				timed(&wr, func() { viaWriter(b, writerID) })
+				timed(&rw, func() { appendRaw(b, rawID, &next) })
+			} else {
+				timed(&rw, func() { appendRaw(b, rawID, &next) })
+				timed(&wr, func() { viaWriter(b, writerID) })
+			}
+			i++
+		}
+		if rw.perSecond() == 0 {
+			b.Fatal("the raw baseline measured no events")
+		}
+		b.ReportMetric(wr.perSecond(), "writer-events/s")
+		b.ReportMetric(rw.perSecond(), "raw-events/s")
+		b.ReportMetric(wr.perSecond()/rw.perSecond(), "writer/raw")
+	})
 }

@@ -69,7 +69,8 @@ func canonical(wire string) instanceai.Event {
 }
 
 // TypicalBatch returns n events shaped like a busy agent's output: tool
-// calls, their results and text blocks, about 200 bytes each when encoded.
+// calls, their results and text blocks, 230 bytes each on average when
+// encoded.
 func TypicalBatch(runID string, n int) []instanceai.Event {
 	orch := instanceai.OrchestratorAgentID(runID)
 	text := strings.Repeat("The workflow now posts to Slack. ", 3)
