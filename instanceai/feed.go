@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/threadline/threadline/ssestream"
 )
 
 // Delivery is one frame as a particular connection must write it.
@@ -12,6 +14,8 @@ type Delivery struct {
 	ID    int64
 	Event *Event
 	Data  []byte
+	// Wire is Data framed as SSE data lines (see Frame.Wire).
+	Wire []byte
 }
 
 // replayPage bounds how many rows one log read returns.
@@ -112,7 +116,7 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, Delivery{Event: ev, Data: data})
+				out = append(out, Delivery{Event: ev, Data: data, Wire: ssestream.DataFrame(data)})
 			}
 			f.snap.Open = nil
 			return out, nil
@@ -153,7 +157,7 @@ func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 			continue
 		}
 		f.last = r.Seq
-		out = append(out, Delivery{ID: r.Seq, Event: &r.Event, Data: data})
+		out = append(out, Delivery{ID: r.Seq, Event: &r.Event, Data: data, Wire: ssestream.DataFrame(data)})
 	}
 	return out
 }
@@ -178,7 +182,7 @@ func (f *Feed) admit(frames []Frame) []Delivery {
 		if fr.Hidden {
 			continue
 		}
-		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data})
+		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ValidationError names the field of an event (or request) that is wrong.
@@ -71,9 +72,11 @@ func firstErr(errs ...error) error {
 
 // jsonKind is the kind of a JSON text by its first byte: '{', '[', '"',
 // 'n' (null), 't'/'f' (boolean), '0' (number) or 0 when empty or invalid.
+// Invalid UTF-8 counts as invalid: encoding/json lets it through in raw
+// values, and PostgreSQL would then refuse the row while SQLite kept it.
 func jsonKind(raw json.RawMessage) byte {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || !json.Valid(raw) {
+	if len(raw) == 0 || !json.Valid(raw) || !utf8.Valid(raw) {
 		return 0
 	}
 	switch c := raw[0]; c {

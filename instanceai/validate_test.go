@@ -397,3 +397,13 @@ func TestValidateAcceptsSchemaEdgeValues(t *testing.T) {
 		}
 	}
 }
+
+func TestRawJSONMustBeValidUTF8(t *testing.T) {
+	ev := Event{Type: TypeToolCall, RunID: "r", AgentID: "a",
+		Payload: &ToolCall{ToolCallID: "c", ToolName: "n", Args: json.RawMessage("{\"k\":\"\xff\"}")}}
+	err := ev.Validate()
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Field != "payload.args" {
+		t.Fatalf("invalid UTF-8 in args: %v", err)
+	}
+}

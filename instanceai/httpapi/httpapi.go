@@ -222,7 +222,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 			continue
 		}
 		for _, d := range batch {
-			if err := s.Event(d.ID, "", d.Data); err != nil {
+			if err := s.Frame(d.ID, d.Wire); err != nil {
 				return
 			}
 		}
