@@ -11,7 +11,9 @@ import (
 // Delivery is one frame as a particular connection must write it.
 type Delivery struct {
 	// ID is the SSE id to write, 0 for none.
-	ID    int64
+	ID int64
+	// Type is the SSE event type, "" for the default (message).
+	Type  string
 	Event *Event
 	Data  []byte
 	// Wire is Data framed as SSE data lines (see Frame.Wire).
@@ -49,6 +51,11 @@ type Feed struct {
 	last int64
 	sub  *Subscription
 	snap Snapshot
+
+	// BeforeLive, if set, is called once when the replay is over, with the
+	// highest seq the replay covered and the open segments sent; what it
+	// returns is delivered before the live tail (run-sync frames).
+	BeforeLive func(committed int64, open []Event) []Delivery
 }
 
 // OpenFeed starts a feed after the cursor (0 = from the start).
@@ -106,10 +113,7 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			}
 		case phaseOpen:
 			f.phase = phaseLive
-			if len(f.snap.Open) == 0 {
-				continue
-			}
-			out := make([]Delivery, 0, len(f.snap.Open))
+			var out []Delivery
 			for i := range f.snap.Open {
 				ev := &f.snap.Open[i]
 				data, err := json.Marshal(ev)
@@ -118,7 +122,13 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				}
 				out = append(out, Delivery{Event: ev, Data: data, Wire: ssestream.DataFrame(data)})
 			}
+			if f.BeforeLive != nil {
+				out = append(out, f.BeforeLive(f.snap.Committed, f.snap.Open)...)
+			}
 			f.snap.Open = nil
+			if len(out) == 0 {
+				continue
+			}
 			return out, nil
 		case phaseLive:
 			if ready, ch := f.sub.wait(); !ready {

@@ -55,21 +55,27 @@ func NewID(prefix string) string {
 
 // RunsConfig configures the run registry.
 type RunsConfig struct {
-	Logger *slog.Logger
+	// Confirmations stores confirmation requests and answers (required for
+	// agents that ask for approval).
+	Confirmations ConfirmationStore
+	Logger        *slog.Logger
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
 }
 
 // Runs is the registry of active runs: one per thread, cancel, shutdown.
 type Runs struct {
-	writer *Writer
-	agent  Agent
-	log    *slog.Logger
-	now    func() time.Time
+	writer   *Writer
+	agent    Agent
+	confirms ConfirmationStore
+	log      *slog.Logger
+	now      func() time.Time
 
-	mu     sync.Mutex
-	active map[string]*Run // by thread id
-	wg     sync.WaitGroup
+	mu         sync.Mutex
+	active     map[string]*Run              // by thread id
+	background map[string][]*BackgroundTask // running tasks by thread id
+	waiters    map[string]chan Answer       // open confirmations by request id
+	wg         sync.WaitGroup
 }
 
 // NewRuns returns a registry that runs agent and writes through writer.
@@ -80,7 +86,8 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runs{writer: writer, agent: agent, log: cfg.Logger, now: cfg.Now, active: map[string]*Run{}}
+	return &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now,
+		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{}}
 }
 
 // StartRequest is what starts a run.
@@ -133,9 +140,17 @@ func (m *Runs) Count() int {
 	return len(m.active)
 }
 
-// Cancel stops the thread's active run, if any. It is idempotent and does
-// not wait for the agent: the run is finished (cancelled) before it returns.
+// Cancel stops the thread's active run and its background agents, if any.
+// It is idempotent and does not wait for the agents: the run is finished
+// (cancelled) before it returns; each background agent ends with
+// agent-completed{status:"cancelled"} as soon as it stops.
 func (m *Runs) Cancel(threadID, reason string) *Run {
+	m.mu.Lock()
+	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
+	m.mu.Unlock()
+	for _, t := range tasks {
+		t.cancel(cancelled{reason})
+	}
 	r := m.Active(threadID)
 	if r == nil {
 		return nil
@@ -152,7 +167,14 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 	for _, r := range m.active {
 		runs = append(runs, r)
 	}
+	var tasks []*BackgroundTask
+	for _, ts := range m.background {
+		tasks = append(tasks, ts...)
+	}
 	m.mu.Unlock()
+	for _, t := range tasks {
+		t.cancel(cancelled{ReasonServiceShutdown})
+	}
 	for _, r := range runs {
 		r.stop(ReasonServiceShutdown)
 	}
@@ -253,8 +275,12 @@ type Run struct {
 	done   chan struct{}
 
 	mu        sync.Mutex
-	finished  bool
+	finished  bool       // the orchestrator's run-finish is queued
 	openTools []openTool // calls without an outcome, in call order
+	// live background agents: their events are accepted after the
+	// orchestrator's run-finish, until their agent-completed.
+	liveAgents map[string]bool
+	suspended  int // confirmations being waited for
 }
 
 // Done is closed when the run's agent has returned.
@@ -279,10 +305,16 @@ func (r *Run) Emit(ev Event) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.liveAgents[ev.AgentID] {
+		// A background agent: it outlives the orchestrator's context and
+		// finish, and stops with its own.
+		r.trackTool(&ev)
+		return r.runs.writer.Enqueue(r.ThreadID, ev)
+	}
 	if r.finished {
 		return ErrRunFinished
 	}
-	if err := context.Cause(r.ctx); err != nil && ev.Type != TypeRunFinish {
+	if err := context.Cause(r.ctx); err != nil {
 		return err
 	}
 	r.trackTool(&ev)
@@ -324,20 +356,31 @@ func (r *Run) finish(status, reason string) {
 	}
 	now := r.runs.now().UnixMilli()
 	if status == RunCancelled {
-		result, _ := json.Marshal(map[string]string{
-			"status": "cancelled", "message": "The run was cancelled before this tool finished.",
-		})
-		for _, t := range r.openTools {
-			r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
-				Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
-		}
-		r.openTools = nil
+		r.settleToolsLocked(func(agentID string) bool { return !r.liveAgents[agentID] }, now)
 	}
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
 		Payload: &RunFinish{Status: status, Reason: reason}})
 	r.finished = true
 	r.mu.Unlock()
 	r.runs.release(r)
+}
+
+// settleToolsLocked ends the open tool calls of the matching agents with a
+// cancelled result, so no call is left loading.
+func (r *Run) settleToolsLocked(match func(agentID string) bool, now int64) {
+	result, _ := json.Marshal(map[string]string{
+		"status": "cancelled", "message": "The run was cancelled before this tool finished.",
+	})
+	kept := r.openTools[:0]
+	for _, t := range r.openTools {
+		if !match(t.agentID) {
+			kept = append(kept, t)
+			continue
+		}
+		r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
+			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
+	}
+	r.openTools = kept
 }
 
 func (r *Run) enqueueLocked(ev Event) {

@@ -2,6 +2,7 @@ package instanceai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -56,7 +57,82 @@ type ThreadStore interface {
 type Store interface {
 	EventLog
 	ThreadStore
+	MessageStore
+	ConfirmationStore
+	RunIndex
 	// Migrate applies the embedded schema migrations.
 	Migrate(ctx context.Context) error
 	Close() error
+}
+
+// ErrAlreadyAnswered is returned when a confirmation was answered before.
+var ErrAlreadyAnswered = errors.New("confirmation was already answered")
+
+// Message is a user message, stored when it is sent. Assistant messages are
+// not stored: they are folded from the event log.
+type Message struct {
+	ID        string
+	ThreadID  string
+	RunID     string
+	Role      string // "user"
+	Content   string
+	CreatedAt time.Time
+}
+
+// MessageStore keeps user messages.
+type MessageStore interface {
+	AddMessage(ctx context.Context, m Message) error
+	// ListMessages returns the thread's messages, oldest first.
+	ListMessages(ctx context.Context, threadID string) ([]Message, error)
+}
+
+// Confirmation statuses.
+const (
+	ConfirmationPending  = "pending"
+	ConfirmationApproved = "approved"
+	ConfirmationDenied   = "denied"
+)
+
+// Confirmation is a stored confirmation-request and its answer.
+type Confirmation struct {
+	RequestID  string
+	ThreadID   string
+	RunID      string
+	AgentID    string
+	ToolCallID string
+	OwnerID    string
+	// Request is the confirmation-request payload as sent.
+	Request json.RawMessage
+	Status  string
+	// Answer is the answer body as received (JSON), empty while pending.
+	Answer     json.RawMessage
+	CreatedAt  time.Time
+	AnsweredAt time.Time
+}
+
+// ConfirmationStore keeps confirmation requests so they survive a restart.
+type ConfirmationStore interface {
+	AddConfirmation(ctx context.Context, c Confirmation) error
+	// GetConfirmation returns ErrNotFound for an unknown request id.
+	GetConfirmation(ctx context.Context, requestID string) (Confirmation, error)
+	// AnswerConfirmation moves a pending confirmation to status with answer,
+	// atomically: a second answer gets ErrAlreadyAnswered.
+	AnswerConfirmation(ctx context.Context, requestID, status string, answer json.RawMessage) error
+	// PendingConfirmations returns the thread's pending confirmations, oldest first.
+	PendingConfirmations(ctx context.Context, threadID string) ([]Confirmation, error)
+}
+
+// RunRef names a run in a thread's log.
+type RunRef struct {
+	ThreadID string
+	RunID    string
+}
+
+// RunIndex answers questions about runs from the log.
+type RunIndex interface {
+	// UnfinishedRuns returns every run with a run-start and no run-finish,
+	// across all threads.
+	UnfinishedRuns(ctx context.Context) ([]RunRef, error)
+	// RunEvents returns the stored events of one run, in seq order.
+	RunEvents(ctx context.Context, threadID, runID string) ([]StoredEvent, error)
 }

@@ -89,6 +89,9 @@ func newTextClient() *textClient {
 }
 
 func (c *textClient) apply(f frame) {
+	if f.Event != "" {
+		return // control frames such as run-sync
+	}
 	if f.HasID {
 		c.lastID = f.ID
 	}
@@ -243,6 +246,9 @@ func TestLiveFramesCarryIDsOnlyWhenDurable(t *testing.T) {
 	frames := h.connect("th", "", false).until(wait, isRunFinish(runID))
 	var prev int64
 	for _, f := range frames {
+		if f.Event != "" {
+			continue // control frames such as run-sync
+		}
 		d := instanceai.DurabilityOf(f.ev.Type)
 		if f.HasID != (d != instanceai.Ephemeral) {
 			t.Fatalf("%s frame id present=%v", f.ev.Type, f.HasID)

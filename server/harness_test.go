@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/internal/testpg"
@@ -79,12 +81,31 @@ type options struct {
 	// smallBuffers shrinks the sockets' kernel buffers, so a client that
 	// reads slowly makes the server's queue fill instead of the kernel's.
 	smallBuffers bool
+	// tokens turns authentication on: "token1=alice,token2=bob", as
+	// --tokens takes it. Requests of h carry no token; h.as(token) sends one.
+	tokens string
+	// logs, if set, receives the server's log.
+	logs io.Writer
 }
 
 func start(t *testing.T, store instanceai.Store, o options) *harness {
 	t.Helper()
+	var authn *auth.Authenticator
+	if o.tokens != "" {
+		entries, err := auth.ParseList(o.tokens, "tokens")
+		if err == nil {
+			authn, err = auth.New(entries)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logger *slog.Logger
+	if o.logs != nil {
+		logger = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	app := server.New(store, &script.Agent{Delay: o.delay}, server.Config{
-		SubscriberQueue: o.queue, Heartbeat: o.heartbeat, MaxBody: o.maxBody,
+		SubscriberQueue: o.queue, Heartbeat: o.heartbeat, MaxBody: o.maxBody, Auth: authn, Logger: logger,
 	})
 	srv := httptest.NewUnstartedServer(app.Handler())
 	client := http.DefaultClient
@@ -111,6 +132,30 @@ func start(t *testing.T, store instanceai.Store, o options) *harness {
 	return h
 }
 
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// as returns the harness acting with a bearer token: every request it
+// sends, through do, chat, connect or client, carries the token.
+func (h *harness) as(token string) *harness {
+	c := *h
+	base := h.client.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c.client = &http.Client{Transport: bearer{token: token, base: base}}
+	return &c
+}
+
 // do sends a request and decodes a JSON answer.
 func (h *harness) do(method, path, body string) (int, map[string]any) {
 	h.t.Helper()
@@ -119,7 +164,7 @@ func (h *harness) do(method, path, body string) (int, map[string]any) {
 		h.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	res, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -204,7 +249,7 @@ func (c *conn) pump() {
 			return
 		}
 		fr := frame{Frame: f}
-		if f.Data != "" {
+		if f.Data != "" && f.Event == "" {
 			if err := json.Unmarshal([]byte(f.Data), &fr.ev); err != nil {
 				c.frames <- frameOrErr{err: fmt.Errorf("undecodable frame %q: %w", f.Data, err)}
 				return

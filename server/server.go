@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/httpapi"
 )
@@ -24,7 +25,10 @@ type Config struct {
 	SubscriberQueue int
 	Heartbeat       time.Duration
 	Writer          instanceai.WriterConfig
-	Logger          *slog.Logger
+	// Auth authenticates the API's callers; nil (or no tokens) is
+	// single-user mode, where every request acts as httpapi.LocalUser.
+	Auth   *auth.Authenticator
+	Logger *slog.Logger
 }
 
 // Server is the wired application.
@@ -53,15 +57,29 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	wcfg.Logger = cfg.Logger
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { s.Runs.Fail(threadID, runID, err) }
 	s.Writer = instanceai.NewWriter(store, s.Hub, wcfg)
-	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger})
+	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store})
 
 	router := mux.NewRouter()
-	httpapi.New(store, s.Hub, s.Runs, httpapi.Config{
+	// Routes that act for a user are registered on authed; routes that need
+	// no caller (a health check, say) go on router itself.
+	authed := router.NewRoute().Subrouter()
+	authed.Use(cfg.Auth.Middleware)
+	httpapi.New(store, s.Hub, s.Runs, s.Writer, httpapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
-	}).Register(router)
+	}).Register(authed)
 	s.handler = router
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
+}
+
+// Recover settles the runs a crashed process left open (see Runs.Sweep).
+// Call it once at start, before serving.
+func (s *Server) Recover(ctx context.Context) error {
+	n, err := s.Runs.Sweep(ctx, s.Store)
+	if n > 0 {
+		s.logger.Info("settled runs left open by a previous process", "runs", n)
+	}
+	return err
 }
 
 // Handler returns the HTTP handler. Requests served by it see their context

@@ -15,6 +15,13 @@ type envFlags struct {
 	fs *flag.FlagSet
 	// bad collects environment values that do not parse, reported at Parse.
 	bad []error
+	// secrets are applied from the environment at Parse, not as defaults.
+	secrets []secretFlag
+}
+
+type secretFlag struct {
+	p         *string
+	name, env string
 }
 
 func newEnvFlags(name, synopsis string, out io.Writer) *envFlags {
@@ -74,10 +81,36 @@ func (e *envFlags) Int(p *int, name, env string, def int, usage string) {
 	e.fs.IntVar(p, name, def, e.help(usage, env))
 }
 
+func (e *envFlags) Bool(p *bool, name, env string, def bool, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.bad = append(e.bad, fmt.Errorf("%s=%q: not a boolean such as true or false", env, v))
+		} else {
+			def = b
+		}
+	}
+	e.fs.BoolVar(p, name, def, e.help(usage, env))
+}
+
+// Secret defines a string flag whose environment value is not made its
+// default: the help prints defaults, and must not print a secret.
+func (e *envFlags) Secret(p *string, name, env, usage string) {
+	e.fs.StringVar(p, name, "", e.help(usage, env))
+	e.secrets = append(e.secrets, secretFlag{p: p, name: name, env: env})
+}
+
 // Parse parses args; environment errors are reported like flag errors.
 func (e *envFlags) Parse(args []string) error {
 	if err := e.fs.Parse(args); err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	e.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, s := range e.secrets {
+		if v, ok := os.LookupEnv(s.env); ok && !set[s.name] {
+			*s.p = v
+		}
 	}
 	if len(e.bad) > 0 {
 		return usageError{e.bad[0].Error()}

@@ -7,8 +7,10 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -104,5 +106,187 @@ func TestMigrateThenServe(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not shut down")
+	}
+}
+
+// startServe runs `serve args…` until the test ends and waits until it
+// answers; it returns the base URL and the server's log.
+func startServe(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"serve", "-addr", addr, "-store", "memory", "-script-delay", "0"}, args...), logs, logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not shut down")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			return "http://" + addr, logs
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve ended: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not come up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func get(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestServeWithTokens: tokens from the variable and from a file both
+// authenticate; the log says how callers are authenticated, warns about a
+// short token by where it was configured, and never shows a token.
+func TestServeWithTokens(t *testing.T) {
+	const fromEnv, fromFile, short = "env-token-0123456789abcdef", "file-token-0123456789abcdef", "shorty"
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("# users\n"+fromFile+" bob\n"+short+"=carol\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("THREADLINE_TOKENS", fromEnv+"=alice")
+	url, logs := startServe(t, "-tokens-file", file)
+	threads := url + "/instance-ai/threads"
+	for token, want := range map[string]int{"": 401, "nope": 401, fromEnv: 200, fromFile: 200, short: 200} {
+		if got := get(t, threads, token); got != want {
+			t.Errorf("token %q: %d, want %d", token, got, want)
+		}
+	}
+	log := logs.String()
+	for _, want := range []string{"authentication: bearer tokens", "tokens=3", "users=3", "at=" + file + ":3"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	for _, token := range []string{fromEnv, fromFile, short} {
+		if strings.Contains(log, token) {
+			t.Fatalf("the log shows a token:\n%s", log)
+		}
+	}
+	// The help shows where tokens come from, not the tokens.
+	var help bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "-h"}, &help, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	if !strings.Contains(help.String(), "THREADLINE_TOKENS") || strings.Contains(help.String(), fromEnv) {
+		t.Fatalf("serve -h with THREADLINE_TOKENS set:\n%s", help.String())
+	}
+}
+
+func TestServeWithoutTokens(t *testing.T) {
+	url, logs := startServe(t)
+	if got := get(t, url+"/instance-ai/threads", ""); got != 200 {
+		t.Fatalf("single-user mode: %d", got)
+	}
+	if !strings.Contains(logs.String(), "running without authentication") {
+		t.Fatalf("the log does not say it runs without authentication:\n%s", logs.String())
+	}
+}
+
+func TestTokenFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("THREADLINE_TOKENS", "from-env=alice")
+	t.Setenv("THREADLINE_INSECURE_NO_AUTH", "true")
+	f, c := serveFlags(&bytes.Buffer{})
+	if err := f.Parse(nil); err != nil || c.tokens != "from-env=alice" || !c.insecureNoAuth {
+		t.Fatalf("environment not applied: %v %+v", err, c)
+	}
+	f, c = serveFlags(&bytes.Buffer{})
+	if err := f.Parse([]string{"-tokens", "from-flag=bob", "-insecure-no-auth=false"}); err != nil ||
+		c.tokens != "from-flag=bob" || c.insecureNoAuth {
+		t.Fatalf("flags do not win over the environment: %v %+v", err, c)
+	}
+	t.Setenv("THREADLINE_INSECURE_NO_AUTH", "maybe")
+	f, _ = serveFlags(&bytes.Buffer{})
+	if err := f.Parse(nil); err == nil || !strings.Contains(err.Error(), "THREADLINE_INSECURE_NO_AUTH") {
+		t.Fatalf("a bad boolean: %v", err)
+	}
+}
+
+// TestServeRefusals: configuration errors stop serve before it opens the
+// store, with exit code 2 and a message that names what to fix (and shows
+// no token).
+func TestServeRefusals(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad-tokens")
+	if err := os.WriteFile(bad, []byte("good-one alice\nsecret-without-user\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dup := filepath.Join(t.TempDir(), "dup-tokens")
+	if err := os.WriteFile(dup, []byte("secret-twice alice\n\nsecret-twice bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The store would be created if serve got that far.
+	store := filepath.Join(t.TempDir(), "never.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-addr", "0.0.0.0:0"}, "--insecure-no-auth"},
+		{[]string{"-addr", ":0"}, "THREADLINE_INSECURE_NO_AUTH=true"},
+		{[]string{"-tokens-file", bad}, bad + ":2: no user"},
+		{[]string{"-tokens-file", dup}, dup + ":3: duplicate token (already configured at " + dup + ":1)"},
+		{[]string{"-tokens-file", filepath.Join(t.TempDir(), "missing")}, "-tokens-file"},
+		{[]string{"-tokens", "secret-a=alice,=bob"}, "-tokens (THREADLINE_TOKENS) entry 2: empty token"},
+	} {
+		err := run(context.Background(), append([]string{"serve", "-store", "sqlite:" + store}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %v: %v (exit %d), want %q", c.args, err, exitCode(err), c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("serve %v: the error shows a token: %v", c.args, err)
+		}
+	}
+	if _, err := os.Stat(store); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused serve opened the store: %v", err)
 	}
 }

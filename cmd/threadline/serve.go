@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
+	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/instanceai/httpapi"
@@ -28,6 +30,9 @@ type serveConfig struct {
 	heartbeat       time.Duration
 	shutdownTimeout time.Duration
 	logLevel        string
+	tokens          string
+	tokensFile      string
+	insecureNoAuth  bool
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -41,11 +46,60 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpapi.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames buffered per SSE subscriber; a subscriber that falls further behind is disconnected and resumes from its cursor")
-	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between `: ping` comments on idle SSE streams")
+	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between \": ping\" comments on idle SSE streams")
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "THREADLINE_SHUTDOWN_TIMEOUT", 10*time.Second,
 		"how long a graceful shutdown may take to finish runs and flush open segments")
 	f.String(&c.logLevel, "log-level", "THREADLINE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	f.Secret(&c.tokens, "tokens", "THREADLINE_TOKENS",
+		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or -tokens-file: "+
+			"a command line is visible to other local users); none configured = single-user mode, no authentication")
+	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
+		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
+	f.Bool(&c.insecureNoAuth, "insecure-no-auth", "THREADLINE_INSECURE_NO_AUTH", false,
+		"allow serving a non-loopback address without authentication")
 	return f, c
+}
+
+// loadAuth reads the configured tokens. Errors name the list entry or file
+// line at fault, never a token.
+func loadAuth(c *serveConfig) (*auth.Authenticator, []auth.Entry, error) {
+	entries, err := auth.ParseList(c.tokens, "-tokens (THREADLINE_TOKENS)")
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	if c.tokensFile != "" {
+		f, err := os.Open(c.tokensFile)
+		if err != nil {
+			return nil, nil, usageError{fmt.Sprintf("-tokens-file: %v", err)}
+		}
+		defer f.Close()
+		more, err := auth.ParseFile(f, c.tokensFile)
+		if err != nil {
+			return nil, nil, usageError{err.Error()}
+		}
+		entries = append(entries, more...)
+	}
+	a, err := auth.New(entries)
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	return a, entries, nil
+}
+
+// logAuth says at start how callers are authenticated.
+func logAuth(logger *slog.Logger, a *auth.Authenticator, entries []auth.Entry, addr string) {
+	if !a.Enabled() {
+		logger.Warn("running without authentication: every request acts as user "+httpapi.LocalUser,
+			"loopback", auth.IsLoopback(addr))
+		return
+	}
+	logger.Info("authentication: bearer tokens", "tokens", len(entries), "users", a.Users())
+	for _, e := range entries {
+		if len(e.Token) < auth.WeakTokenLength {
+			logger.Warn(fmt.Sprintf("a token is shorter than %d characters; use a long random one", auth.WeakTokenLength),
+				"at", e.Source)
+		}
+	}
 }
 
 func storeFlag(f *envFlags, p *string) {
@@ -83,6 +137,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	authn, entries, err := loadAuth(c)
+	if err != nil {
+		return err
+	}
+	if err := auth.CheckListen(c.addr, authn, c.insecureNoAuth); err != nil {
+		return usageError{err.Error()}
+	}
 	store, err := storage.Open(ctx, c.store)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", storage.Describe(c.store), err)
@@ -93,12 +154,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	srv := server.New(store, agent, server.Config{
-		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Logger: logger,
+		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 	})
+	sweepCtx, cancelSweep := context.WithTimeout(ctx, time.Minute)
+	err = srv.Recover(sweepCtx)
+	cancelSweep()
+	if err != nil {
+		return fmt.Errorf("settle interrupted runs: %w", err)
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.addr, err)
 	}
+	logAuth(logger, authn, entries, c.addr)
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent)
 	return srv.Serve(ctx, ln, c.shutdownTimeout)
 }

@@ -30,7 +30,7 @@ func FuzzChatRequest(f *testing.F) {
 	runs := instanceai.NewRuns(writer, instanceai.AgentFunc(func(ctx context.Context, r *instanceai.Run) error { return nil }),
 		instanceai.RunsConfig{})
 	router := mux.NewRouter()
-	httpapi.New(store, hub, runs, httpapi.Config{MaxBody: 4096}).Register(router)
+	httpapi.New(store, hub, runs, writer, httpapi.Config{MaxBody: 4096}).Register(router)
 
 	f.Fuzz(func(t *testing.T, body, thread string) {
 		req := httptest.NewRequest(http.MethodPost, "/instance-ai/chat/x", strings.NewReader(body))
@@ -65,7 +65,7 @@ func FuzzEventsCursor(f *testing.F) {
 	writer := instanceai.NewWriter(store, hub, instanceai.WriterConfig{})
 	f.Cleanup(func() { _ = writer.Close(context.Background()) })
 	router := mux.NewRouter()
-	httpapi.New(store, hub, instanceai.NewRuns(writer, nil, instanceai.RunsConfig{}), httpapi.Config{}).Register(router)
+	httpapi.New(store, hub, instanceai.NewRuns(writer, nil, instanceai.RunsConfig{}), writer, httpapi.Config{}).Register(router)
 
 	f.Fuzz(func(t *testing.T, cursor string) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -35,14 +35,16 @@ type Config struct {
 
 // API is the native Instance AI HTTP surface.
 type API struct {
-	store instanceai.Store
-	hub   *instanceai.Hub
-	runs  *instanceai.Runs
-	cfg   Config
+	store  instanceai.Store
+	hub    *instanceai.Hub
+	runs   *instanceai.Runs
+	writer *instanceai.Writer
+	cfg    Config
 }
 
-// New returns the API.
-func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg Config) *API {
+// New returns the API. writer is the one runs writes through; the API
+// appends the events it emits itself (thread-title-updated) through it too.
+func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, writer *instanceai.Writer, cfg Config) *API {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
@@ -52,7 +54,7 @@ func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &API{store: store, hub: hub, runs: runs, cfg: cfg}
+	return &API{store: store, hub: hub, runs: runs, writer: writer, cfg: cfg}
 }
 
 // Register mounts the routes under /instance-ai.
@@ -61,6 +63,8 @@ func (a *API) Register(r *mux.Router) {
 	s.HandleFunc("/chat/{threadId}", a.chat).Methods(http.MethodPost)
 	s.HandleFunc("/chat/{threadId}/cancel", a.cancel).Methods(http.MethodPost)
 	s.HandleFunc("/events/{threadId}", a.events).Methods(http.MethodGet)
+	a.registerControl(s)
+	a.registerThreads(s)
 }
 
 // userKey carries the authenticated user id in a request context.
@@ -103,8 +107,7 @@ func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
 	}
 	t, err := a.store.GetThread(r.Context(), id)
 	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && t.OwnerID != UserFrom(r.Context())) {
-		return instanceai.Thread{}, httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId",
-			"thread %q does not exist", id)
+		return instanceai.Thread{}, threadNotFound(id)
 	}
 	return t, err
 }
@@ -141,7 +144,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if t.OwnerID != user {
-		return httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q does not exist", id)
+		return threadNotFound(id)
 	}
 	run, err := a.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message})
 	if errors.Is(err, instanceai.ErrRunActive) {
@@ -153,6 +156,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	a.recordMessage(r, t, run.ID, req.Message)
 	httpjson.Write(w, http.StatusOK, chatResponse{RunID: run.ID})
 	return nil
 }
@@ -204,6 +208,9 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	}
 	feed := instanceai.OpenFeed(a.store, a.hub, threadID, after)
 	defer feed.Close()
+	feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
+		return a.runSyncFrames(r.Context(), threadID, committed, open)
+	}
 	ping := time.NewTicker(a.cfg.Heartbeat)
 	defer ping.Stop()
 	ctx := r.Context()
@@ -222,7 +229,13 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 			continue
 		}
 		for _, d := range batch {
-			if err := s.Frame(d.ID, d.Wire); err != nil {
+			var err error
+			if d.Type != "" {
+				err = s.Event(0, d.Type, d.Data)
+			} else {
+				err = s.Frame(d.ID, d.Wire)
+			}
+			if err != nil {
 				return
 			}
 		}

@@ -60,6 +60,13 @@ type Store struct {
 	// outside it.
 	mu      sync.Mutex
 	threads map[string]*thread
+	// Message ids and confirmation request ids are unique across threads,
+	// as the SQL backends' primary keys make them.
+	messageIDs    map[string]string // message id → thread id
+	confirmations map[string]*confirmation
+	// added numbers confirmations in insertion order, which breaks ties
+	// between equal timestamps.
+	added int64
 }
 
 // thread is one thread and its window of events.
@@ -72,18 +79,36 @@ type thread struct {
 	// may use them after the lock is released.
 	events []entry
 	bytes  int64
+	// runs indexes run boundaries by run id. It is kept apart from the
+	// window, so a run whose run-start was evicted is still known.
+	runs map[string]*runBounds
+	// messages are in insertion order.
+	messages []instanceai.Message
 }
 
 type entry struct {
-	seq  int64
-	data []byte
+	seq   int64
+	runID string
+	data  []byte
+}
+
+// runBounds records whether a run's run-start and run-finish were appended.
+type runBounds struct {
+	startSeq int64 // seq of the first run-start, 0 when none yet
+	finished bool
+}
+
+type confirmation struct {
+	instanceai.Confirmation
+	added int64
 }
 
 var _ instanceai.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{}}
+	s := &Store{maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
+		messageIDs: map[string]string{}, confirmations: map[string]*confirmation{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -127,8 +152,10 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 		return first, nil
 	}
 	for i, b := range data {
-		t.events = append(t.events, entry{seq: first + int64(i), data: b})
+		seq := first + int64(i)
+		t.events = append(t.events, entry{seq: seq, runID: events[i].RunID, data: b})
 		t.bytes += int64(len(b))
+		t.noteRun(&events[i], seq)
 	}
 	t.lastSeq += int64(len(events))
 	t.meta.UpdatedAt = now()
@@ -228,7 +255,7 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 		at = now()
 	}
 	meta := instanceai.Thread{ID: t.ID, OwnerID: t.OwnerID, Title: t.Title, CreatedAt: at, UpdatedAt: at}
-	s.threads[t.ID] = &thread{meta: meta}
+	s.threads[t.ID] = &thread{meta: meta, runs: map[string]*runBounds{}}
 	return meta, true, nil
 }
 
@@ -285,13 +312,22 @@ func (s *Store) RenameThread(_ context.Context, id, title string) error {
 	return nil
 }
 
-// DeleteThread implements instanceai.ThreadStore; the thread's events go
-// with it.
+// DeleteThread implements instanceai.ThreadStore; the thread's events,
+// messages and confirmations go with it.
 func (s *Store) DeleteThread(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.threads[id] == nil {
+	t := s.threads[id]
+	if t == nil {
 		return notFound("delete", id)
+	}
+	for _, m := range t.messages {
+		delete(s.messageIDs, m.ID)
+	}
+	for rid, c := range s.confirmations {
+		if c.ThreadID == id {
+			delete(s.confirmations, rid)
+		}
 	}
 	delete(s.threads, id)
 	return nil

@@ -204,6 +204,21 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 	if err != nil {
 		return nil, err
 	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		// Only an empty answer needs telling apart from a missing thread.
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// scanEvents reads (seq, data) rows and closes them.
+func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
 	defer rows.Close()
 	var out []instanceai.StoredEvent
 	var data sql.RawBytes
@@ -217,21 +232,7 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 		}
 		out = append(out, se)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		// Only an empty answer needs telling apart from a missing thread.
-		var one int
-		err := s.db.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = $1`, threadID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, instanceai.ErrNotFound
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // NextSeq implements instanceai.EventLog. It reads the log itself rather

@@ -162,8 +162,8 @@ func TestConcurrentMigrate(t *testing.T) {
 	if err := stores[0].db.SelectContext(ctx, &versions, `SELECT version FROM schema_migrations ORDER BY version`); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(versions, []int64{1}) {
-		t.Fatalf("schema_migrations = %v, want [1]", versions)
+	if !slices.Equal(versions, []int64{1, 2}) {
+		t.Fatalf("schema_migrations = %v, want [1 2]", versions)
 	}
 	// The schema works from every instance.
 	if _, _, err := stores[n-1].EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
@@ -222,8 +222,13 @@ func TestStoredBytes(t *testing.T) {
 
 func countEvents(t *testing.T, s *Store, thread string) int {
 	t.Helper()
+	return countRows(t, s, "events", thread)
+}
+
+func countRows(t *testing.T, s *Store, table, thread string) int {
+	t.Helper()
 	var n int
-	if err := s.db.Get(&n, `SELECT count(*) FROM events WHERE thread_id = $1`, thread); err != nil {
+	if err := s.db.Get(&n, `SELECT count(*) FROM `+table+` WHERE thread_id = $1`, thread); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -239,14 +244,25 @@ func TestDeleteRemovesRows(t *testing.T) {
 	if _, err := s.Append(ctx, "t", storagetest.TypicalBatch("r", 50)); err != nil {
 		t.Fatal(err)
 	}
-	if n := countEvents(t, s, "t"); n != 50 {
-		t.Fatalf("%d rows before delete, want 50", n)
+	if err := s.AddMessage(ctx, instanceai.Message{ID: "m", ThreadID: "t", Role: "user", Content: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "c", ThreadID: "t", Request: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1}
+	for table, n := range want {
+		if got := countRows(t, s, table, "t"); got != n {
+			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
+		}
 	}
 	if err := s.DeleteThread(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if n := countEvents(t, s, "t"); n != 0 {
-		t.Fatalf("%d event rows left after delete, want 0", n)
+	for table := range want {
+		if n := countRows(t, s, table, "t"); n != 0 {
+			t.Fatalf("%d %s rows left after delete, want 0", n, table)
+		}
 	}
 }
 
@@ -362,4 +378,30 @@ func BenchmarkWriter(b *testing.B) {
 		b.Fatal(err)
 	}
 	storagetest.BenchWriter(b, s, rawAppend(s))
+}
+
+// UnfinishedRuns can answer from the run-boundary indexes alone. The table
+// is tiny here, so sequential scans are taken off the menu to see which
+// indexes the planner can use.
+func TestUnfinishedRunsUsesIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := openMigrated(t)
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	if err := tx.SelectContext(ctx, &plan, `EXPLAIN `+unfinishedRunsSQL); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	for _, index := range []string{"events_run_starts", "events_run_finishes"} {
+		if !strings.Contains(text, index) {
+			t.Errorf("the plan does not use %s:\n%s", index, text)
+		}
+	}
 }

@@ -171,8 +171,13 @@ func TestStoredBytes(t *testing.T) {
 
 func countEvents(t *testing.T, s *Store, thread string) int {
 	t.Helper()
+	return countRows(t, s, "events", thread)
+}
+
+func countRows(t *testing.T, s *Store, table, thread string) int {
+	t.Helper()
 	var n int
-	if err := s.rdb.QueryRow(`SELECT count(*) FROM events WHERE thread_id = ?`, thread).Scan(&n); err != nil {
+	if err := s.rdb.QueryRow(`SELECT count(*) FROM `+table+` WHERE thread_id = ?`, thread).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -188,14 +193,25 @@ func TestDeleteRemovesRows(t *testing.T) {
 	if _, err := s.Append(ctx, "t", storagetest.TypicalBatch("r", 50)); err != nil {
 		t.Fatal(err)
 	}
-	if n := countEvents(t, s, "t"); n != 50 {
-		t.Fatalf("%d rows before delete, want 50", n)
+	if err := s.AddMessage(ctx, instanceai.Message{ID: "m", ThreadID: "t", Role: "user", Content: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "c", ThreadID: "t", Request: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1}
+	for table, n := range want {
+		if got := countRows(t, s, table, "t"); got != n {
+			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
+		}
 	}
 	if err := s.DeleteThread(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if n := countEvents(t, s, "t"); n != 0 {
-		t.Fatalf("%d event rows left after delete, want 0", n)
+	for table := range want {
+		if n := countRows(t, s, table, "t"); n != 0 {
+			t.Fatalf("%d %s rows left after delete, want 0", n, table)
+		}
 	}
 }
 
@@ -291,4 +307,34 @@ func TestOpenRejectsNonFiles(t *testing.T) {
 func BenchmarkWriter(b *testing.B) {
 	s := openMigrated(b)
 	storagetest.BenchWriter(b, s, rawAppend(s))
+}
+
+// UnfinishedRuns reads only the run-boundary indexes, never the whole log.
+func TestUnfinishedRunsUsesIndexes(t *testing.T) {
+	s := openMigrated(t)
+	rows, err := s.rdb.Query(`EXPLAIN QUERY PLAN ` + unfinishedRunsSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	text := strings.Join(plan, "\n")
+	for _, index := range []string{"events_run_starts", "events_run_finishes"} {
+		if !strings.Contains(text, index) {
+			t.Errorf("the plan does not use %s:\n%s", index, text)
+		}
+	}
+	for _, step := range plan {
+		if (strings.HasPrefix(step, "SCAN") || strings.HasPrefix(step, "SEARCH")) && !strings.Contains(step, "INDEX") {
+			t.Errorf("the plan reads the events table itself (%s):\n%s", step, text)
+		}
+	}
 }

@@ -47,6 +47,12 @@ func Run(t *testing.T, open Opener) {
 		{"NotFound", testNotFound},
 		{"DeleteCascadesToLog", testDeleteCascades},
 		{"CancelledContextWritesNothing", testCancelledContext},
+		{"Messages", testMessages},
+		{"Confirmations", testConfirmations},
+		{"ConcurrentAnswersOneWins", testConcurrentAnswers},
+		{"UnfinishedRuns", testUnfinishedRuns},
+		{"RunEvents", testRunEvents},
+		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,6 +118,8 @@ func RunTwoPools(t *testing.T, openA, openB Opener) {
 	}
 
 	checkConcurrentAppends(t, []instanceai.Store{a, b}, "shared", 8, 40, 20)
+	// Answers racing from both pools: still exactly one wins.
+	checkConcurrentAnswers(t, []instanceai.Store{a, b}, "shared", 3, 8)
 
 	// What one pool deletes, the other no longer sees.
 	if err := a.DeleteThread(ctx, "shared"); err != nil {

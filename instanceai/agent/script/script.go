@@ -25,7 +25,7 @@ type Agent struct {
 }
 
 // Scenarios lists the scenario names the agent understands.
-var Scenarios = []string{"simple", "tools", "tasks", "error", "long"}
+var Scenarios = []string{"simple", "tools", "tasks", "error", "long", "confirm", "background"}
 
 // Run plays the scenario named by the message's first word; anything else
 // plays `simple`, echoing the message.
@@ -43,6 +43,10 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 		return p.tasks()
 	case "error":
 		return p.fail()
+	case "confirm":
+		return p.confirm()
+	case "background":
+		return p.background()
 	case "long":
 		n := 1000
 		if len(fields) > 1 {
@@ -65,6 +69,8 @@ type player struct {
 	delay time.Duration
 	err   error
 	n     int
+	// as, when set, is the background agent the events are emitted as.
+	as *instanceai.SubAgent
 }
 
 // emit sends one event after the pause; after the first failure it does
@@ -84,6 +90,10 @@ func (p *player) emit(ev instanceai.Event) {
 		}
 	} else if err := p.ctx.Err(); err != nil {
 		p.err = err
+		return
+	}
+	if p.as != nil {
+		p.err = p.as.Emit(ev)
 		return
 	}
 	p.err = p.run.Emit(ev)
@@ -208,5 +218,67 @@ func (p *player) long(n int) error {
 		p.emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: rid,
 			Payload: &instanceai.Text{Text: fmt.Sprintf("chunk %d. ", i)}})
 	}
+	return p.err
+}
+
+// confirm asks for approval before a destructive call, then answers
+// according to the decision.
+func (p *player) confirm() error {
+	p.text(instanceai.TypeTextDelta, p.responseID(), words("I can archive the workflow 'Daily report' for you.")...)
+	id := p.run.ID + ":tc:1"
+	args := map[string]any{"action": "archive", "workflowId": "1"}
+	p.toolCall(id, "workflows", args)
+	if p.err != nil {
+		return p.err
+	}
+	answer, err := p.run.Confirm(p.ctx, "", instanceai.ConfirmationRequest{
+		ToolCallID: id, ToolName: "workflows", Args: mustJSON(args), Severity: "destructive",
+		Message: "Archive workflow 'Daily report'?",
+	})
+	if err != nil {
+		return err
+	}
+	if !answer.Approved {
+		p.toolResult(id, map[string]any{"denied": true, "message": "The user declined to archive the workflow."})
+		reply := "Understood, I left 'Daily report' as it is."
+		if answer.UserInput != "" {
+			reply += " You said: " + answer.UserInput
+		}
+		p.text(instanceai.TypeTextDelta, p.responseID(), words(reply)...)
+		return p.err
+	}
+	p.toolResult(id, map[string]any{"archived": true, "workflowId": "1"})
+	p.text(instanceai.TypeTextDelta, p.responseID(), words("Done: 'Daily report' is archived.")...)
+	return p.err
+}
+
+// background spawns an eval-setup agent that keeps working after the
+// orchestrator has finished.
+func (p *player) background() error {
+	id := p.run.ID + ":tc:1"
+	p.toolCall(id, "eval-setup-with-agent", map[string]any{"workflowId": "wf-123", "task": "Add evaluation nodes"})
+	if p.err != nil {
+		return p.err
+	}
+	// The background agent works slower than the orchestrator talks, so
+	// its work visibly continues after the orchestrator's run-finish.
+	delay := 5 * p.delay
+	task, err := p.run.Spawn(instanceai.AgentSpawned{Role: "eval-setup", Tools: []string{"workflows", "nodes"},
+		Kind: "eval-setup", Title: "Eval setup"},
+		func(ctx context.Context, agent *instanceai.SubAgent) (string, error) {
+			bg := &player{ctx: ctx, run: p.run, delay: delay, as: agent}
+			get := p.run.ID + ":tc:2"
+			bg.toolCall(get, "workflows", map[string]any{"action": "get-json", "workflowId": "wf-123"})
+			bg.toolResult(get, map[string]any{"id": "wf-123", "nodes": 3})
+			update := p.run.ID + ":tc:3"
+			bg.toolCall(update, "workflows", map[string]any{"action": "update", "workflowId": "wf-123"})
+			bg.toolResult(update, map[string]any{"id": "wf-123", "nodes": 5})
+			return "Added evaluation nodes to workflow wf-123", bg.err
+		})
+	if err != nil {
+		return err
+	}
+	p.toolResult(id, map[string]any{"result": "Eval setup started (task: " + task.TaskID + ").", "taskId": task.TaskID})
+	p.text(instanceai.TypeTextDelta, p.responseID(), words("Evaluation setup has started in the background.")...)
 	return p.err
 }

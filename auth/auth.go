@@ -1,0 +1,286 @@
+// Package auth authenticates API callers by bearer token.
+//
+// Tokens map to user ids. They come from a comma-separated list
+// ("token1=alice,token2=bob", the --tokens flag) and from a file with one
+// token per line (--tokens-file). A request presents its token in an
+// `Authorization: Bearer <token>` header; the middleware resolves it to the
+// user id every handler scopes its work to. Without any token configured the
+// server runs in single-user mode: every request acts as httpapi.LocalUser,
+// and CheckListen keeps such a server on loopback unless told otherwise.
+//
+// Tokens are secrets: no error message and no log line built here contains
+// one. Errors name where a token was configured (the list entry or the file
+// line) instead.
+package auth
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/threadline/threadline/httpjson"
+	"github.com/threadline/threadline/instanceai/httpapi"
+)
+
+// Entry is one configured token and the user it authenticates.
+type Entry struct {
+	Token string
+	User  string
+	// Source says where the entry was configured ("--tokens entry 2",
+	// "tokens.txt:7"), for messages that must not show the token.
+	Source string
+}
+
+// WeakTokenLength is the length under which a token is reported as weak.
+const WeakTokenLength = 16
+
+// ParseList parses the list form, "token1=alice,token2=bob". source names
+// the list in errors (the flag or variable it came from). An empty list has
+// no entries. A token may contain '=' (base64 padding): the user is what
+// follows the last '='.
+func ParseList(list, source string) ([]Entry, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []Entry
+	for i, item := range strings.Split(list, ",") {
+		where := fmt.Sprintf("%s entry %d", source, i+1)
+		e, err := parseEntry(strings.TrimSpace(item), false)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		e.Source = where
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ParseFile parses a tokens file: one `token user` or `token=user` per
+// line; blank lines and lines starting with '#' are ignored. name names the
+// file in errors, which carry the line number.
+func ParseFile(r io.Reader, name string) ([]Entry, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	var out []Entry
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if n == 1 {
+			line = strings.TrimPrefix(line, "\ufeff") // a byte order mark
+		}
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", name, n)
+		e, err := parseEntry(line, true)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		e.Source = where
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		// The scanner's own errors (a line over 1 MiB) hold no content.
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
+
+// parseEntry splits "token=user", or with spaced also "token user".
+func parseEntry(s string, spaced bool) (Entry, error) {
+	if s == "" {
+		return Entry{}, errors.New("empty entry: expected token=user")
+	}
+	var token, user string
+	if fields := strings.Fields(s); spaced && len(fields) > 1 {
+		if len(fields) > 2 {
+			return Entry{}, errors.New("too many fields: expected `token user` or `token=user`")
+		}
+		token, user = fields[0], fields[1]
+	} else {
+		i := strings.LastIndexByte(s, '=')
+		if i < 0 {
+			return Entry{}, errors.New("no user: expected `token user` or `token=user`")
+		}
+		token, user = strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
+	}
+	switch {
+	case token == "":
+		return Entry{}, errors.New("empty token")
+	case user == "":
+		return Entry{}, errors.New("empty user")
+	case !visibleASCII(token):
+		return Entry{}, errors.New("the token must be printable ASCII without spaces")
+	case !visibleUser(user):
+		return Entry{}, errors.New("the user id must not contain spaces, control characters, '=' or ','")
+	}
+	return Entry{Token: token, User: user}, nil
+}
+
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func visibleUser(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == '=' || r == ',' {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticator resolves bearer tokens to user ids. The zero value (no
+// tokens) is single-user mode.
+type Authenticator struct {
+	// digests are the SHA-256 digests of the tokens: every comparison is
+	// between two 32-byte values, so neither a token's length nor its
+	// content shapes the time a comparison takes.
+	digests [][sha256.Size]byte
+	users   []string
+}
+
+// New checks entries (no token twice) and returns their authenticator.
+func New(entries []Entry) (*Authenticator, error) {
+	a := &Authenticator{}
+	seen := map[[sha256.Size]byte]string{}
+	for _, e := range entries {
+		if e.Token == "" || e.User == "" {
+			return nil, fmt.Errorf("%s: empty token or user", e.Source)
+		}
+		d := sha256.Sum256([]byte(e.Token))
+		if first, dup := seen[d]; dup {
+			return nil, fmt.Errorf("%s: duplicate token (already configured at %s)", e.Source, first)
+		}
+		seen[d] = e.Source
+		a.digests = append(a.digests, d)
+		a.users = append(a.users, e.User)
+	}
+	return a, nil
+}
+
+// Enabled reports whether any token is configured.
+func (a *Authenticator) Enabled() bool { return a != nil && len(a.digests) > 0 }
+
+// Users returns the number of distinct users with a token.
+func (a *Authenticator) Users() int {
+	if a == nil {
+		return 0
+	}
+	set := map[string]bool{}
+	for _, u := range a.users {
+		set[u] = true
+	}
+	return len(set)
+}
+
+// compare is the comparison Match makes, a variable so that a test can
+// count its calls.
+var compare = subtle.ConstantTimeCompare
+
+// Match returns the user of token. It compares the token's digest with
+// every configured digest, all of them whatever matched, and picks the
+// user without branching on a comparison, so the time it takes does not
+// tell which token (if any) matched.
+func (a *Authenticator) Match(token string) (user string, ok bool) {
+	if a == nil {
+		return "", false
+	}
+	d := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range a.digests {
+		found = subtle.ConstantTimeSelect(compare(d[:], a.digests[i][:]), i, found)
+	}
+	if found < 0 {
+		return "", false
+	}
+	return a.users[found], true
+}
+
+// bearerToken returns the token of an `Authorization: Bearer <token>`
+// header; the scheme is case-insensitive (RFC 7235).
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// Middleware authenticates every request before next: the caller's user id
+// goes into the request context (httpapi.WithUser). A request without a
+// bearer token, or with one that matches none, gets 401 with
+// `WWW-Authenticate: Bearer`. In single-user mode every request is
+// httpapi.LocalUser's.
+func (a *Authenticator) Middleware(next http.Handler) http.Handler {
+	if !a.Enabled() {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(httpapi.WithUser(r.Context(), httpapi.LocalUser)))
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearerToken(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline"`)
+			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "unauthorized", "",
+				"authentication required: send an Authorization: Bearer <token> header"))
+			return
+		}
+		user, ok := a.Match(token)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="invalid_token"`)
+			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "invalid_token", "",
+				"the bearer token is not valid"))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(httpapi.WithUser(r.Context(), user)))
+	})
+}
+
+// IsLoopback reports whether a listen address (host:port) only accepts
+// connections from this machine: a host of "localhost", or an IP in
+// 127.0.0.0/8 or ::1. An empty host (":8080") listens on every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// ErrNoAuthOnNetwork is CheckListen's refusal.
+var ErrNoAuthOnNetwork = errors.New("refusing to listen on a non-loopback address without authentication")
+
+// CheckListen refuses to serve addr without authentication unless addr is
+// loopback or insecure (--insecure-no-auth) is set.
+func CheckListen(addr string, a *Authenticator, insecure bool) error {
+	if a.Enabled() || insecure || IsLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is reachable from other machines and no tokens are configured; "+
+		"configure --tokens or --tokens-file (THREADLINE_TOKENS, THREADLINE_TOKENS_FILE), "+
+		"or pass --insecure-no-auth (THREADLINE_INSECURE_NO_AUTH=true) to serve it without authentication",
+		ErrNoAuthOnNetwork, addr)
+}

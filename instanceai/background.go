@@ -1,0 +1,185 @@
+package instanceai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// BackgroundRunning is the status the status endpoint reports for a
+// background task that is still working.
+const BackgroundRunning = "running"
+
+// BackgroundTask is a detached agent spawned by a run: it keeps working
+// after the orchestrator's run-finish, on the same runId, until its
+// agent-completed. Cancel on the thread stops it.
+type BackgroundTask struct {
+	TaskID    string
+	Role      string
+	AgentID   string
+	RunID     string
+	ThreadID  string
+	StartedAt int64 // epoch ms
+
+	cancel context.CancelCauseFunc
+}
+
+// SubAgent is what a background agent's work emits through.
+type SubAgent struct {
+	ID   string
+	run  *Run
+	task *BackgroundTask
+}
+
+// Emit sends an event as this agent.
+func (a *SubAgent) Emit(ev Event) error {
+	ev.AgentID = a.ID
+	return a.run.Emit(ev)
+}
+
+// BackgroundWork is the body of a background agent. Its result string goes
+// into agent-completed; an error ends the agent with status error.
+type BackgroundWork func(ctx context.Context, agent *SubAgent) (result string, err error)
+
+// Spawn starts a background agent under the orchestrator: it emits
+// agent-spawned (spec's ParentID defaults to the orchestrator, TaskID to a
+// new id) and runs work on its own goroutine with a context that outlives
+// the orchestrator's. When work returns, agent-completed follows with the
+// result and a status of completed, error or cancelled.
+func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, error) {
+	if spec.ParentID == "" {
+		spec.ParentID = r.AgentID
+	}
+	if spec.TaskID == "" {
+		spec.TaskID = NewID("task_")
+	}
+	if spec.Tools == nil {
+		spec.Tools = []string{}
+	}
+	agentID := NewID("agent_")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	task := &BackgroundTask{TaskID: spec.TaskID, Role: spec.Role, AgentID: agentID, RunID: r.ID,
+		ThreadID: r.ThreadID, StartedAt: r.runs.now().UnixMilli(), cancel: cancel}
+
+	// agent-spawned goes out as the orchestrator's event (it must not
+	// follow a finish), and only then does the new agent become live.
+	if err := r.Emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}); err != nil {
+		cancel(err)
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.liveAgents == nil {
+		r.liveAgents = map[string]bool{}
+	}
+	r.liveAgents[agentID] = true
+	r.mu.Unlock()
+
+	m := r.runs
+	m.mu.Lock()
+	m.background[r.ThreadID] = append(m.background[r.ThreadID], task)
+	m.wg.Add(1)
+	m.mu.Unlock()
+
+	agent := &SubAgent{ID: agentID, run: r, task: task}
+	go m.executeBackground(ctx, r, agent, spec.Role, work)
+	return task, nil
+}
+
+func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, role string, work BackgroundWork) {
+	defer m.wg.Done()
+	result, err := func() (result string, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				m.log.Error("background agent panicked", "thread", r.ThreadID, "run", r.ID, "agent", agent.ID, "panic", p)
+				err = fmt.Errorf("background agent failed unexpectedly: %v", p)
+			}
+		}()
+		return work(ctx, agent)
+	}()
+	completed := &AgentCompleted{Role: role, Result: result, Status: RunCompleted}
+	var c cancelled
+	switch {
+	case errors.As(context.Cause(ctx), &c):
+		completed.Status, completed.Error = RunCancelled, "cancelled: "+c.reason
+	case err != nil:
+		completed.Status, completed.Error = RunError, err.Error()
+	}
+
+	now := m.now().UnixMilli()
+	r.mu.Lock()
+	if completed.Status == RunCancelled {
+		r.settleToolsLocked(func(agentID string) bool { return agentID == agent.ID }, now)
+	}
+	delete(r.liveAgents, agent.ID)
+	r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed})
+	r.mu.Unlock()
+	agent.task.cancel(nil)
+
+	m.mu.Lock()
+	tasks := m.background[r.ThreadID]
+	if i := slices.Index(tasks, agent.task); i >= 0 {
+		tasks = slices.Delete(tasks, i, i+1)
+	}
+	if len(tasks) == 0 {
+		delete(m.background, r.ThreadID)
+	} else {
+		m.background[r.ThreadID] = tasks
+	}
+	m.mu.Unlock()
+}
+
+// ThreadStatus is what GET /threads/:id/status reports.
+type ThreadStatus struct {
+	HasActiveRun    bool             `json:"hasActiveRun"`
+	IsSuspended     bool             `json:"isSuspended"`
+	RunID           string           `json:"runId,omitempty"`
+	BackgroundTasks []BackgroundInfo `json:"backgroundTasks"`
+}
+
+// BackgroundInfo is one entry of ThreadStatus.BackgroundTasks.
+type BackgroundInfo struct {
+	TaskID    string `json:"taskId"`
+	Role      string `json:"role"`
+	AgentID   string `json:"agentId"`
+	Status    string `json:"status"`
+	StartedAt int64  `json:"startedAt"`
+	RunID     string `json:"runId,omitempty"`
+}
+
+// Status reports the thread's live activity in this process.
+func (m *Runs) Status(threadID string) ThreadStatus {
+	m.mu.Lock()
+	r := m.active[threadID]
+	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
+	m.mu.Unlock()
+	st := ThreadStatus{BackgroundTasks: []BackgroundInfo{}}
+	if r != nil {
+		st.HasActiveRun, st.RunID = true, r.ID
+		r.mu.Lock()
+		st.IsSuspended = r.suspended > 0
+		r.mu.Unlock()
+	}
+	for _, t := range tasks {
+		st.BackgroundTasks = append(st.BackgroundTasks, BackgroundInfo{TaskID: t.TaskID, Role: t.Role, AgentID: t.AgentID,
+			Status: BackgroundRunning, StartedAt: t.StartedAt, RunID: t.RunID})
+	}
+	return st
+}
+
+// LiveRuns returns the ids of the thread's runs that are live in this
+// process: the active run and the runs whose background agents still work.
+func (m *Runs) LiveRuns(threadID string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	if r := m.active[threadID]; r != nil {
+		ids = append(ids, r.ID)
+	}
+	for _, t := range m.background[threadID] {
+		if !slices.Contains(ids, t.RunID) {
+			ids = append(ids, t.RunID)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,54 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+)
+
+// runSync is the payload of an `event: run-sync` frame: a live run's agent
+// tree, folded from everything the connection has been sent so far, so a
+// client can replace its state for that run instead of trusting what it
+// pieced together before a reconnect.
+type runSync struct {
+	RunID       string               `json:"runId"`
+	ThreadID    string               `json:"threadId"`
+	Status      string               `json:"status"`
+	IsSuspended bool                 `json:"isSuspended"`
+	AgentTree   *agenttree.AgentNode `json:"agentTree"`
+}
+
+// runSyncFrames builds one id-less run-sync frame per live run of the
+// thread, folding the run's stored events up to committed plus the open
+// segments the connection was just sent.
+func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int64, open []instanceai.Event) []instanceai.Delivery {
+	var out []instanceai.Delivery
+	status := a.runs.Status(threadID)
+	for _, runID := range a.runs.LiveRuns(threadID) {
+		rows, err := a.store.RunEvents(ctx, threadID, runID)
+		if err != nil {
+			a.cfg.Logger.Warn("run-sync: read run", "thread", threadID, "run", runID, "err", err)
+			continue
+		}
+		st := agenttree.New()
+		for _, row := range rows {
+			if row.Seq <= committed {
+				st.Apply(row.Event)
+			}
+		}
+		for _, ev := range open {
+			if ev.RunID == runID {
+				st.Apply(ev)
+			}
+		}
+		data, err := json.Marshal(runSync{RunID: runID, ThreadID: threadID, Status: st.Status,
+			IsSuspended: status.RunID == runID && status.IsSuspended, AgentTree: st.Tree()})
+		if err != nil {
+			continue
+		}
+		out = append(out, instanceai.Delivery{Type: "run-sync", Data: data})
+	}
+	return out
+}

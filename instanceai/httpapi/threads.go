@@ -1,0 +1,356 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gorilla/mux"
+
+	"github.com/threadline/threadline/httpjson"
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Thread listing bounds.
+const (
+	DefaultThreadsLimit = 20
+	MaxThreadsLimit     = 100
+)
+
+// Title bounds: a title set by a client has 1 to MaxTitle characters after
+// trimming; one derived from the first message is cut at DerivedTitle.
+const (
+	MaxTitle     = 200
+	DerivedTitle = 60
+)
+
+// SystemAgentID is the agent id of events the server emits on its own
+// behalf, such as thread-title-updated.
+const SystemAgentID = "system"
+
+// registerThreads mounts the thread collection: list, create, rename and
+// delete, each scoped to the caller's own threads.
+func (a *API) registerThreads(s *mux.Router) {
+	s.HandleFunc("/threads", a.listThreads).Methods(http.MethodGet)
+	s.HandleFunc("/threads", a.createThread).Methods(http.MethodPost)
+	s.HandleFunc("/threads/{threadId}", a.renameThread).Methods(http.MethodPatch)
+	s.HandleFunc("/threads/{threadId}", a.deleteThread).Methods(http.MethodDelete)
+}
+
+// threadJSON is a thread as the API shows it.
+type threadJSON struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+func threadView(t instanceai.Thread) threadJSON {
+	return threadJSON{ID: t.ID, Title: t.Title, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+}
+
+type threadList struct {
+	Threads []threadJSON `json:"threads"`
+	Page    int          `json:"page"`
+	Limit   int          `json:"limit"`
+	HasMore bool         `json:"hasMore"`
+}
+
+// positiveParam reads an optional positive integer query parameter.
+func positiveParam(r *http.Request, name string, def, maxValue int) (int, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > maxValue {
+		return 0, httpjson.NewError(http.StatusBadRequest, "invalid_query", name,
+			"%s must be an integer from 1 to %d, got %q", name, maxValue, raw)
+	}
+	return n, nil
+}
+
+func (a *API) listThreads(w http.ResponseWriter, r *http.Request) {
+	list, err := a.threadPage(r)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, list)
+}
+
+func (a *API) threadPage(r *http.Request) (threadList, error) {
+	limit, err := positiveParam(r, "limit", DefaultThreadsLimit, MaxThreadsLimit)
+	if err != nil {
+		return threadList{}, err
+	}
+	// The offset (page-1)*limit must fit in an int.
+	page, err := positiveParam(r, "page", 1, math.MaxInt/MaxThreadsLimit)
+	if err != nil {
+		return threadList{}, err
+	}
+	// One row more than the page tells whether another page follows.
+	rows, err := a.store.ListThreads(r.Context(), UserFrom(r.Context()), limit+1, (page-1)*limit)
+	if err != nil {
+		return threadList{}, err
+	}
+	out := threadList{Threads: []threadJSON{}, Page: page, Limit: limit, HasMore: len(rows) > limit}
+	for _, t := range rows[:min(len(rows), limit)] {
+		out.Threads = append(out.Threads, threadView(t))
+	}
+	return out, nil
+}
+
+// cleanTitle trims a client's title and checks it: at most MaxTitle
+// characters, and no control characters (a title is one line).
+func cleanTitle(title string) (string, error) {
+	title = strings.TrimSpace(title)
+	if n := utf8.RuneCountInString(title); n > MaxTitle {
+		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
+			"title must be at most %d characters, got %d", MaxTitle, n)
+	}
+	if strings.ContainsFunc(title, unicode.IsControl) {
+		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
+			"title must be one line without control characters")
+	}
+	return title, nil
+}
+
+type createThreadRequest struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+}
+
+func (a *API) createThread(w http.ResponseWriter, r *http.Request) {
+	status, t, err := a.ensureThread(w, r)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	httpjson.Write(w, status, threadView(t))
+}
+
+// ensureThread creates the thread, or finds the caller's thread with that
+// id. Thread ids are global, so an id already taken by another user is a
+// 409 whose message says no more than that the id is not available: not
+// whose it is, nor anything about the thread.
+func (a *API) ensureThread(w http.ResponseWriter, r *http.Request) (int, instanceai.Thread, error) {
+	var req createThreadRequest
+	// The body is optional: no body creates an untitled thread.
+	if r.ContentLength != 0 {
+		if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
+			return 0, instanceai.Thread{}, err
+		}
+	}
+	id := req.ID
+	if id == "" {
+		id = instanceai.NewID("thread_")
+	} else if !threadIDPattern.MatchString(id) {
+		return 0, instanceai.Thread{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "id",
+			"id must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
+	}
+	title, err := cleanTitle(req.Title)
+	if err != nil {
+		return 0, instanceai.Thread{}, err
+	}
+	user := UserFrom(r.Context())
+	t, created, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user, Title: title})
+	switch {
+	case err != nil:
+		return 0, instanceai.Thread{}, err
+	case t.OwnerID != user:
+		return 0, instanceai.Thread{}, httpjson.NewError(http.StatusConflict, "thread_id_unavailable", "id",
+			"thread id %q is not available; choose another id, or send none to get a generated one", id)
+	case created:
+		return http.StatusCreated, t, nil
+	}
+	return http.StatusOK, t, nil
+}
+
+type renameRequest struct {
+	Title *string `json:"title"`
+}
+
+func (a *API) renameThread(w http.ResponseWriter, r *http.Request) {
+	t, err := a.rename(w, r)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, threadView(t))
+}
+
+func (a *API) rename(w http.ResponseWriter, r *http.Request) (instanceai.Thread, error) {
+	t, err := a.ownedThread(r)
+	if err != nil {
+		return t, err
+	}
+	var req renameRequest
+	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
+		return t, err
+	}
+	if req.Title == nil {
+		return t, httpjson.NewError(http.StatusBadRequest, "invalid_field", "title", "title is required")
+	}
+	title, err := cleanTitle(*req.Title)
+	if err != nil {
+		return t, err
+	}
+	if title == "" {
+		return t, httpjson.NewError(http.StatusBadRequest, "invalid_field", "title", "title must not be empty")
+	}
+	if err := a.setTitle(r.Context(), t.ID, UserFrom(r.Context()), "", title); err != nil {
+		return t, err
+	}
+	renamed, err := a.store.GetThread(r.Context(), t.ID)
+	if errors.Is(err, instanceai.ErrNotFound) {
+		return t, threadNotFound(t.ID)
+	}
+	return renamed, err
+}
+
+// setTitle renames the thread and announces it with a thread-title-updated
+// event in the thread's log. The event belongs to run runID; an empty runID
+// means the thread's active run if there is one, else a run id of its own.
+// Its agent is the system.
+func (a *API) setTitle(ctx context.Context, threadID, userID, runID, title string) error {
+	if err := a.store.RenameThread(ctx, threadID, title); err != nil {
+		if errors.Is(err, instanceai.ErrNotFound) {
+			return threadNotFound(threadID)
+		}
+		return err
+	}
+	if runID == "" {
+		runID = instanceai.NewID("run_")
+		if run := a.runs.Active(threadID); run != nil {
+			runID = run.ID
+		}
+	}
+	ev := instanceai.Event{Type: instanceai.TypeThreadTitleUpdated, RunID: runID, AgentID: SystemAgentID,
+		UserID: userID, TS: time.Now().UnixMilli(), Payload: &instanceai.ThreadTitle{Title: title}}
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	if err := a.writer.Enqueue(threadID, ev); err != nil {
+		// Only a closing writer refuses, at shutdown: the rename is stored
+		// and shows in the thread list; only the live notice is lost.
+		a.cfg.Logger.Warn("thread renamed without a thread-title-updated event", "thread", threadID, "err", err)
+	}
+	return nil
+}
+
+func threadNotFound(id string) error {
+	return httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q does not exist", id)
+}
+
+func (a *API) deleteThread(w http.ResponseWriter, r *http.Request) {
+	if err := a.delete(r); err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+// quiesceTimeout bounds how long a delete waits for cancelled agents.
+const quiesceTimeout = 5 * time.Second
+
+// delete cancels the thread's run and background agents, waits until they
+// stopped and the writer stored what they queued last (run-finish,
+// agent-completed), deletes the thread with its log, messages and
+// confirmations, and ends the thread's open streams. Without the wait, a
+// late event would be appended after the delete, or to a new thread that
+// took the id.
+func (a *API) delete(r *http.Request) error {
+	t, err := a.ownedThread(r)
+	if err != nil {
+		return err
+	}
+	a.runs.Cancel(t.ID, instanceai.ReasonUserCancelled)
+	if err := a.quiesce(r.Context(), t.ID); err != nil {
+		return err
+	}
+	if err := a.writer.Sync(r.Context(), t.ID); err != nil {
+		return err
+	}
+	if err := a.store.DeleteThread(r.Context(), t.ID); err != nil {
+		if errors.Is(err, instanceai.ErrNotFound) {
+			return threadNotFound(t.ID)
+		}
+		return err
+	}
+	a.hub.Forget(t.ID)
+	return nil
+}
+
+// quiesce waits until no run of the thread is live in this process: a
+// cancelled background agent settles its tool calls and queues its
+// agent-completed when its work returns, a moment after the cancel. An
+// agent that ignores cancellation is not waited for beyond quiesceTimeout.
+func (a *API) quiesce(ctx context.Context, threadID string) error {
+	deadline := time.NewTimer(quiesceTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		live := a.runs.LiveRuns(threadID)
+		if len(live) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			a.cfg.Logger.Warn("deleting a thread whose agents did not stop in time", "thread", threadID, "runs", live)
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// deriveTitle makes a title of a message's first non-blank line: spaces
+// collapsed, at most DerivedTitle characters, cut ones ending in "…".
+func deriveTitle(message string) string {
+	var line string
+	for l := range strings.Lines(message) {
+		if line = strings.Join(strings.FieldsFunc(l, isTitleSpace), " "); line != "" {
+			break
+		}
+	}
+	if utf8.RuneCountInString(line) <= DerivedTitle {
+		return line
+	}
+	runes := []rune(line)[:DerivedTitle-1]
+	return strings.TrimRightFunc(string(runes), unicode.IsSpace) + "…"
+}
+
+func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+
+// recordMessage stores the user message of a run that just started and, if
+// the thread has no title yet, titles it after the message. The run is
+// under way whatever happens here, so failures are logged, not returned.
+// A client that hangs up at once must not lose its message: the work is
+// detached from the request's cancellation.
+func (a *API) recordMessage(r *http.Request, t instanceai.Thread, runID, message string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	defer cancel()
+	user := UserFrom(r.Context())
+	err := a.store.AddMessage(ctx, instanceai.Message{ID: instanceai.NewID("msg_"), ThreadID: t.ID, RunID: runID,
+		Role: "user", Content: message})
+	if err != nil {
+		a.cfg.Logger.Error("could not store the user message", "thread", t.ID, "run", runID, "err", err)
+	}
+	if t.Title != "" {
+		return
+	}
+	if title := deriveTitle(message); title != "" {
+		if err := a.setTitle(ctx, t.ID, user, runID, title); err != nil {
+			a.cfg.Logger.Error("could not title the thread", "thread", t.ID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/internal/testpg"
+	"github.com/threadline/threadline/ssestream"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// threadlineBinary builds the real command once per test process.
+func threadlineBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "threadline-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "threadline")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/threadline/threadline/cmd/threadline").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// process is a real server process.
+type process struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	url  string
+	logs *bytes.Buffer
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func launch(t *testing.T, store string, delay time.Duration) *process {
+	t.Helper()
+	addr := freeAddr(t)
+	p := &process{t: t, url: "http://" + addr, logs: &bytes.Buffer{}}
+	p.cmd = exec.Command(threadlineBinary(t), "serve", "-addr", addr, "-store", store, "-script-delay", delay.String())
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := http.Get(p.url + "/instance-ai/events/none")
+		if err == nil {
+			res.Body.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %v\n%s", err, p.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *process) kill() {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+}
+
+func (p *process) chat(thread, message string) string {
+	p.t.Helper()
+	res, err := http.Post(p.url+"/instance-ai/chat/"+thread, "application/json", strings.NewReader(`{"message":"`+message+`"}`))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct{ RunID string }
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || out.RunID == "" {
+		p.t.Fatalf("chat: %d %v", res.StatusCode, err)
+	}
+	return out.RunID
+}
+
+// acked reads the live stream until stop says enough, and returns every
+// frame the server sent with an id: those it acknowledged as stored.
+func (p *process) acked(ctx context.Context, thread string, stop func(ev instanceai.Event, deltas int) bool) map[string]string {
+	p.t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+thread, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	rd := ssestream.NewReader(res.Body)
+	ids := map[string]string{}
+	deltas := 0
+	for {
+		f, err := rd.Next()
+		if err != nil {
+			p.t.Fatalf("live stream ended: %v", err)
+		}
+		if f.Data == "" || f.Event != "" {
+			continue
+		}
+		var ev instanceai.Event
+		if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
+			p.t.Fatal(err)
+		}
+		if f.HasID {
+			ids[f.ID] = f.Data
+		}
+		if ev.Type == instanceai.TypeTextDelta {
+			deltas++
+		}
+		if stop(ev, deltas) {
+			return ids
+		}
+	}
+}
+
+// replayAll reads the whole thread after a restart, until runID's run-finish.
+func (p *process) replayAll(thread, runID string) []frame {
+	p.t.Helper()
+	res, err := http.Get(p.url + "/instance-ai/events/" + thread)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	c := &conn{t: p.t, res: res, rd: ssestream.NewReader(res.Body), cancel: func() {}, frames: make(chan frameOrErr, 1024)}
+	go c.pump()
+	return c.until(wait, isRunFinish(runID))
+}
+
+var crashStores = []struct {
+	name string
+	spec func(t *testing.T) string
+}{
+	{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "crash.db") }},
+	{"postgres", func(t *testing.T) string { return testpg.FreshDSN(t) }},
+}
+
+// TestCrashSweep kills a real server with SIGKILL in the middle of a run and
+// restarts it on the same store: the run ends interrupted, no tool call is
+// left open, and every event acknowledged live before the kill is stored.
+func TestCrashSweep(t *testing.T) {
+	for _, st := range crashStores {
+		t.Run(st.name, func(t *testing.T) {
+			spec := st.spec(t)
+			cases := []struct {
+				message string
+				delay   time.Duration
+				stop    func(ev instanceai.Event, deltas int) bool
+			}{
+				{"long 100000", 2 * time.Millisecond, func(_ instanceai.Event, deltas int) bool { return deltas >= 100 }},
+				{"tools", 300 * time.Millisecond, func(ev instanceai.Event, _ int) bool { return ev.Type == instanceai.TypeToolCall }},
+			}
+			for i, c := range cases {
+				thread := fmt.Sprintf("crash%d", i)
+				p := launch(t, spec, c.delay)
+				runID := p.chat(thread, c.message)
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				acked := p.acked(ctx, thread, c.stop)
+				cancel()
+				p.kill()
+
+				p = launch(t, spec, c.delay)
+				frames := p.replayAll(thread, runID)
+				fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+				if fin.Status != instanceai.RunInterrupted || fin.Reason != instanceai.ReasonCrashed ||
+					frames[len(frames)-1].ev.AgentID != instanceai.OrchestratorAgentID(runID) {
+					t.Fatalf("%s: run ended %+v", c.message, frames[len(frames)-1].ev)
+				}
+				stored := map[string]string{}
+				open := map[string]bool{}
+				for _, f := range frames {
+					stored[f.ID] = f.Data
+					switch pl := f.ev.Payload.(type) {
+					case *instanceai.ToolCall:
+						open[pl.ToolCallID] = true
+					case *instanceai.ToolResult:
+						delete(open, pl.ToolCallID)
+					case *instanceai.ToolError:
+						delete(open, pl.ToolCallID)
+					}
+				}
+				for id, data := range acked {
+					if stored[id] != data {
+						t.Fatalf("%s: event %s acknowledged live is not in the log as sent:\n live %s\n log  %s", c.message, id, data, stored[id])
+					}
+				}
+				if len(open) != 0 {
+					t.Fatalf("%s: tool calls left open after the sweep: %v", c.message, open)
+				}
+				var events []instanceai.Event
+				for _, f := range frames {
+					events = append(events, f.ev)
+				}
+				if id := loadingToolCall(agenttree.Fold(events)); id != "" {
+					t.Fatalf("%s: the folded tree still shows tool call %s loading", c.message, id)
+				}
+				if c.message == "tools" {
+					interrupted := 0
+					for _, f := range frames {
+						if f.ev.Type == instanceai.TypeToolInterrupted {
+							interrupted++
+						}
+					}
+					if interrupted != 1 {
+						t.Fatalf("tools: %d tool-interrupted events, want 1", interrupted)
+					}
+				}
+				p.kill()
+			}
+		})
+	}
+}
+
+// loadingToolCall returns a tool call of the tree still marked loading.
+func loadingToolCall(n *agenttree.AgentNode) string {
+	for _, tc := range n.ToolCalls {
+		if tc.IsLoading {
+			return tc.ToolCallID
+		}
+	}
+	for _, c := range n.Children {
+		if id := loadingToolCall(c); id != "" {
+			return id
+		}
+	}
+	return ""
+}

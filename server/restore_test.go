@@ -1,0 +1,183 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+)
+
+type messagesPage struct {
+	ThreadID string `json:"threadId"`
+	Messages []struct {
+		ID          string               `json:"id"`
+		RunID       string               `json:"runId"`
+		Role        string               `json:"role"`
+		Content     string               `json:"content"`
+		Reasoning   string               `json:"reasoning"`
+		IsStreaming bool                 `json:"isStreaming"`
+		AgentTree   *agenttree.AgentNode `json:"agentTree"`
+	} `json:"messages"`
+	NextEventID int64 `json:"nextEventId"`
+}
+
+func (h *harness) messages(thread, query string) messagesPage {
+	h.t.Helper()
+	res, err := h.client.Get(h.srv.URL + "/instance-ai/threads/" + thread + "/messages" + query)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		h.t.Fatalf("messages: %d", res.StatusCode)
+	}
+	var page messagesPage
+	if err := json.NewDecoder(res.Body).Decode(&page); err != nil {
+		h.t.Fatal(err)
+	}
+	return page
+}
+
+func treeJSON(t *testing.T, n *agenttree.AgentNode) string {
+	t.Helper()
+	b, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSessionRestoreWhileStreaming: a client loads the messages, connects
+// with lastEventId = nextEventId-1 and folds what follows into the restored
+// tree; at the end its tree equals the fold of the whole stored run, both
+// for a finished run and for one caught mid-stream.
+func TestSessionRestoreWhileStreaming(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+		// Long enough pauses that the messages are loaded mid-run even on a
+		// loaded machine.
+		h := start(t, store, options{delay: 25 * time.Millisecond})
+		for _, msg := range []string{"tools", "long 120"} {
+			thread := "restore-" + msg[:4]
+			runID := h.chat(thread, msg)
+			// Load the messages once the run has stored a few events.
+			var page messagesPage
+			var restored *agenttree.State
+			for deadline := time.Now().Add(wait); restored == nil; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no assistant message for the run: %+v", msg, page)
+				}
+				time.Sleep(20 * time.Millisecond)
+				page = h.messages(thread, "")
+				for _, m := range page.Messages {
+					if m.Role == "assistant" && m.RunID == runID && page.NextEventID > 1 {
+						if !m.IsStreaming {
+							t.Fatalf("%s: the run is reported finished mid-stream", msg)
+						}
+						restored = agenttree.StateFromAgentTree(m.AgentTree)
+					}
+				}
+			}
+			conn := h.connect(thread, strconv.FormatInt(page.NextEventID-1, 10), true)
+			for _, f := range conn.until(wait, isRunFinish(runID)) {
+				if f.Event == "" {
+					restored.Apply(f.ev)
+				}
+			}
+			if err := h.app.Writer.Sync(context.Background(), thread); err != nil {
+				t.Fatal(err)
+			}
+			var all []instanceai.Event
+			for _, r := range replay(t, store, thread) {
+				all = append(all, r.Event)
+			}
+			if got, want := treeJSON(t, restored.Tree()), treeJSON(t, agenttree.Fold(all)); got != want {
+				t.Fatalf("%s: restored tree differs from the stored run:\n got %s\nwant %s", msg, got, want)
+			}
+			final := h.messages(thread, "")
+			last := final.Messages[len(final.Messages)-1]
+			if last.IsStreaming || last.Content == "" || final.Messages[0].Role != "user" || final.Messages[0].Content != msg {
+				t.Fatalf("%s: messages after the run = %+v", msg, final)
+			}
+		}
+	})
+}
+
+func TestMessagesPagination(t *testing.T) {
+	h := start(t, openStore(t, "memory"), options{})
+	var runs []string
+	for i := range 3 {
+		runID := h.chat("th", "simple "+strconv.Itoa(i))
+		h.connect("th", "", false).until(wait, isRunFinish(runID))
+		runs = append(runs, runID)
+	}
+	all := h.messages("th", "")
+	if len(all.Messages) != 6 {
+		t.Fatalf("%d messages, want 6", len(all.Messages))
+	}
+	newest := h.messages("th", "?limit=2")
+	older := h.messages("th", "?limit=2&page=1")
+	if len(newest.Messages) != 2 || newest.Messages[1].RunID != runs[2] || newest.Messages[0].Role != "user" ||
+		len(older.Messages) != 2 || older.Messages[1].RunID != runs[1] {
+		t.Fatalf("pages: newest %+v older %+v", newest.Messages, older.Messages)
+	}
+	for _, q := range []string{"?limit=0", "?limit=201", "?page=-1", "?limit=x"} {
+		res, err := h.client.Get(h.srv.URL + "/instance-ai/threads/th/messages" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", q, res.StatusCode)
+		}
+	}
+}
+
+// TestRunSyncOnConnect: connecting to a thread with a live run sends one
+// id-less run-sync frame with the run's folded tree before the live tail;
+// a thread with nothing live gets none.
+func TestRunSyncOnConnect(t *testing.T) {
+	h := start(t, openStore(t, "memory"), options{delay: 2 * time.Millisecond})
+	runID := h.chat("th", "long 100000")
+	time.Sleep(50 * time.Millisecond)
+	conn := h.connect("th", "", false)
+	frames := conn.until(wait, func(f frame) bool { return f.Event == "run-sync" })
+	sync := frames[len(frames)-1]
+	if sync.HasID {
+		t.Fatal("run-sync frame carries an id")
+	}
+	var payload struct {
+		RunID     string               `json:"runId"`
+		Status    string               `json:"status"`
+		AgentTree *agenttree.AgentNode `json:"agentTree"`
+	}
+	if err := json.Unmarshal([]byte(sync.Data), &payload); err != nil {
+		t.Fatal(err)
+	}
+	var sent string
+	for _, f := range frames {
+		if f.ev.Type == instanceai.TypeTextDelta {
+			sent += f.ev.Payload.(*instanceai.Text).Text
+		}
+	}
+	if payload.RunID != runID || payload.Status != "active" || payload.AgentTree == nil || payload.AgentTree.TextContent != sent {
+		t.Fatalf("run-sync = %s (text sent before it: %d bytes)", sync.Data, len(sent))
+	}
+	h.do("POST", "/instance-ai/chat/th/cancel", "")
+	conn.until(wait, isRunFinish(runID))
+	conn.close()
+
+	quiet := h.connect("th", "", false)
+	quiet.until(wait, isRunFinish(runID))
+	select {
+	case fe := <-quiet.frames:
+		if fe.err == nil && fe.f.Event == "run-sync" {
+			t.Fatal("run-sync sent for a thread with nothing live")
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
+}

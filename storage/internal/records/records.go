@@ -1,0 +1,53 @@
+// Package records checks the messages and confirmations a backend is asked
+// to store, so that every backend refuses the same malformed input with the
+// same words before it touches its storage.
+package records
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Message checks a message for AddMessage. A missing thread is the
+// backend's to report (as instanceai.ErrNotFound).
+func Message(m instanceai.Message) error {
+	switch {
+	case m.ID == "":
+		return errors.New("empty message id")
+	case m.Role == "":
+		return errors.New("empty role")
+	}
+	return nil
+}
+
+// Confirmation checks a confirmation for AddConfirmation and returns its
+// status: a new confirmation is pending (an empty status means pending) and
+// carries no answer yet.
+func Confirmation(c instanceai.Confirmation) (status string, err error) {
+	switch {
+	case c.RequestID == "":
+		return "", errors.New("empty request id")
+	case c.Status != "" && c.Status != instanceai.ConfirmationPending:
+		return "", fmt.Errorf("a new confirmation is %s, not %q; answer it with AnswerConfirmation", instanceai.ConfirmationPending, c.Status)
+	case len(c.Answer) > 0 || !c.AnsweredAt.IsZero():
+		return "", errors.New("a new confirmation carries no answer")
+	case !json.Valid(c.Request):
+		return "", errors.New("request is not valid JSON")
+	}
+	return instanceai.ConfirmationPending, nil
+}
+
+// Answer checks the arguments of AnswerConfirmation: the new status is not
+// pending, and the answer, when there is one, is JSON.
+func Answer(status string, answer json.RawMessage) error {
+	switch {
+	case status == "" || status == instanceai.ConfirmationPending:
+		return fmt.Errorf("answer status %q: an answer moves a confirmation out of %s", status, instanceai.ConfirmationPending)
+	case len(answer) > 0 && !json.Valid(answer):
+		return errors.New("answer is not valid JSON")
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/records"
+)
+
+// orNow is a timestamp parameter: NULL for a zero time, so that the
+// statement's COALESCE takes the database's now(), one clock for every
+// instance.
+func orNow(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// AddMessage implements instanceai.MessageStore. A zero CreatedAt means the
+// database's now().
+func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
+	err := records.Message(m)
+	if err == nil {
+		// The EXISTS tells a missing thread apart without parsing the
+		// foreign-key error; the key still guards against a concurrent delete.
+		var res sql.Result
+		res, err = s.db.ExecContext(ctx,
+			`INSERT INTO messages (id, thread_id, run_id, role, content, created_at)
+			 SELECT $1, $2, $3, $4, $5, COALESCE($6::timestamptz, now())
+			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)`,
+			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, orNow(m.CreatedAt))
+		if err == nil {
+			err = mustAffect(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
+	}
+	return nil
+}
+
+type messageRow struct {
+	ID        string    `db:"id"`
+	ThreadID  string    `db:"thread_id"`
+	RunID     string    `db:"run_id"`
+	Role      string    `db:"role"`
+	Content   string    `db:"content"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+// ListMessages implements instanceai.MessageStore: oldest first, equal
+// timestamps in insertion order. A missing thread is ErrNotFound.
+func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	var rows []messageRow
+	err := s.db.SelectContext(ctx, &rows,
+		`SELECT id, thread_id, run_id, role, content, created_at FROM messages WHERE thread_id = $1 ORDER BY created_at, ord`,
+		threadID)
+	if err == nil && len(rows) == 0 {
+		err = s.threadExists(ctx, threadID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, err)
+	}
+	var out []instanceai.Message
+	for _, r := range rows {
+		out = append(out, instanceai.Message{ID: r.ID, ThreadID: r.ThreadID, RunID: r.RunID, Role: r.Role,
+			Content: r.Content, CreatedAt: r.CreatedAt.UTC()})
+	}
+	return out, nil
+}
+
+func (s *Store) threadExists(ctx context.Context, id string) error {
+	var one int
+	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = $1`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return instanceai.ErrNotFound
+	}
+	return err
+}
+
+// AddConfirmation implements instanceai.ConfirmationStore. A zero CreatedAt
+// means the database's now().
+func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) error {
+	status, err := records.Confirmation(c)
+	if err == nil {
+		var res sql.Result
+		res, err = s.db.ExecContext(ctx,
+			`INSERT INTO confirmations (request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, created_at)
+			 SELECT $1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9::timestamptz, now())
+			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)`,
+			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
+			orNow(c.CreatedAt))
+		if err == nil {
+			err = mustAffect(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, err)
+	}
+	return nil
+}
+
+type confirmationRow struct {
+	RequestID  string         `db:"request_id"`
+	ThreadID   string         `db:"thread_id"`
+	RunID      string         `db:"run_id"`
+	AgentID    string         `db:"agent_id"`
+	ToolCallID string         `db:"tool_call_id"`
+	OwnerID    string         `db:"owner_id"`
+	Request    string         `db:"request"`
+	Status     string         `db:"status"`
+	Answer     sql.NullString `db:"answer"`
+	CreatedAt  time.Time      `db:"created_at"`
+	AnsweredAt sql.NullTime   `db:"answered_at"`
+}
+
+const confirmationColumns = `request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, answer, created_at, answered_at`
+
+func (r confirmationRow) confirmation() instanceai.Confirmation {
+	c := instanceai.Confirmation{RequestID: r.RequestID, ThreadID: r.ThreadID, RunID: r.RunID, AgentID: r.AgentID,
+		ToolCallID: r.ToolCallID, OwnerID: r.OwnerID, Request: json.RawMessage(r.Request), Status: r.Status,
+		CreatedAt: r.CreatedAt.UTC()}
+	if r.Answer.Valid {
+		c.Answer = json.RawMessage(r.Answer.String)
+	}
+	if r.AnsweredAt.Valid {
+		c.AnsweredAt = r.AnsweredAt.Time.UTC()
+	}
+	return c
+}
+
+// GetConfirmation implements instanceai.ConfirmationStore.
+func (s *Store) GetConfirmation(ctx context.Context, requestID string) (instanceai.Confirmation, error) {
+	var r confirmationRow
+	err := s.db.GetContext(ctx, &r, `SELECT `+confirmationColumns+` FROM confirmations WHERE request_id = $1`, requestID)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return instanceai.Confirmation{}, fmt.Errorf("postgres: get confirmation %q: %w", requestID, err)
+	}
+	return r.confirmation(), nil
+}
+
+// AnswerConfirmation implements instanceai.ConfirmationStore. The UPDATE
+// only matches a pending row: of two concurrent answers, the second waits
+// for the first's row lock, re-checks the condition on the new row version
+// and matches nothing. The same statement tells "absent" from "answered".
+func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string, answer json.RawMessage) error {
+	err := records.Answer(status, answer)
+	if err == nil {
+		var value any // NULL for no answer
+		if len(answer) > 0 {
+			value = string(answer)
+		}
+		var updated, exists bool
+		err = s.db.QueryRowContext(ctx,
+			`WITH updated AS (
+			     UPDATE confirmations SET status = $2, answer = $3, answered_at = now()
+			     WHERE request_id = $1 AND status = $4
+			     RETURNING 1)
+			 SELECT EXISTS (SELECT 1 FROM updated), EXISTS (SELECT 1 FROM confirmations WHERE request_id = $1)`,
+			requestID, status, value, instanceai.ConfirmationPending).Scan(&updated, &exists)
+		switch {
+		case err != nil:
+		case !exists:
+			err = instanceai.ErrNotFound
+		case !updated:
+			err = instanceai.ErrAlreadyAnswered
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: answer confirmation %q: %w", requestID, err)
+	}
+	return nil
+}
+
+// PendingConfirmations implements instanceai.ConfirmationStore: oldest
+// first, equal timestamps in insertion order. A missing thread is
+// ErrNotFound.
+func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]instanceai.Confirmation, error) {
+	var rows []confirmationRow
+	err := s.db.SelectContext(ctx, &rows,
+		`SELECT `+confirmationColumns+` FROM confirmations WHERE thread_id = $1 AND status = $2 ORDER BY created_at, ord`,
+		threadID, instanceai.ConfirmationPending)
+	if err == nil && len(rows) == 0 {
+		err = s.threadExists(ctx, threadID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: pending confirmations of thread %q: %w", threadID, err)
+	}
+	var out []instanceai.Confirmation
+	for _, r := range rows {
+		out = append(out, r.confirmation())
+	}
+	return out, nil
+}
+
+// unfinishedRunsSQL lists the runs with a run-start and no run-finish.
+const unfinishedRunsSQL = `SELECT s.thread_id, s.run_id FROM events s
+WHERE s.type = 'run-start' AND NOT EXISTS (
+    SELECT 1 FROM events f WHERE f.type = 'run-finish' AND f.thread_id = s.thread_id AND f.run_id = s.run_id)
+GROUP BY s.thread_id, s.run_id
+ORDER BY s.thread_id, MIN(s.seq)`
+
+// UnfinishedRuns implements instanceai.RunIndex: ordered by thread id, then
+// by the position of the run's run-start in the log. Both sides of the
+// anti-join read the partial indexes of migration 002.
+func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
+	var rows []struct {
+		ThreadID string `db:"thread_id"`
+		RunID    string `db:"run_id"`
+	}
+	err := s.db.SelectContext(ctx, &rows, unfinishedRunsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: unfinished runs: %w", err)
+	}
+	var out []instanceai.RunRef
+	for _, r := range rows {
+		out = append(out, instanceai.RunRef{ThreadID: r.ThreadID, RunID: r.RunID})
+	}
+	return out, nil
+}
+
+// RunEvents implements instanceai.RunIndex. A run's events follow its
+// run-start (the registry emits it first), so the scan starts there rather
+// than at the beginning of the thread; a run without a run-start is looked
+// for in the whole thread. A missing thread is ErrNotFound.
+func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	out, err := s.runEvents(ctx, threadID, runID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: events of run %q in thread %q: %w", runID, threadID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, data FROM events
+		 WHERE thread_id = $1 AND run_id = $2 AND seq >= COALESCE(
+		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = $1 AND run_id = $2), 0)
+		 ORDER BY seq`, threadID, runID)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,295 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/records"
+)
+
+// AddMessage implements instanceai.MessageStore. A zero CreatedAt means now.
+func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
+	err := records.Message(m)
+	if err == nil {
+		at := m.CreatedAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		// The EXISTS tells a missing thread apart without parsing the
+		// foreign-key error; the key still guards against a concurrent delete.
+		var res sql.Result
+		res, err = s.wdb.ExecContext(ctx,
+			`INSERT INTO messages (id, thread_id, run_id, role, content, created_at)
+			 SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
+			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, formatTime(at), m.ThreadID)
+		if err == nil {
+			err = mustAffect(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
+	}
+	return nil
+}
+
+// ListMessages implements instanceai.MessageStore: oldest first, equal
+// timestamps in insertion order. A missing thread is ErrNotFound.
+func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	out, err := s.listMessages(ctx, threadID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list messages of thread %q: %w", threadID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) listMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	rows, err := s.rdb.QueryContext(ctx,
+		`SELECT id, run_id, role, content, created_at FROM messages WHERE thread_id = ? ORDER BY created_at, rowid`, threadID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []instanceai.Message
+	for rows.Next() {
+		m := instanceai.Message{ThreadID: threadID}
+		var created string
+		if err := rows.Scan(&m.ID, &m.RunID, &m.Role, &m.Content, &created); err != nil {
+			return nil, err
+		}
+		if m.CreatedAt, err = parseTime(created); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// AddConfirmation implements instanceai.ConfirmationStore. A zero CreatedAt
+// means now.
+func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) error {
+	status, err := records.Confirmation(c)
+	if err == nil {
+		at := c.CreatedAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		var res sql.Result
+		res, err = s.wdb.ExecContext(ctx,
+			`INSERT INTO confirmations (request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, created_at)
+			 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
+			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
+			formatTime(at), c.ThreadID)
+		if err == nil {
+			err = mustAffect(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, err)
+	}
+	return nil
+}
+
+const confirmationColumns = `request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, answer, created_at, answered_at`
+
+func scanConfirmation(row scanner) (instanceai.Confirmation, error) {
+	var c instanceai.Confirmation
+	var request, created string
+	var answer, answered sql.NullString
+	if err := row.Scan(&c.RequestID, &c.ThreadID, &c.RunID, &c.AgentID, &c.ToolCallID, &c.OwnerID,
+		&request, &c.Status, &answer, &created, &answered); err != nil {
+		return instanceai.Confirmation{}, err
+	}
+	c.Request = json.RawMessage(request)
+	if answer.Valid {
+		c.Answer = json.RawMessage(answer.String)
+	}
+	var err error
+	if c.CreatedAt, err = parseTime(created); err != nil {
+		return instanceai.Confirmation{}, err
+	}
+	if answered.Valid {
+		if c.AnsweredAt, err = parseTime(answered.String); err != nil {
+			return instanceai.Confirmation{}, err
+		}
+	}
+	return c, nil
+}
+
+// GetConfirmation implements instanceai.ConfirmationStore.
+func (s *Store) GetConfirmation(ctx context.Context, requestID string) (instanceai.Confirmation, error) {
+	c, err := scanConfirmation(s.rdb.QueryRowContext(ctx,
+		`SELECT `+confirmationColumns+` FROM confirmations WHERE request_id = ?`, requestID))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	if err != nil {
+		return instanceai.Confirmation{}, fmt.Errorf("sqlite: get confirmation %q: %w", requestID, err)
+	}
+	return c, nil
+}
+
+// AnswerConfirmation implements instanceai.ConfirmationStore. The update
+// only matches a pending row, so of two answers exactly one changes it; the
+// loser learns why in the same write transaction.
+func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string, answer json.RawMessage) error {
+	err := records.Answer(status, answer)
+	if err == nil {
+		err = s.answer(ctx, requestID, status, answer)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: answer confirmation %q: %w", requestID, err)
+	}
+	return nil
+}
+
+func (s *Store) answer(ctx context.Context, requestID, status string, answer json.RawMessage) (err error) {
+	var value any // NULL for no answer
+	if len(answer) > 0 {
+		value = string(answer)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	res, err := tx.ExecContext(ctx,
+		`UPDATE confirmations SET status = ?, answer = ?, answered_at = ? WHERE request_id = ? AND status = ?`,
+		status, value, formatTime(time.Now()), requestID, instanceai.ConfirmationPending)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM confirmations WHERE request_id = ?`, requestID).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return instanceai.ErrNotFound
+		case err != nil:
+			return err
+		}
+		return instanceai.ErrAlreadyAnswered
+	}
+	return tx.Commit()
+}
+
+// PendingConfirmations implements instanceai.ConfirmationStore: oldest
+// first, equal timestamps in insertion order. A missing thread is
+// ErrNotFound.
+func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]instanceai.Confirmation, error) {
+	out, err := s.pendingConfirmations(ctx, threadID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: pending confirmations of thread %q: %w", threadID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) pendingConfirmations(ctx context.Context, threadID string) ([]instanceai.Confirmation, error) {
+	rows, err := s.rdb.QueryContext(ctx,
+		`SELECT `+confirmationColumns+` FROM confirmations WHERE thread_id = ? AND status = ? ORDER BY created_at, rowid`,
+		threadID, instanceai.ConfirmationPending)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []instanceai.Confirmation
+	for rows.Next() {
+		c, err := scanConfirmation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// unfinishedRunsSQL lists the runs with a run-start and no run-finish.
+const unfinishedRunsSQL = `SELECT s.thread_id, s.run_id FROM events s
+WHERE s.type = 'run-start' AND NOT EXISTS (
+    SELECT 1 FROM events f WHERE f.type = 'run-finish' AND f.thread_id = s.thread_id AND f.run_id = s.run_id)
+GROUP BY s.thread_id, s.run_id
+ORDER BY s.thread_id, MIN(s.seq)`
+
+// UnfinishedRuns implements instanceai.RunIndex: ordered by thread id, then
+// by the position of the run's run-start in the log. Both sides of the
+// anti-join read the partial indexes of migration 002.
+func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
+	rows, err := s.rdb.QueryContext(ctx, unfinishedRunsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
+	}
+	defer rows.Close()
+	var out []instanceai.RunRef
+	for rows.Next() {
+		var r instanceai.RunRef
+		if err := rows.Scan(&r.ThreadID, &r.RunID); err != nil {
+			return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
+	}
+	return out, nil
+}
+
+// RunEvents implements instanceai.RunIndex. A run's events follow its
+// run-start (the registry emits it first), so the scan starts there rather
+// than at the beginning of the thread; a run without a run-start is looked
+// for in the whole thread. A missing thread is ErrNotFound.
+func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	out, err := s.runEvents(ctx, threadID, runID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: events of run %q in thread %q: %w", runID, threadID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	rows, err := s.rdb.QueryContext(ctx,
+		`SELECT seq, data FROM events
+		 WHERE thread_id = ?1 AND run_id = ?2 AND seq >= COALESCE(
+		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ?1 AND run_id = ?2), 0)
+		 ORDER BY seq`, threadID, runID)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := s.threadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
