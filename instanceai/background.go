@@ -147,8 +147,9 @@ type BackgroundInfo struct {
 	RunID     string `json:"runId,omitempty"`
 }
 
-// Status reports the thread's live activity in this process.
-func (m *Runs) Status(threadID string) ThreadStatus {
+// Status reports the thread's activity: the live run and background agents
+// of this process, or a run suspended on a stored confirmation.
+func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
 	m.mu.Lock()
 	r := m.active[threadID]
 	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
@@ -159,6 +160,11 @@ func (m *Runs) Status(threadID string) ThreadStatus {
 		r.mu.Lock()
 		st.IsSuspended = r.suspended > 0
 		r.mu.Unlock()
+	}
+	if r == nil {
+		if c, err := m.suspendedRun(ctx, threadID); err == nil && c != nil {
+			st.HasActiveRun, st.IsSuspended, st.RunID = true, true, c.RunID
+		}
 	}
 	for _, t := range tasks {
 		st.BackgroundTasks = append(st.BackgroundTasks, BackgroundInfo{TaskID: t.TaskID, Role: t.Role, AgentID: t.AgentID,

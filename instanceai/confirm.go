@@ -95,7 +95,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	case a := <-wait:
 		return a, nil
 	case <-ctx.Done():
-		m.closeConfirmation(req.RequestID)
+		if !errors.Is(context.Cause(ctx), errSuspendedAtShutdown) {
+			m.closeConfirmation(req.RequestID)
+		}
 		return Answer{}, context.Cause(ctx)
 	}
 }
@@ -130,8 +132,9 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	}
 	m.mu.Lock()
 	wait := m.waiters[requestID]
+	live := m.active[c.ThreadID] != nil && m.active[c.ThreadID].ID == c.RunID
 	m.mu.Unlock()
-	if wait == nil {
+	if wait == nil && (live || !m.agentResumes()) {
 		m.closeConfirmation(requestID)
 		return c.RunID, ErrConfirmationClosed
 	}
@@ -145,6 +148,10 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	}
 	if err := m.confirms.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
 		return c.RunID, err
+	}
+	if wait == nil {
+		// Suspended across a restart: continue the run in this process.
+		return c.RunID, m.resume(&c, a)
 	}
 	select {
 	case wait <- a:

@@ -101,6 +101,13 @@ type StartRequest struct {
 // the active run returned). The run-start event is queued before Start
 // returns, so a client that subscribes afterwards sees the whole run.
 func (m *Runs) Start(req StartRequest) (*Run, error) {
+	suspended, err := m.suspendedRun(context.Background(), req.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	if suspended != nil {
+		return &Run{ID: suspended.RunID, ThreadID: req.ThreadID}, ErrRunActive
+	}
 	m.mu.Lock()
 	if r := m.active[req.ThreadID]; r != nil {
 		m.mu.Unlock()
@@ -122,7 +129,7 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 		cancel(err)
 		return nil, fmt.Errorf("start run: %w", err)
 	}
-	go m.execute(r)
+	go m.execute(r, func(ctx context.Context) error { return m.agent.Run(ctx, r) })
 	return r, nil
 }
 
@@ -153,6 +160,12 @@ func (m *Runs) Cancel(threadID, reason string) *Run {
 	}
 	r := m.Active(threadID)
 	if r == nil {
+		if c, err := m.suspendedRun(context.Background(), threadID); err == nil && c != nil {
+			if err := m.finishSuspended(c, reason); err != nil {
+				m.log.Error("could not cancel a suspended run", "thread", threadID, "run", c.RunID, "err", err)
+			}
+			return &Run{ID: c.RunID, ThreadID: threadID}
+		}
 		return nil
 	}
 	r.stop(reason)
@@ -176,6 +189,15 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 		t.cancel(cancelled{ReasonServiceShutdown})
 	}
 	for _, r := range runs {
+		r.mu.Lock()
+		suspended := r.suspended > 0
+		r.mu.Unlock()
+		if suspended && m.agentResumes() {
+			// Waiting for a person: keep it suspended for the next process.
+			r.cancel(errSuspendedAtShutdown)
+			m.release(r)
+			continue
+		}
 		r.stop(ReasonServiceShutdown)
 	}
 	done := make(chan struct{})
@@ -223,11 +245,13 @@ func (m *Runs) release(r *Run) {
 	m.mu.Unlock()
 }
 
-func (m *Runs) execute(r *Run) {
+func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 	defer m.wg.Done()
 	defer close(r.done)
-	err := m.callAgent(r)
+	err := m.callAgent(r, body)
 	switch {
+	case errors.Is(context.Cause(r.ctx), errSuspendedAtShutdown):
+		// Left suspended on purpose: no run-finish.
 	case r.ctx.Err() != nil:
 		// Cancelled, or failed by the writer (then already finished).
 		var c cancelled
@@ -249,15 +273,22 @@ func (m *Runs) execute(r *Run) {
 	}
 }
 
+// agentResumes reports whether the agent can continue runs suspended
+// across a restart.
+func (m *Runs) agentResumes() bool {
+	_, ok := m.agent.(Resumer)
+	return ok && m.confirms != nil
+}
+
 // callAgent runs the agent, turning a panic into an error.
-func (m *Runs) callAgent(r *Run) (err error) {
+func (m *Runs) callAgent(r *Run, body func(ctx context.Context) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			m.log.Error("agent panicked", "thread", r.ThreadID, "run", r.ID, "panic", p)
 			err = fmt.Errorf("agent failed unexpectedly: %v", p)
 		}
 	}()
-	return m.agent.Run(r.ctx, r)
+	return body(r.ctx)
 }
 
 // Run is one active run: what agents emit through.

@@ -27,6 +27,15 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 		if m.isLive(ref) {
 			continue
 		}
+		if m.agentResumes() {
+			// A run suspended on a confirmation is waiting, not orphaned:
+			// it resumes when answered.
+			if c, err := m.suspendedRun(ctx, ref.ThreadID); err != nil {
+				return settled, err
+			} else if c != nil && c.RunID == ref.RunID {
+				continue
+			}
+		}
 		rows, err := index.RunEvents(ctx, ref.ThreadID, ref.RunID)
 		if err != nil {
 			return settled, fmt.Errorf("sweep: read run %s: %w", ref.RunID, err)

@@ -265,3 +265,134 @@ func loadingToolCall(n *agenttree.AgentNode) string {
 	}
 	return ""
 }
+
+func (p *process) get(path string, out any) int {
+	p.t.Helper()
+	res, err := http.Get(p.url + path)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+			p.t.Fatalf("GET %s: %v", path, err)
+		}
+	}
+	return res.StatusCode
+}
+
+func (p *process) post(path, body string) int {
+	p.t.Helper()
+	res, err := http.Post(p.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestSuspendedRunSurvivesRestart: a run waiting for approval when the
+// server stops (gracefully or killed) is still suspended after the restart:
+// status and messages show it, and the answer resumes it to completion.
+func TestSuspendedRunSurvivesRestart(t *testing.T) {
+	for _, st := range crashStores {
+		t.Run(st.name, func(t *testing.T) {
+			spec := st.spec(t)
+			for i, stop := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+				thread := fmt.Sprintf("suspended%d", i)
+				p := launch(t, spec, 0)
+				runID := p.chat(thread, "confirm")
+				var requestID string
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				p.acked(ctx, thread, func(ev instanceai.Event, _ int) bool {
+					if c, ok := ev.Payload.(*instanceai.ConfirmationRequest); ok {
+						requestID = c.RequestID
+						return true
+					}
+					return false
+				})
+				cancel()
+				if err := p.cmd.Process.Signal(stop); err != nil {
+					t.Fatal(err)
+				}
+				_ = p.cmd.Wait()
+
+				p = launch(t, spec, 0)
+				var status instanceai.ThreadStatus
+				p.get("/instance-ai/threads/"+thread+"/status", &status)
+				if !status.HasActiveRun || !status.IsSuspended || status.RunID != runID {
+					t.Fatalf("%v: status after restart = %+v", stop, status)
+				}
+				var page messagesPage
+				p.get("/instance-ai/threads/"+thread+"/messages", &page)
+				last := page.Messages[len(page.Messages)-1]
+				tree, _ := json.Marshal(last.AgentTree)
+				if last.RunID != runID || !last.IsStreaming || !strings.Contains(string(tree), requestID) {
+					t.Fatalf("%v: messages after restart = %+v", stop, page)
+				}
+				if code := p.post("/instance-ai/chat/"+thread, `{"message":"simple"}`); code != http.StatusConflict {
+					t.Fatalf("%v: chat while suspended: %d, want 409", stop, code)
+				}
+				if code := p.post("/instance-ai/confirm/"+requestID, `{"approved":true}`); code != http.StatusOK {
+					t.Fatalf("%v: confirm after restart: %d\n%s", stop, code, p.logs)
+				}
+				frames := p.replayAll(thread, runID)
+				fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+				if fin.Status != instanceai.RunCompleted || !strings.Contains(texts(frames), "is archived") {
+					t.Fatalf("%v: resumed run ended %+v with text %q", stop, fin, texts(frames))
+				}
+				p.get("/instance-ai/threads/"+thread+"/status", &status)
+				if status.HasActiveRun || status.IsSuspended {
+					t.Fatalf("%v: status after the resumed run = %+v", stop, status)
+				}
+				p.kill()
+			}
+		})
+	}
+}
+
+// TestCancelSuspendedRunAfterRestart: cancelling a run that waits for
+// approval from before a restart ends it cancelled and settles its call.
+func TestCancelSuspendedRunAfterRestart(t *testing.T) {
+	spec := "sqlite:" + filepath.Join(t.TempDir(), "cancel.db")
+	p := launch(t, spec, 0)
+	runID := p.chat("th", "confirm")
+	var requestID, toolCallID string
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	p.acked(ctx, "th", func(ev instanceai.Event, _ int) bool {
+		if c, ok := ev.Payload.(*instanceai.ConfirmationRequest); ok {
+			requestID, toolCallID = c.RequestID, c.ToolCallID
+			return true
+		}
+		return false
+	})
+	cancel()
+	p.kill()
+	p = launch(t, spec, 0)
+	if code := p.post("/instance-ai/chat/th/cancel", ""); code != http.StatusOK {
+		t.Fatalf("cancel: %d", code)
+	}
+	frames := p.replayAll("th", runID)
+	fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+	settled := false
+	for _, f := range frames {
+		if r, ok := f.ev.Payload.(*instanceai.ToolResult); ok && r.ToolCallID == toolCallID {
+			settled = strings.Contains(string(r.Result), "cancelled")
+		}
+	}
+	if fin.Status != instanceai.RunCancelled || !settled {
+		t.Fatalf("run ended %+v, call settled %v", fin, settled)
+	}
+	if code := p.post("/instance-ai/confirm/"+requestID, `{"approved":true}`); code != http.StatusConflict {
+		t.Fatalf("answer after cancel: %d, want 409", code)
+	}
+	var status instanceai.ThreadStatus
+	p.get("/instance-ai/threads/th/status", &status)
+	if status.HasActiveRun || status.IsSuspended {
+		t.Fatalf("status = %+v", status)
+	}
+	if code := p.post("/instance-ai/chat/th", `{"message":"simple"}`); code != http.StatusOK {
+		t.Fatalf("chat after cancel: %d", code)
+	}
+	p.kill()
+}

@@ -110,5 +110,5 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, a.runs.Status(t.ID))
+	httpjson.Write(w, http.StatusOK, a.runs.Status(r.Context(), t.ID))
 }

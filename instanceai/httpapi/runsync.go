@@ -25,7 +25,7 @@ type runSync struct {
 // segments the connection was just sent.
 func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int64, open []instanceai.Event) []instanceai.Delivery {
 	var out []instanceai.Delivery
-	status := a.runs.Status(threadID)
+	status := a.runs.Status(ctx, threadID)
 	for _, runID := range a.runs.LiveRuns(threadID) {
 		rows, err := a.store.RunEvents(ctx, threadID, runID)
 		if err != nil {

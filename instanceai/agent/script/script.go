@@ -238,8 +238,13 @@ func (p *player) confirm() error {
 	if err != nil {
 		return err
 	}
+	return p.afterConfirm(id, answer)
+}
+
+// afterConfirm finishes the confirm scenario once the answer is known.
+func (p *player) afterConfirm(toolCallID string, answer instanceai.Answer) error {
 	if !answer.Approved {
-		p.toolResult(id, map[string]any{"denied": true, "message": "The user declined to archive the workflow."})
+		p.toolResult(toolCallID, map[string]any{"denied": true, "message": "The user declined to archive the workflow."})
 		reply := "Understood, I left 'Daily report' as it is."
 		if answer.UserInput != "" {
 			reply += " You said: " + answer.UserInput
@@ -247,9 +252,17 @@ func (p *player) confirm() error {
 		p.text(instanceai.TypeTextDelta, p.responseID(), words(reply)...)
 		return p.err
 	}
-	p.toolResult(id, map[string]any{"archived": true, "workflowId": "1"})
+	p.toolResult(toolCallID, map[string]any{"archived": true, "workflowId": "1"})
 	p.text(instanceai.TypeTextDelta, p.responseID(), words("Done: 'Daily report' is archived.")...)
 	return p.err
+}
+
+// Resume continues a confirm scenario whose run was suspended across a
+// restart, once its answer arrives.
+func (a *Agent) Resume(ctx context.Context, run *instanceai.Run, req *instanceai.ConfirmationRequest, answer instanceai.Answer) error {
+	// Response ids must not collide with the segments before the restart.
+	p := &player{ctx: ctx, run: run, delay: a.Delay, n: 100}
+	return p.afterConfirm(req.ToolCallID, answer)
 }
 
 // background spawns an eval-setup agent that keeps working after the

@@ -1,0 +1,100 @@
+package instanceai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Resumer is implemented by agents that can continue a run suspended on a
+// confirmation in an earlier process: the server restarted while the run
+// waited, and the answer arrives now. Resume gets the stored request and the
+// answer and emits the rest of the run.
+type Resumer interface {
+	Resume(ctx context.Context, run *Run, req *ConfirmationRequest, answer Answer) error
+}
+
+// errSuspendedAtShutdown cancels a run that is waiting for a confirmation
+// when the server shuts down: it stays suspended (no run-finish) and resumes
+// in the next process once answered.
+var errSuspendedAtShutdown = errors.New("suspended across a shutdown")
+
+// suspendedRun returns the stored pending confirmation of a run of the
+// thread that no process is running: a run suspended across a restart.
+func (m *Runs) suspendedRun(ctx context.Context, threadID string) (*Confirmation, error) {
+	if m.confirms == nil {
+		return nil, nil
+	}
+	pending, err := m.confirms.PendingConfirmations(ctx, threadID)
+	if err != nil || len(pending) == 0 {
+		if errors.Is(err, ErrNotFound) {
+			err = nil
+		}
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range pending {
+		c := &pending[i]
+		if r := m.active[threadID]; r != nil && r.ID == c.RunID {
+			continue // live in this process
+		}
+		if _, waiting := m.waiters[c.RequestID]; waiting {
+			continue
+		}
+		return c, nil
+	}
+	return nil, nil
+}
+
+// resume continues a run suspended across a restart with the answer.
+func (m *Runs) resume(c *Confirmation, a Answer) error {
+	resumer, ok := m.agent.(Resumer)
+	if !ok {
+		return ErrConfirmationClosed
+	}
+	var req ConfirmationRequest
+	if err := json.Unmarshal(c.Request, &req); err != nil {
+		return fmt.Errorf("stored confirmation %s: %w", c.RequestID, err)
+	}
+	m.mu.Lock()
+	if r := m.active[c.ThreadID]; r != nil {
+		m.mu.Unlock()
+		return ErrRunActive
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r := &Run{ID: c.RunID, ThreadID: c.ThreadID, UserID: c.OwnerID, AgentID: OrchestratorAgentID(c.RunID),
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		// The call awaiting the answer is in flight again: a cancel settles it.
+		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}
+	m.active[c.ThreadID] = r
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.execute(r, func(ctx context.Context) error { return resumer.Resume(ctx, r, &req, a) })
+	return nil
+}
+
+// finishSuspended ends a run suspended across a restart that is cancelled
+// before anyone answered: its waiting call gets a cancelled result, then
+// run-finish{cancelled}.
+func (m *Runs) finishSuspended(c *Confirmation, reason string) error {
+	m.closeConfirmation(c.RequestID)
+	var req ConfirmationRequest
+	if err := json.Unmarshal(c.Request, &req); err != nil {
+		return fmt.Errorf("stored confirmation %s: %w", c.RequestID, err)
+	}
+	now := m.now().UnixMilli()
+	result, _ := json.Marshal(map[string]string{"status": "cancelled", "message": "The run was cancelled before this tool finished."})
+	for _, ev := range []Event{
+		{Type: TypeToolResult, RunID: c.RunID, AgentID: c.AgentID, UserID: c.OwnerID, TS: now,
+			Payload: &ToolResult{ToolCallID: req.ToolCallID, Result: result}},
+		{Type: TypeRunFinish, RunID: c.RunID, AgentID: OrchestratorAgentID(c.RunID), UserID: c.OwnerID, TS: now,
+			Payload: &RunFinish{Status: RunCancelled, Reason: reason}},
+	} {
+		if err := m.writer.Enqueue(c.ThreadID, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
