@@ -7,8 +7,10 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +35,11 @@ func BaseDSN(tb testing.TB) string {
 // FreshDSN creates an empty schema, drops it when the test ends, and returns
 // a DSN whose connections use it. Every test gets its own, so tests run in
 // parallel and repeatedly without interfering.
-func FreshDSN(tb testing.TB) string {
+func FreshDSN(tb testing.TB) string { return Schema(tb, nil) }
+
+// Schema is FreshDSN with extra run-time parameters (synchronous_commit, …)
+// set on every connection of the returned DSN.
+func Schema(tb testing.TB, params map[string]string) string {
 	tb.Helper()
 	base := BaseDSN(tb)
 	admin, err := sql.Open("postgres", base)
@@ -55,21 +61,32 @@ func FreshDSN(tb testing.TB) string {
 		}
 		admin.Close()
 	})
-	return WithSearchPath(tb, base, schema)
+	params = maps.Clone(params)
+	if params == nil {
+		params = map[string]string{}
+	}
+	params["search_path"] = schema
+	return WithParams(tb, base, params)
 }
 
-// WithSearchPath adds search_path to a DSN; lib/pq sends it to the server as
-// a run-time parameter of every connection.
-func WithSearchPath(tb testing.TB, dsn, schema string) string {
+// WithParams adds run-time parameters (search_path, …) to a DSN; lib/pq
+// sends the ones it does not know itself to the server with every new
+// connection.
+func WithParams(tb testing.TB, dsn string, params map[string]string) string {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
 			tb.Fatalf("TEST_DATABASE_URL: %v", err)
 		}
 		q := u.Query()
-		q.Set("search_path", schema)
+		for _, k := range slices.Sorted(maps.Keys(params)) {
+			q.Set(k, params[k])
+		}
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	return dsn + " search_path=" + schema
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		dsn += " " + k + "=" + params[k]
+	}
+	return dsn
 }

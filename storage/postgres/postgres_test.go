@@ -2,14 +2,8 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"maps"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,92 +11,23 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/storage/storagetest"
 )
 
-// baseDSN is the database the tests may use. Without one they skip, except
-// under CI, where a silently skipped backend would hide a broken one.
-func baseDSN(tb testing.TB) string {
-	tb.Helper()
-	dsn := os.Getenv("TEST_DATABASE_URL")
-	if dsn != "" {
-		return dsn
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("TEST_DATABASE_URL is not set; under CI=true the PostgreSQL tests must run, not skip")
-	}
-	tb.Skip("TEST_DATABASE_URL is not set; skipping PostgreSQL tests " +
-		"(set it to e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
-	return ""
-}
-
-// freshSchema creates an empty schema, drops it when the test ends, and
-// returns a DSN whose connections use it. Every test gets its own, so tests
-// run in parallel and again without interfering.
+// freshSchema is a schema of its own for one test (see testpg).
 //
 // Tests commit without waiting for the WAL flush (synchronous_commit=off):
 // that changes what survives a server crash and nothing else (locks,
 // ordering and visibility are the same), and it makes the suite several
 // times faster on a slow disk. Benchmarks use durableSchema instead.
 func freshSchema(tb testing.TB) string {
-	return newSchema(tb, map[string]string{"synchronous_commit": "off"})
+	return testpg.Schema(tb, map[string]string{"synchronous_commit": "off"})
 }
 
 // durableSchema is freshSchema with the server's own commit settings, as
 // production runs.
-func durableSchema(tb testing.TB) string { return newSchema(tb, nil) }
-
-func newSchema(tb testing.TB, params map[string]string) string {
-	tb.Helper()
-	base := baseDSN(tb)
-	admin, err := sql.Open("postgres", base)
-	if err != nil {
-		tb.Fatalf("open %s: %v", base, err)
-	}
-	var rnd [6]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		tb.Fatal(err)
-	}
-	schema := "test_" + hex.EncodeToString(rnd[:])
-	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		admin.Close()
-		tb.Fatalf("create schema: %v", err)
-	}
-	tb.Cleanup(func() {
-		if _, err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-		admin.Close()
-	})
-	params = maps.Clone(params)
-	if params == nil {
-		params = map[string]string{}
-	}
-	params["search_path"] = schema
-	return withParams(tb, base, params)
-}
-
-// withParams adds run-time parameters (search_path, ...) to a DSN; lib/pq
-// sends the ones it does not know itself to the server with every new
-// connection.
-func withParams(tb testing.TB, dsn string, params map[string]string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			tb.Fatalf("TEST_DATABASE_URL: %v", err)
-		}
-		q := u.Query()
-		for k, v := range params {
-			q.Set(k, v)
-		}
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	for _, k := range slices.Sorted(maps.Keys(params)) {
-		dsn += " " + k + "=" + params[k]
-	}
-	return dsn
-}
+func durableSchema(tb testing.TB) string { return testpg.Schema(tb, nil) }
 
 func openDSN(tb testing.TB, dsn string) *Store {
 	tb.Helper()
@@ -125,7 +50,7 @@ func openMigrated(tb testing.TB) *Store {
 }
 
 func TestContract(t *testing.T) {
-	baseDSN(t) // skip (or fail under CI) once, not in every subtest
+	testpg.BaseDSN(t) // skip (or fail under CI) once, not in every subtest
 	storagetest.Run(t, func(t *testing.T) instanceai.Store {
 		return openDSN(t, freshSchema(t))
 	})

@@ -91,30 +91,7 @@ func BenchAppend(b *testing.B, s instanceai.Store, raw RawAppend) {
 	b.Run("ratio", func(b *testing.B) {
 		storeID := newThread(b, "store")
 		rawID, next := newThread(b, "raw"), int64(1)
-		var st, rw rate
-		timed := func(r *rate, f func()) {
-			t0 := time.Now()
-			f()
-			r.elapsed += time.Since(t0)
-			r.events += BatchSize
-		}
-		i := 0
-		for b.Loop() {
-			if i%2 == 0 {
-				timed(&st, func() { appendStore(b, storeID) })
-				timed(&rw, func() { appendRaw(b, rawID, &next) })
-			} else {
-				timed(&rw, func() { appendRaw(b, rawID, &next) })
-				timed(&st, func() { appendStore(b, storeID) })
-			}
-			i++
-		}
-		if rw.perSecond() == 0 {
-			b.Fatal("the raw baseline measured no events")
-		}
-		b.ReportMetric(st.perSecond(), "store-events/s")
-		b.ReportMetric(rw.perSecond(), "raw-events/s")
-		b.ReportMetric(st.perSecond()/rw.perSecond(), "store/raw")
+		interleave(b, "store", func() { appendStore(b, storeID) }, func() { appendRaw(b, rawID, &next) })
 	})
 }
 
@@ -195,29 +172,36 @@ func BenchWriter(b *testing.B, s instanceai.Store, raw RawAppend) {
 		writerID := newThread(b, "writer")
 		subscribe(writerID)
 		rawID, next := newThread(b, "raw"), int64(1)
-		var wr, rw rate
-		timed := func(r *rate, f func()) {
-			t0 := time.Now()
-			f()
-			r.elapsed += time.Since(t0)
-			r.events += BatchSize
-		}
-		i := 0
-		for b.Loop() {
-			if i%2 == 0 {
-				timed(&wr, func() { viaWriter(b, writerID) })
-				timed(&rw, func() { appendRaw(b, rawID, &next) })
-			} else {
-				timed(&rw, func() { appendRaw(b, rawID, &next) })
-				timed(&wr, func() { viaWriter(b, writerID) })
-			}
-			i++
-		}
-		if rw.perSecond() == 0 {
-			b.Fatal("the raw baseline measured no events")
-		}
-		b.ReportMetric(wr.perSecond(), "writer-events/s")
-		b.ReportMetric(rw.perSecond(), "raw-events/s")
-		b.ReportMetric(wr.perSecond()/rw.perSecond(), "writer/raw")
+		interleave(b, "writer", func() { viaWriter(b, writerID) }, func() { appendRaw(b, rawID, &next) })
 	})
+}
+
+// interleave times measured and raw batch by batch, alternating which goes
+// first so that disk and scheduler noise hits both alike, and reports both
+// rates and their ratio (name/raw).
+func interleave(b *testing.B, name string, measured, raw func()) {
+	var m, r rate
+	timed := func(into *rate, f func()) {
+		t0 := time.Now()
+		f()
+		into.elapsed += time.Since(t0)
+		into.events += BatchSize
+	}
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			timed(&m, measured)
+			timed(&r, raw)
+		} else {
+			timed(&r, raw)
+			timed(&m, measured)
+		}
+		i++
+	}
+	if r.perSecond() == 0 {
+		b.Fatal("the raw baseline measured no events")
+	}
+	b.ReportMetric(m.perSecond(), name+"-events/s")
+	b.ReportMetric(r.perSecond(), "raw-events/s")
+	b.ReportMetric(m.perSecond()/r.perSecond(), name+"/raw")
 }
