@@ -23,6 +23,7 @@ type BackgroundTask struct {
 	StartedAt int64 // epoch ms
 
 	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once agent-completed is queued
 }
 
 // SubAgent is what a background agent's work emits through.
@@ -60,7 +61,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 	agentID := NewID("agent_")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	task := &BackgroundTask{TaskID: spec.TaskID, Role: spec.Role, AgentID: agentID, RunID: r.ID,
-		ThreadID: r.ThreadID, StartedAt: r.runs.now().UnixMilli(), cancel: cancel}
+		ThreadID: r.ThreadID, StartedAt: r.runs.now().UnixMilli(), cancel: cancel, done: make(chan struct{})}
 
 	// agent-spawned goes out as the orchestrator's event (it must not
 	// follow a finish), and only then does the new agent become live.
@@ -115,6 +116,7 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed})
 	r.mu.Unlock()
 	agent.task.cancel(nil)
+	defer close(agent.task.done)
 
 	m.mu.Lock()
 	tasks := m.background[r.ThreadID]
@@ -188,4 +190,30 @@ func (m *Runs) LiveRuns(threadID string) []string {
 		}
 	}
 	return ids
+}
+
+// Wait blocks until nothing of the thread runs in this process: no active
+// run's agent and no background agent is still working. A cancelled agent
+// needs a moment to notice and settle; Wait lets callers (thread deletion)
+// wait for exactly that instead of polling.
+func (m *Runs) Wait(ctx context.Context, threadID string) error {
+	for {
+		m.mu.Lock()
+		var pending []<-chan struct{}
+		if r := m.active[threadID]; r != nil {
+			pending = append(pending, r.done)
+		}
+		for _, t := range m.background[threadID] {
+			pending = append(pending, t.done)
+		}
+		m.mu.Unlock()
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-pending[0]:
+		}
+	}
 }

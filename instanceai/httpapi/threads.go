@@ -293,24 +293,15 @@ func (a *API) delete(r *http.Request) error {
 // agent-completed when its work returns, a moment after the cancel. An
 // agent that ignores cancellation is not waited for beyond quiesceTimeout.
 func (a *API) quiesce(ctx context.Context, threadID string) error {
-	deadline := time.NewTimer(quiesceTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		live := a.runs.LiveRuns(threadID)
-		if len(live) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			a.cfg.Logger.Warn("deleting a thread whose agents did not stop in time", "thread", threadID, "runs", live)
-			return nil
-		case <-tick.C:
-		}
+	wctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
+	defer cancel()
+	err := a.runs.Wait(wctx, threadID)
+	if err != nil && ctx.Err() == nil {
+		a.cfg.Logger.Warn("deleting a thread whose agents did not stop in time", "thread", threadID,
+			"runs", a.runs.LiveRuns(threadID))
+		return nil
 	}
+	return err
 }
 
 // deriveTitle makes a title of a message's first non-blank line: spaces
