@@ -73,8 +73,6 @@ func (f *Feed) Close() {
 // Last returns the highest seq the connection has accounted for.
 func (f *Feed) Last() int64 { return f.last }
 
-// Live reports whether the replay is over and the feed serves the live tail.
-func (f *Feed) Live() bool { return f.phase == phaseLive }
 
 // Next returns the next deliveries. In the live phase it waits for frames;
 // it returns (nil, nil) when tick fires first, so the caller can send a

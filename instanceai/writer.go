@@ -30,8 +30,6 @@ type WriterConfig struct {
 	// OnRunFailed is told about runs whose events could not be stored after
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
-	// Observer, if set, sees every committed batch (for metrics).
-	Observer func(threadID string, rows int, took time.Duration)
 	Logger   *slog.Logger
 }
 
@@ -410,14 +408,10 @@ func (d *threadDrain) commit(items []batchItem) {
 	var first int64
 	if len(rows) > 0 {
 		var err error
-		start := time.Now()
 		first, err = d.appendWithRetry(rows)
 		if err != nil {
 			d.fail(items, err)
 			return
-		}
-		if obs := d.w.cfg.Observer; obs != nil {
-			obs(d.threadID, len(rows), time.Since(start))
 		}
 	}
 	frames := make([]Frame, 0, len(items))
