@@ -73,7 +73,6 @@ func (f *Feed) Close() {
 // Last returns the highest seq the connection has accounted for.
 func (f *Feed) Last() int64 { return f.last }
 
-
 // Next returns the next deliveries. In the live phase it waits for frames;
 // it returns (nil, nil) when tick fires first, so the caller can send a
 // heartbeat. An error ends the connection: the subscriber was dropped, the

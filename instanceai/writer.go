@@ -30,7 +30,7 @@ type WriterConfig struct {
 	// OnRunFailed is told about runs whose events could not be stored after
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
-	Logger   *slog.Logger
+	Logger      *slog.Logger
 }
 
 func (c *WriterConfig) defaults() {
