@@ -16,6 +16,10 @@ import (
 // ErrRunActive is returned when a thread already has an active run.
 var ErrRunActive = errors.New("a run is already active on this thread")
 
+// ErrShuttingDown is the cancellation cause of requests ended by a server
+// shutdown, so handlers can tell it from a client that went away.
+var ErrShuttingDown = errors.New("server is shutting down")
+
 // ErrRunFinished is returned by Emit once the run has finished: nothing an
 // agent emits after the run-finish is written.
 var ErrRunFinished = errors.New("run has finished")

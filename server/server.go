@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/agui/aguihttp"
 	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/httpapi"
@@ -29,6 +30,11 @@ type Config struct {
 	// single-user mode, where every request acts as httpapi.LocalUser.
 	Auth   *auth.Authenticator
 	Logger *slog.Logger
+	// AllowedOrigins are the browser origins CORS admits ("*" for any);
+	// none means no CORS headers.
+	AllowedOrigins []string
+	// AgentName names the agent on /health and /status.
+	AgentName string
 }
 
 // Server is the wired application.
@@ -67,7 +73,14 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	httpapi.New(store, s.Hub, s.Runs, s.Writer, httpapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 	}).Register(authed)
-	s.handler = router
+	var agents []string
+	if cfg.AgentName != "" {
+		agents = []string{cfg.AgentName}
+	}
+	aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{
+		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
+	}).Register(authed, router)
+	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
 }
@@ -86,9 +99,9 @@ func (s *Server) Recover(ctx context.Context) error {
 // cancelled when Shutdown begins.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		stop := context.AfterFunc(s.streams, cancel)
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		stop := context.AfterFunc(s.streams, func() { cancel(instanceai.ErrShuttingDown) })
 		defer stop()
 		s.handler.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -108,13 +121,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Durati
 	s.logger.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// Stop taking requests while the streams still run, so that the runs'
+	// cancellations reach the clients before their streams end.
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
 	var errs []error
-	s.stopStreams()
-	if err := srv.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-	}
 	if err := s.Shutdown(sctx); err != nil {
 		errs = append(errs, err)
+	}
+	if err := <-shut; err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, err)
@@ -122,11 +138,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Durati
 	return errors.Join(errs...)
 }
 
-// Shutdown ends the open streams, cancels active runs (run-finish cancelled,
-// reason service_shutdown) and flushes every open segment to the log. It
-// does not close the store.
+// Shutdown cancels active runs (run-finish cancelled, reason
+// service_shutdown; runs waiting for approval stay suspended), flushes every
+// open segment to the log and then ends the open streams, which by then
+// carry each run's last events. It does not close the store.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.stopStreams()
 	var errs []error
 	if err := s.Runs.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("runs shutdown: %w", err))
@@ -134,5 +150,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err := s.Writer.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	s.stopStreams()
 	return errors.Join(errs...)
 }

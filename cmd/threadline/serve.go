@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/threadline/threadline/agui/aguihttp"
 	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agent/script"
@@ -33,6 +34,7 @@ type serveConfig struct {
 	tokens          string
 	tokensFile      string
 	insecureNoAuth  bool
+	allowedOrigins  string
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -57,6 +59,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
 	f.Bool(&c.insecureNoAuth, "insecure-no-auth", "THREADLINE_INSECURE_NO_AUTH", false,
 		"allow serving a non-loopback address without authentication")
+	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
+		"browser origins allowed by CORS, comma-separated (https://app.example.com,http://localhost:3000; * for any); none by default")
 	return f, c
 }
 
@@ -155,6 +159,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
+		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent,
 	})
 	sweepCtx, cancelSweep := context.WithTimeout(ctx, time.Minute)
 	err = srv.Recover(sweepCtx)
