@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Answer kinds accepted by the confirm endpoint.
@@ -85,10 +86,12 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}
 	r.mu.Lock()
 	r.suspended++
+	r.awaiting = append(r.awaiting, req.RequestID)
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		r.suspended--
+		r.awaiting = slices.DeleteFunc(r.awaiting, func(id string) bool { return id == req.RequestID })
 		r.mu.Unlock()
 	}()
 	select {
@@ -158,4 +161,47 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	default: // cannot happen: one answer wins the store's compare-and-set
 	}
 	return c.RunID, nil
+}
+
+// Awaited returns the thread's pending confirmations that a run waits for:
+// in this process, or suspended across a restart with an agent that can
+// resume it. Oldest first.
+func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
+	if m.confirms == nil {
+		return nil, nil
+	}
+	pending, err := m.confirms.PendingConfirmations(ctx, threadID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	resumes := m.agentResumes()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Confirmation
+	for _, c := range pending {
+		_, waiting := m.waiters[c.RequestID]
+		live := m.active[threadID] != nil && m.active[threadID].ID == c.RunID
+		if waiting || (!live && resumes) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// closeAwaited closes the confirmations a cancelled run waits for, before
+// the cancel returns: an answer that arrives afterwards is refused (409)
+// instead of being recorded for a run that will never use it.
+func (m *Runs) closeAwaited(r *Run) {
+	r.mu.Lock()
+	ids := slices.Clone(r.awaiting)
+	r.mu.Unlock()
+	for _, id := range ids {
+		m.mu.Lock()
+		delete(m.waiters, id)
+		m.mu.Unlock()
+		m.closeConfirmation(id)
+	}
 }

@@ -99,6 +99,44 @@ type StartRequest struct {
 	ThreadID string
 	UserID   string
 	Message  string
+	// Tools are tools the client offers the run and executes itself (AG-UI
+	// input.tools): the agent may call them and leave the result to the
+	// client.
+	Tools []ToolSpec
+	// ToolResult, when set, is the client's result for a call to one of its
+	// tools left open by the thread's previous run: the run continues from
+	// it. Start stores it as that call's tool-result, under the previous
+	// run, before the new run's run-start.
+	ToolResult *ClientToolResult
+}
+
+// ToolSpec is a tool the client offers a run.
+type ToolSpec struct {
+	Name        string
+	Description string
+	// Parameters is the tool's JSON Schema, as the client sent it.
+	Parameters json.RawMessage
+}
+
+// ClientToolResult is a client's result for a call to one of its tools.
+type ClientToolResult struct {
+	// RunID and AgentID are the run and agent that made the call.
+	RunID      string
+	AgentID    string
+	ToolCallID string
+	ToolName   string
+	// Content is the result as the client sent it (text).
+	Content string
+}
+
+// ResultJSON is the content as a tool-result's result: the content itself
+// when it is JSON, else the content as a JSON string.
+func (c *ClientToolResult) ResultJSON() json.RawMessage {
+	if json.Valid([]byte(c.Content)) {
+		return json.RawMessage(c.Content)
+	}
+	b, _ := json.Marshal(c.Content)
+	return b
 }
 
 // Start begins a run on the thread unless one is active (ErrRunActive, with
@@ -120,12 +158,30 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{
 		ID: NewID("run_"), ThreadID: req.ThreadID, UserID: req.UserID, Message: req.Message,
+		Tools: req.Tools, ToolResult: req.ToolResult,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
 	m.active[req.ThreadID] = r
 	m.wg.Add(1)
 	m.mu.Unlock()
+
+	if tr := req.ToolResult; tr != nil {
+		// The result belongs to the call's own run, so that the log folds
+		// the call and its result into the same agent tree.
+		ev := Event{Type: TypeToolResult, RunID: tr.RunID, AgentID: tr.AgentID, UserID: req.UserID, TS: m.now().UnixMilli(),
+			Payload: &ToolResult{ToolCallID: tr.ToolCallID, Result: tr.ResultJSON()}}
+		err := ev.Validate()
+		if err == nil {
+			err = m.writer.Enqueue(req.ThreadID, ev)
+		}
+		if err != nil {
+			m.release(r)
+			m.wg.Done()
+			cancel(err)
+			return nil, fmt.Errorf("store the client's tool result: %w", err)
+		}
+	}
 
 	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
 		m.release(r)
@@ -238,6 +294,7 @@ func (c cancelled) Error() string { return "run cancelled: " + c.reason }
 // stop cancels the run's context and finishes it as cancelled.
 func (r *Run) stop(reason string) {
 	r.cancel(cancelled{reason})
+	r.runs.closeAwaited(r)
 	r.finish(RunCancelled, reason)
 }
 
@@ -303,6 +360,11 @@ type Run struct {
 	Message  string
 	// AgentID is the orchestrator's agent id (orchestrator-<runId>).
 	AgentID string
+	// Tools are the client's tools offered to the run (StartRequest.Tools).
+	Tools []ToolSpec
+	// ToolResult is the client tool result the run continues from, if any
+	// (StartRequest.ToolResult).
+	ToolResult *ClientToolResult
 
 	runs   *Runs
 	ctx    context.Context
@@ -315,7 +377,8 @@ type Run struct {
 	// live background agents: their events are accepted after the
 	// orchestrator's run-finish, until their agent-completed.
 	liveAgents map[string]bool
-	suspended  int // confirmations being waited for
+	suspended  int      // confirmations being waited for
+	awaiting   []string // their request ids
 }
 
 // Done is closed when the run's agent has returned.

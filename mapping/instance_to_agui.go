@@ -3,6 +3,7 @@ package mapping
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/threadline/threadline/agui"
@@ -124,6 +125,9 @@ type InstanceToAGUI struct {
 	tasks     []json.RawMessage
 	planItems json.RawMessage
 
+	clientTools map[string]bool // tools the client executes (ClientTools)
+	clientCalls []string        // their calls without a result, in call order
+
 	ts  int64
 	out []agui.Event
 }
@@ -138,6 +142,21 @@ func NewInstanceToAGUI(threadID, runID string) *InstanceToAGUI {
 		blocksSeen:    map[segCount]int{},
 		messageCount:  map[string]int{},
 	}
+}
+
+// ClientTools names the tools the client executes itself (the frontend
+// tools of the AG-UI input). A call to one of them that has no result when
+// the run completes stays pending on the client: RUN_FINISHED success lists
+// it in outcome.pendingToolCallIds. Without it no call is reported pending.
+// It returns m.
+func (m *InstanceToAGUI) ClientTools(names ...string) *InstanceToAGUI {
+	if m.clientTools == nil {
+		m.clientTools = map[string]bool{}
+	}
+	for _, n := range names {
+		m.clientTools[n] = true
+	}
+	return m
 }
 
 // Finished reports whether the AG-UI run has ended (terminal event sent).
@@ -453,6 +472,9 @@ func (m *InstanceToAGUI) startTool(agentID, toolCallID, name string) {
 		return
 	}
 	a.openTools = append(a.openTools, toolCallID)
+	if m.clientTools[name] && !slices.Contains(m.clientCalls, toolCallID) {
+		m.clientCalls = append(m.clientCalls, toolCallID)
+	}
 	m.emit(agentID, &agui.ToolCallStart{ToolCallID: toolCallID, ToolCallName: name, ParentMessageID: a.lastText})
 }
 
@@ -478,6 +500,7 @@ func (m *InstanceToAGUI) toolCall(agentID string, p *instanceai.ToolCall) {
 
 func (m *InstanceToAGUI) toolResult(agentID, toolCallID, content, kind string) {
 	m.endTool(m.agent(agentID), toolCallID)
+	m.clientCalls = slices.DeleteFunc(m.clientCalls, func(id string) bool { return id == toolCallID })
 	m.emit(agentID, &agui.ToolCallResult{
 		Base:       agui.Base{Metadata: map[string]any{MetadataKey: map[string]string{"kind": kind}}},
 		MessageID:  "result:" + toolCallID,
@@ -698,7 +721,11 @@ func (m *InstanceToAGUI) terminal(p *instanceai.RunFinish) {
 	}
 	switch p.Status {
 	case instanceai.RunCompleted:
-		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: &agui.Outcome{Type: agui.OutcomeSuccess}})
+		out := &agui.Outcome{Type: agui.OutcomeSuccess}
+		if len(m.clientCalls) > 0 {
+			out.PendingToolCallIDs = slices.Clone(m.clientCalls)
+		}
+		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: out})
 	case instanceai.RunCancelled:
 		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: &agui.Outcome{Type: agui.OutcomeCancelled}})
 	case instanceai.RunInterrupted:

@@ -80,6 +80,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 	}).Register(authed, router)
+	authed.Handle("/agui/threads/{threadId}/events", aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
 	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s

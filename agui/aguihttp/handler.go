@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -127,7 +128,8 @@ func acceptsEventStream(header []string) bool {
 
 // runRequest is a checked /run-agent request.
 type runRequest struct {
-	input   agui.RunAgentInput
+	input agui.RunAgentInput
+	// message is the text of the last user message ("" when none).
 	message string
 	// keepOnDisconnect is forwardedProps.onDisconnect == "continue".
 	keepOnDisconnect bool
@@ -171,10 +173,6 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 			break
 		}
 	}
-	if strings.TrimSpace(req.message) == "" {
-		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "messages",
-			"messages must end the conversation with a user message that has text to run")
-	}
 	if len(in.ForwardedProps) > 0 {
 		var props struct {
 			OnDisconnect any `json:"onDisconnect"`
@@ -186,54 +184,279 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 	return req, nil
 }
 
+// source is what a request streams: the native run, the seq the feed
+// starts after, the mapper and the AG-UI events to send before the feed's.
+type source struct {
+	run    *instanceai.Run
+	after  int64
+	mapper *mapping.InstanceToAGUI
+	first  []agui.Event
+}
+
 func (h *Handler) runAgent(w http.ResponseWriter, r *http.Request) {
 	req, err := h.decode(w, r)
-	var run *instanceai.Run
-	var after int64
+	var src source
 	if err == nil {
-		run, after, err = h.start(r, req)
+		src, err = h.begin(r, req)
 	}
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	h.stream(w, r, req, run, after)
+	h.stream(w, r, req, src)
 }
 
-// start starts the native run and returns it with the seq the feed starts
-// after: every event of the run has a greater one.
-func (h *Handler) start(r *http.Request, req runRequest) (*instanceai.Run, int64, error) {
+// begin picks what the request does: answer the pending interrupts of a
+// suspended run and stream its rest (resume), continue from the client's
+// result of a frontend tool call, or start a run on the last user message.
+func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	ctx := r.Context()
 	id := req.input.ThreadID
+	n := len(req.input.Messages)
+	toolAnswer := n > 0 && req.input.Messages[n-1].Role == agui.RoleTool
+	if len(req.input.Resume) == 0 && !toolAnswer && strings.TrimSpace(req.message) == "" {
+		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "messages",
+			"messages must end the conversation with a user message that has text to run, or with the tool message answering a frontend tool call")
+	}
 	user := httpapi.UserFrom(ctx)
 	t, _, err := h.store.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: user})
 	if err != nil {
-		return nil, 0, err
+		return source{}, err
 	}
 	if t.OwnerID != user {
-		return nil, 0, httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
+		return source{}, httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
+	}
+	awaited, err := h.runs.Awaited(ctx, id)
+	if err != nil {
+		return source{}, err
+	}
+	if len(awaited) > 0 || len(req.input.Resume) > 0 {
+		return h.resume(ctx, req, user, awaited)
+	}
+	var result *instanceai.ClientToolResult
+	if toolAnswer {
+		if a := h.runs.Active(id); a != nil {
+			return source{}, runActive(id, a.ID)
+		}
+		if result, err = h.clientToolResult(ctx, id, n-1, req.input.Messages[n-1]); err != nil {
+			return source{}, err
+		}
+	}
+	tools := make([]instanceai.ToolSpec, len(req.input.Tools))
+	names := make([]string, len(req.input.Tools))
+	for i, tl := range req.input.Tools {
+		tools[i] = instanceai.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters}
+		names[i] = tl.Name
 	}
 	next, err := h.store.NextSeq(ctx, id)
 	if err != nil {
-		return nil, 0, err
+		return source{}, err
 	}
-	run, err := h.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message})
+	run, err := h.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
+		Tools: tools, ToolResult: result})
 	if errors.Is(err, instanceai.ErrRunActive) {
-		e := httpjson.NewError(http.StatusConflict, "run_active", "",
-			"thread %q already has an active run; cancel it or wait for it to finish", id)
-		e.Detail.Details = map[string]any{"runId": run.ID}
-		return nil, 0, e
+		return source{}, runActive(id, run.ID)
 	}
 	if err != nil {
-		return nil, 0, err
+		return source{}, err
 	}
-	return run, next - 1, nil
+	// Every event of the run has a seq after next-1.
+	return source{run: run, after: next - 1,
+		mapper: mapping.NewInstanceToAGUI(id, req.input.RunID).ClientTools(names...)}, nil
+}
+
+func runActive(threadID, runID string) error {
+	e := httpjson.NewError(http.StatusConflict, "run_active", "",
+		"thread %q already has an active run; cancel it or wait for it to finish", threadID)
+	e.Detail.Details = map[string]any{"runId": runID}
+	return e
+}
+
+// resume answers every pending interrupt of the thread's suspended run with
+// input.resume and returns the rest of that instance-ai run as the new
+// AG-UI run.
+func (h *Handler) resume(ctx context.Context, req runRequest, user string, awaited []instanceai.Confirmation) (source, error) {
+	id := req.input.ThreadID
+	resume := req.input.Resume
+	if len(awaited) == 0 {
+		if a := h.runs.Active(id); a != nil {
+			return source{}, runActive(id, a.ID)
+		}
+		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume[0].interruptId",
+			"thread %q has no pending interrupt; %q cannot be answered", id, resume[0].InterruptID)
+	}
+	pending := make([]string, len(awaited))
+	byID := make(map[string]*instanceai.Confirmation, len(awaited))
+	for i := range awaited {
+		pending[i] = awaited[i].RequestID
+		byID[awaited[i].RequestID] = &awaited[i]
+	}
+	answers := make([]instanceai.Answer, len(resume))
+	seen := map[string]bool{}
+	for i, r := range resume {
+		field := fmt.Sprintf("resume[%d].interruptId", i)
+		if byID[r.InterruptID] == nil {
+			e := httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
+				"%q is not a pending interrupt of thread %q", r.InterruptID, id)
+			e.Detail.Details["interruptIds"] = pending
+			return source{}, e
+		}
+		if seen[r.InterruptID] {
+			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
+				"interrupt %q is answered twice", r.InterruptID)
+		}
+		seen[r.InterruptID] = true
+		a, err := answerOf(r)
+		if err != nil {
+			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].payload", i), "%v", err)
+		}
+		answers[i] = a
+	}
+	var missing []string
+	for _, p := range pending {
+		if !seen[p] {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		e := httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume",
+			"thread %q has a run suspended on interrupt(s) %s: resume must answer every pending interrupt",
+			id, strings.Join(missing, ", "))
+		e.Detail.Details["interruptIds"] = missing
+		return source{}, e
+	}
+	runID := awaited[0].RunID
+	next, err := h.store.NextSeq(ctx, id)
+	if err != nil {
+		return source{}, err
+	}
+	after := next - 1
+	stored, err := h.store.RunEvents(ctx, id, runID)
+	if err != nil {
+		return source{}, err
+	}
+	for i, r := range resume {
+		_, err := h.runs.Answer(ctx, user, r.InterruptID, answers[i])
+		switch {
+		case errors.Is(err, instanceai.ErrNotFound):
+			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].interruptId", i),
+				"%q is not a pending interrupt of thread %q", r.InterruptID, id)
+		case errors.Is(err, instanceai.ErrAlreadyAnswered), errors.Is(err, instanceai.ErrConfirmationClosed),
+			errors.Is(err, instanceai.ErrRunActive):
+			return source{}, httpjson.NewError(http.StatusConflict, "interrupt_closed", fmt.Sprintf("resume[%d].interruptId", i),
+				"interrupt %q can no longer be answered: %v", r.InterruptID, err)
+		case err != nil:
+			return source{}, err
+		}
+	}
+	src := source{run: &instanceai.Run{ID: runID, ThreadID: id}, after: after}
+	return src.resumed(id, req.input.RunID, stored), nil
+}
+
+// resumed sets the source's mapper to one that has seen the run up to its
+// interrupt (so sub-agents, message ids and open calls carry on) and
+// resumes it as the AG-UI run runID.
+func (s source) resumed(threadID, runID string, stored []instanceai.StoredEvent) source {
+	m := mapping.NewInstanceToAGUI(threadID, runID)
+	for _, se := range stored {
+		if se.Seq > s.after {
+			break
+		}
+		if m.Suspended() {
+			m.Resume(runID) // an interrupt answered earlier: keep going
+		}
+		m.Push(se.Event)
+	}
+	if !m.Suspended() {
+		// The log does not show the run stopped at an interrupt: map the
+		// rest on its own.
+		s.mapper = mapping.NewInstanceToAGUI(threadID, runID)
+		return s
+	}
+	s.mapper, s.first = m, m.Resume(runID)
+	return s
+}
+
+// answerOf maps a resume entry to a confirmation answer: resolved carries
+// {approved, userInput?}; cancelled denies.
+func answerOf(r agui.Resume) (instanceai.Answer, error) {
+	if r.Status == agui.ResumeCancelled {
+		return instanceai.Answer{Approved: false}, nil
+	}
+	var p struct {
+		Approved  *bool   `json:"approved"`
+		UserInput *string `json:"userInput"`
+	}
+	if len(r.Payload) == 0 || json.Unmarshal(r.Payload, &p) != nil {
+		return instanceai.Answer{}, errors.New(`a resolved confirmation needs a payload object {"approved": boolean, "userInput"?: string}`)
+	}
+	if p.Approved == nil {
+		return instanceai.Answer{}, errors.New("payload.approved (boolean) is required")
+	}
+	a := instanceai.Answer{Approved: *p.Approved}
+	if p.UserInput != nil {
+		a.UserInput = *p.UserInput
+	}
+	return a, nil
+}
+
+// clientToolResult checks that the tool message at index i answers a call
+// left open by the thread's last run, which completed, and returns it.
+func (h *Handler) clientToolResult(ctx context.Context, threadID string, i int, msg agui.Message) (*instanceai.ClientToolResult, error) {
+	field := fmt.Sprintf("messages[%d].toolCallId", i)
+	rows, err := h.store.ReadAfter(ctx, threadID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	var last string
+	for _, row := range rows {
+		if row.Event.Type == instanceai.TypeRunStart {
+			last = row.Event.RunID
+		}
+	}
+	var call *instanceai.ClientToolResult
+	completed := false
+	for _, row := range rows {
+		ev := row.Event
+		switch p := ev.Payload.(type) {
+		case *instanceai.ToolCall:
+			if ev.RunID == last && p.ToolCallID == msg.ToolCallID {
+				call = &instanceai.ClientToolResult{RunID: last, AgentID: ev.AgentID, ToolCallID: p.ToolCallID, ToolName: p.ToolName}
+			}
+		case *instanceai.ToolResult:
+			if p.ToolCallID == msg.ToolCallID {
+				call = nil
+			}
+		case *instanceai.ToolError:
+			if p.ToolCallID == msg.ToolCallID {
+				call = nil
+			}
+		case *instanceai.RunFinish:
+			if ev.RunID == last && ev.AgentID == instanceai.OrchestratorAgentID(last) {
+				completed = p.Status == instanceai.RunCompleted
+			}
+		}
+	}
+	if call == nil || !completed {
+		return nil, httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
+			"the tool message does not answer a call left open by the thread's last run (%q)", msg.ToolCallID)
+	}
+	if msg.Error != "" {
+		call.Content = msg.Error
+		if t := msg.Text(); t != "" {
+			call.Content = t
+		}
+	} else {
+		call.Content = msg.Text()
+	}
+	return call, nil
 }
 
 // stream maps the run's events to AG-UI until the mapper's terminal event.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest, run *instanceai.Run, after int64) {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest, src source) {
 	ctx := r.Context()
 	threadID := req.input.ThreadID
+	run, mapper := src.run, src.mapper
 	log := h.cfg.Logger.With("thread", threadID, "run", run.ID, "aguiRun", req.input.RunID)
 	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
 	if err != nil {
@@ -241,8 +464,13 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 		return
 	}
 	out := &writer{s: s, state: req.input.State}
-	mapper := mapping.NewInstanceToAGUI(threadID, req.input.RunID)
-	feed := instanceai.OpenFeed(h.store, h.hub, threadID, after)
+	if len(src.first) > 0 {
+		if out.write(0, src.first) != nil || s.Flush() != nil {
+			h.disconnected(ctx, req, run, log)
+			return
+		}
+	}
+	feed := instanceai.OpenFeed(h.store, h.hub, threadID, src.after)
 	defer func() { feed.Close() }()
 	ping := time.NewTicker(h.cfg.Heartbeat)
 	defer ping.Stop()

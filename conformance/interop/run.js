@@ -3,12 +3,18 @@
 //
 //   node run.js <url> '<scenarios JSON>'
 //
-// Each scenario is {name, message, state?, headers?}: one runAgent() with a
-// single user message. The report lists, per scenario, the event types seen,
-// the agent's messages and state afterwards, the error runAgent() threw (if
-// any), the RUN_ERROR it saw (if any) and every console warning or error the
-// client printed while it ran.
-const { HttpAgent } = require("@ag-ui/client");
+// Each scenario is {name, message, state?, headers?, tools?, resume?,
+// toolResult?}: one runAgent() with a single user message (and `tools` as
+// its frontend tools). With `resume` ({status, payload?}), a second
+// runAgent() answers every interrupt the first run ended with, built with
+// buildResumeArray from agent.pendingInterrupts. With `toolResult`, the
+// client "runs" each pending frontend tool call of the first run: it adds a
+// `tool` message with that content and calls runAgent() again. The report
+// lists, per scenario, the event types seen, the run's outcome, the agent's
+// messages and state afterwards, the error runAgent() threw (if any), the
+// RUN_ERROR it saw (if any), the second run's report as followUp, and every
+// console warning or error the client printed while it ran.
+const { HttpAgent, buildResumeArray } = require("@ag-ui/client");
 
 const captured = [];
 for (const level of ["warn", "error"]) {
@@ -28,27 +34,52 @@ async function runScenario(url, sc, index) {
     initialMessages: [{ id: `user-${index}`, role: "user", content: sc.message }],
     initialState: sc.state,
   });
-  const report = { name: sc.name, threadId, events: [], runError: null, error: null, warnings: [] };
   const before = captured.length;
-  try {
-    await agent.runAgent(
-      { runId: `interop-run-${index}` },
-      {
-        onEvent: ({ event }) => {
-          report.events.push(event.type);
-        },
-        onRunErrorEvent: ({ event }) => {
-          report.runError = { message: event.message, code: event.code };
-        },
-      },
-    );
-  } catch (err) {
-    report.error = err && err.message ? err.message : String(err);
+  const report = { name: sc.name, threadId, ...(await run(agent, { runId: `interop-run-${index}`, tools: sc.tools })), warnings: [] };
+  if (!report.error && sc.resume) {
+    const responses = {};
+    for (const interrupt of agent.pendingInterrupts) responses[interrupt.id] = sc.resume;
+    let resume;
+    try {
+      resume = buildResumeArray(agent.pendingInterrupts, responses);
+    } catch (err) {
+      report.followUp = { error: err.message };
+    }
+    if (resume) report.followUp = await run(agent, { runId: `interop-run-${index}-resume`, resume });
+  }
+  if (!report.error && sc.toolResult !== undefined) {
+    for (const id of report.pendingToolCallIds || []) {
+      agent.addMessage({ id: `tool-${id}`, role: "tool", toolCallId: id, content: sc.toolResult });
+    }
+    report.followUp = await run(agent, { runId: `interop-run-${index}-continue`, tools: sc.tools });
   }
   report.messages = agent.messages;
   report.state = agent.state;
   report.warnings = captured.slice(before);
   return report;
+}
+
+// run calls runAgent once and reports what the client saw of that run.
+async function run(agent, params) {
+  const out = { events: [], outcome: null, pendingToolCallIds: null, interrupts: null, runError: null, error: null };
+  try {
+    await agent.runAgent(params, {
+      onEvent: ({ event }) => {
+        out.events.push(event.type);
+      },
+      onRunFinishedEvent: ({ outcome, pendingToolCallIds, interrupts }) => {
+        out.outcome = outcome;
+        out.pendingToolCallIds = pendingToolCallIds || null;
+        out.interrupts = interrupts || null;
+      },
+      onRunErrorEvent: ({ event }) => {
+        out.runError = { message: event.message, code: event.code };
+      },
+    });
+  } catch (err) {
+    out.error = err && err.message ? err.message : String(err);
+  }
+  return out;
 }
 
 async function main() {

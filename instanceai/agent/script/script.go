@@ -25,12 +25,15 @@ type Agent struct {
 }
 
 // Scenarios lists the scenario names the agent understands.
-var Scenarios = []string{"simple", "tools", "tasks", "error", "long", "confirm", "background"}
+var Scenarios = []string{"simple", "tools", "tasks", "error", "long", "confirm", "background", "frontend-tool"}
 
 // Run plays the scenario named by the message's first word; anything else
 // plays `simple`, echoing the message.
 func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 	p := &player{ctx: ctx, run: run, delay: a.Delay}
+	if run.ToolResult != nil {
+		return p.continueFromClient(run.ToolResult)
+	}
 	fields := strings.Fields(run.Message)
 	first := ""
 	if len(fields) > 0 {
@@ -47,6 +50,8 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 		return p.confirm()
 	case "background":
 		return p.background()
+	case "frontend-tool":
+		return p.frontendTool()
 	case "long":
 		n := 1000
 		if len(fields) > 1 {
@@ -293,5 +298,26 @@ func (p *player) background() error {
 	}
 	p.toolResult(id, map[string]any{"result": "Eval setup started (task: " + task.TaskID + ").", "taskId": task.TaskID})
 	p.text(instanceai.TypeTextDelta, p.responseID(), words("Evaluation setup has started in the background.")...)
+	return p.err
+}
+
+// frontendTool calls the first tool the client offered and finishes the run
+// without a result: the client runs the tool and continues the thread with
+// its result (see continueFromClient).
+func (p *player) frontendTool() error {
+	if len(p.run.Tools) == 0 {
+		p.text(instanceai.TypeTextDelta, p.responseID(), words("No frontend tool was offered, so there is nothing to call in the browser.")...)
+		return p.err
+	}
+	tool := p.run.Tools[0]
+	p.text(instanceai.TypeTextDelta, p.responseID(), words("Let me ask the browser.")...)
+	p.toolCall(p.run.ID+":tc:1", tool.Name, map[string]any{})
+	return p.err
+}
+
+// continueFromClient continues a thread whose previous run left a call to a
+// client tool open, once the client sends its result.
+func (p *player) continueFromClient(res *instanceai.ClientToolResult) error {
+	p.text(instanceai.TypeTextDelta, p.responseID(), words("The browser answered: "+res.Content)...)
 	return p.err
 }

@@ -121,6 +121,11 @@ func TestScenarios(t *testing.T) {
 			}
 		}},
 		{"long abc", "run-start error run-finish", nil},
+		{"frontend-tool", "run-start text-delta run-finish", func(t *testing.T, ev []instanceai.Event) {
+			if got := text(ev, instanceai.TypeTextDelta); !strings.HasPrefix(got, "No frontend tool was offered") {
+				t.Errorf("text without tools: %q", got)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.message, func(t *testing.T) {

@@ -1,0 +1,473 @@
+package aguihttp
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/threadline/threadline/agui"
+	"github.com/threadline/threadline/httpjson"
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/instanceai/httpapi"
+	"github.com/threadline/threadline/mapping"
+	"github.com/threadline/threadline/ssestream"
+)
+
+// Rejoin returns the handler of GET /agui/threads/{threadId}/events, an
+// AG-UI extension for a client that lost its /run-agent stream: it streams
+// the thread's latest run as one AG-UI run (runId = the instance-ai run id):
+// RUN_STARTED, MESSAGES_SNAPSHOT with the conversation up to the cursor,
+// the items open at the cursor opened again, then the live tail until the
+// terminal event. A run already finished at connect is RUN_STARTED,
+// MESSAGES_SNAPSHOT with the whole conversation and its terminal event.
+//
+// The cursor is the Last-Event-ID header or ?lastEventId (the header wins):
+// the seq of the last durable event the client saw, 0 for none. Frames
+// mapped from durable events carry their seq as id, so the client's next
+// cursor is right. A client leaving a rejoined stream does not cancel the
+// run.
+func (h *Handler) Rejoin() http.Handler { return http.HandlerFunc(h.rejoin) }
+
+// Cursor sources, as named in 400 answers.
+const (
+	cursorHeader = "Last-Event-ID"
+	cursorQuery  = "lastEventId"
+)
+
+// parseCursor reads the rejoin cursor: the Last-Event-ID header when sent
+// (non-empty), else ?lastEventId, else 0. It must be a non-negative integer.
+func parseCursor(r *http.Request) (int64, error) {
+	field, v := cursorHeader, strings.TrimSpace(r.Header.Get(cursorHeader))
+	if v == "" {
+		field, v = cursorQuery, strings.TrimSpace(r.URL.Query().Get(cursorQuery))
+		if v == "" && !r.URL.Query().Has(cursorQuery) {
+			return 0, nil
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", field,
+			"%s must be a non-negative integer (the seq of the last event received), got %q", field, v)
+	}
+	return n, nil
+}
+
+// rejoinTarget is what a rejoin streams: the latest run of the thread and
+// the log as read at connect.
+type rejoinTarget struct {
+	threadID string
+	runID    string
+	cursor   int64
+	users    []instanceai.Message
+	// rows is the whole log read at connect; runRows the latest run's rows.
+	rows    []instanceai.StoredEvent
+	runRows []instanceai.StoredEvent
+}
+
+func (h *Handler) rejoin(w http.ResponseWriter, r *http.Request) {
+	t, err := h.rejoinTarget(r)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	h.streamRejoin(w, r, t)
+}
+
+func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
+	if !acceptsEventStream(r.Header.Values("Accept")) {
+		return nil, httpjson.NewError(http.StatusNotAcceptable, "not_acceptable", "Accept",
+			"this endpoint streams text/event-stream; the Accept header %q does not admit it", r.Header.Get("Accept"))
+	}
+	cursor, err := parseCursor(r)
+	if err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	id := mux.Vars(r)["threadId"]
+	notFound := httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
+	if !threadIDPattern.MatchString(id) {
+		return nil, notFound
+	}
+	th, err := h.store.GetThread(ctx, id)
+	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && th.OwnerID != httpapi.UserFrom(ctx)) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	users, err := h.store.ListMessages(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := h.store.ReadAfter(ctx, id, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	runID := latestRun(rows)
+	if runID == "" {
+		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "threadId", "thread %q has no run to rejoin", id)
+	}
+	t := &rejoinTarget{threadID: id, runID: runID, cursor: cursor, users: users, rows: rows}
+	for _, row := range rows {
+		if row.Event.RunID == runID {
+			t.runRows = append(t.runRows, row)
+		}
+	}
+	return t, nil
+}
+
+// latestRun returns the run id of the last run-start in rows.
+func latestRun(rows []instanceai.StoredEvent) string {
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Event.Type == instanceai.TypeRunStart {
+			return rows[i].Event.RunID
+		}
+	}
+	return ""
+}
+
+// foldRun pushes one run's rows through m and returns what it emitted. An
+// interrupt that later rows continue past is resumed, as the run itself
+// continued after the answer.
+func foldRun(m *mapping.InstanceToAGUI, runID string, rows []instanceai.StoredEvent) []agui.Event {
+	var out []agui.Event
+	for _, row := range rows {
+		if m.Suspended() {
+			out = append(out, m.Resume(runID)...)
+		}
+		out = append(out, m.Push(row.Event)...)
+	}
+	return out
+}
+
+// buildSnapshot is the conversation as of the cursor: the user messages as
+// stored, each followed by the assistant message of its run (id = run id,
+// the run's text folded from its rows with seq <= cursor), then the
+// assistant messages of runs no stored user message names. Runs with no
+// text yet have no assistant message.
+func buildSnapshot(users []instanceai.Message, rows []instanceai.StoredEvent, cursor int64) []agui.Message {
+	runs := map[string]*agenttree.State{}
+	var order []string
+	for _, row := range rows {
+		if row.Seq > cursor {
+			break
+		}
+		ev := row.Event
+		st := runs[ev.RunID]
+		if st == nil {
+			if ev.Type != instanceai.TypeRunStart {
+				continue
+			}
+			st = agenttree.New()
+			runs[ev.RunID] = st
+			order = append(order, ev.RunID)
+		}
+		st.Apply(ev)
+	}
+	out := []agui.Message{}
+	done := map[string]bool{}
+	assistant := func(runID string) {
+		done[runID] = true
+		if text := runs[runID].Tree().TextContent; text != "" {
+			out = append(out, agui.Message{ID: runID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
+		}
+	}
+	for _, m := range users {
+		out = append(out, agui.Message{ID: m.ID, Role: agui.RoleUser, Content: agui.TextContent(m.Content)})
+		if runs[m.RunID] != nil && !done[m.RunID] {
+			assistant(m.RunID)
+		}
+	}
+	for _, id := range order {
+		if !done[id] {
+			assistant(id)
+		}
+	}
+	return out
+}
+
+// openItem is a text message, reasoning span or tool call open at the
+// cursor, with what was streamed into it so far.
+type openItem struct {
+	start agui.Event
+	// msgStart is a reasoning span's REASONING_MESSAGE_START, if open.
+	msgStart agui.Event
+	buf      strings.Builder
+}
+
+// openState tracks, over mapped events, what a client that received them
+// has open: sub-agents, and text, reasoning and tool calls by id.
+type openState struct {
+	subs  []*agui.SubagentStarted
+	items []*openItem
+	byID  map[string]*openItem
+}
+
+func itemKey(kind, id string) string { return kind + "\x00" + id }
+
+func (s *openState) apply(events []agui.Event) {
+	if s.byID == nil {
+		s.byID = map[string]*openItem{}
+	}
+	open := func(k string, ev agui.Event) {
+		it := &openItem{start: ev}
+		s.items = append(s.items, it)
+		s.byID[k] = it
+	}
+	closeItem := func(k string) {
+		it := s.byID[k]
+		if it == nil {
+			return
+		}
+		delete(s.byID, k)
+		for i, x := range s.items {
+			if x == it {
+				s.items = append(s.items[:i], s.items[i+1:]...)
+				break
+			}
+		}
+	}
+	write := func(k, delta string) {
+		if it := s.byID[k]; it != nil {
+			it.buf.WriteString(delta)
+		}
+	}
+	for _, ev := range events {
+		switch e := ev.(type) {
+		case *agui.TextMessageStart:
+			open(itemKey("text", e.MessageID), e)
+		case *agui.TextMessageContent:
+			write(itemKey("text", e.MessageID), e.Delta)
+		case *agui.TextMessageEnd:
+			closeItem(itemKey("text", e.MessageID))
+		case *agui.ReasoningStart:
+			open(itemKey("reasoning", e.MessageID), e)
+		case *agui.ReasoningMessageStart:
+			if it := s.byID[itemKey("reasoning", e.MessageID)]; it != nil {
+				it.msgStart = e
+			}
+		case *agui.ReasoningMessageContent:
+			write(itemKey("reasoning", e.MessageID), e.Delta)
+		case *agui.ReasoningMessageEnd:
+			if it := s.byID[itemKey("reasoning", e.MessageID)]; it != nil {
+				it.msgStart = nil
+			}
+		case *agui.ReasoningEnd:
+			closeItem(itemKey("reasoning", e.MessageID))
+		case *agui.ToolCallStart:
+			open(itemKey("tool", e.ToolCallID), e)
+		case *agui.ToolCallArgs:
+			write(itemKey("tool", e.ToolCallID), e.Delta)
+		case *agui.ToolCallEnd:
+			closeItem(itemKey("tool", e.ToolCallID))
+		case *agui.SubagentStarted:
+			s.subs = append(s.subs, e)
+		case *agui.SubagentFinished:
+			s.endSub(e.SubagentRunID)
+		case *agui.SubagentError:
+			s.endSub(e.SubagentRunID)
+		}
+	}
+}
+
+func (s *openState) endSub(id string) {
+	for i, e := range s.subs {
+		if e.SubagentRunID == id {
+			s.subs = append(s.subs[:i], s.subs[i+1:]...)
+			return
+		}
+	}
+}
+
+// reopen returns the events that open again, on a new stream, what is open:
+// the active sub-agents, then each open item's START with one CONTENT (or
+// ARGS) carrying what it received so far.
+func (s *openState) reopen() []agui.Event {
+	var out []agui.Event
+	for _, e := range s.subs {
+		out = append(out, e)
+	}
+	for _, it := range s.items {
+		text := it.buf.String()
+		out = append(out, it.start)
+		var more agui.Event
+		sub := ""
+		switch e := it.start.(type) {
+		case *agui.TextMessageStart:
+			sub = e.SubagentRunID
+			if text != "" {
+				more = &agui.TextMessageContent{MessageID: e.MessageID, Delta: text}
+			}
+		case *agui.ReasoningStart:
+			sub = e.SubagentRunID
+			if it.msgStart != nil {
+				out = append(out, it.msgStart)
+				if text != "" {
+					more = &agui.ReasoningMessageContent{MessageID: e.MessageID, Delta: text}
+				}
+			}
+		case *agui.ToolCallStart:
+			sub = e.SubagentRunID
+			if text != "" {
+				more = &agui.ToolCallArgs{ToolCallID: e.ToolCallID, Delta: text}
+			}
+		}
+		if more != nil {
+			more.Common().Timestamp = it.start.Common().Timestamp
+			if a, ok := more.(agui.Attributable); ok && sub != "" {
+				a.Attribute(sub)
+			}
+			out = append(out, more)
+		}
+	}
+	return out
+}
+
+// lastTasksState returns the shared state the last tasks-update of rows
+// sets, as the mapper sends it, or nil when there is none.
+func lastTasksState(threadID, runID string, rows []instanceai.StoredEvent) agui.Event {
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Event.Type != instanceai.TypeTasksUpdate {
+			continue
+		}
+		for _, ev := range mapping.NewInstanceToAGUI(threadID, runID).Push(rows[i].Event) {
+			if ev.Type() == agui.TypeStateSnapshot {
+				return ev
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// rejoinStart returns the events that open a rejoined stream and the mapper
+// that carries on with the live tail (nil when the run is already over,
+// the opening events then ending with its terminal event), with the id to
+// put on the last opening frame.
+func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAGUI, cursor int64) {
+	cursor = t.cursor
+	var lastSeq int64
+	if n := len(t.rows); n > 0 {
+		lastSeq = t.rows[n-1].Seq
+	}
+	cursor = min(cursor, lastSeq)
+	var startTS int64
+	if len(t.runRows) > 0 {
+		startTS = t.runRows[0].Event.TS
+	}
+	started := &agui.RunStarted{ThreadID: t.threadID, RunID: t.runID}
+	started.Timestamp = startTS
+
+	probe := mapping.NewInstanceToAGUI(t.threadID, t.runID)
+	all := foldRun(probe, t.runID, t.runRows)
+	if probe.Finished() && len(all) > 0 {
+		snap := &agui.MessagesSnapshot{Messages: buildSnapshot(t.users, t.rows, lastSeq)}
+		snap.Timestamp = startTS
+		return []agui.Event{started, snap, all[len(all)-1]}, nil, lastSeq
+	}
+
+	// The run's rows up to the cursor (its run-start always) rebuild the
+	// mapper's state without being sent; what they left open is sent again.
+	var prefix []instanceai.StoredEvent
+	for i, row := range t.runRows {
+		if i > 0 && row.Seq > cursor {
+			break
+		}
+		prefix = append(prefix, row)
+	}
+	m = mapping.NewInstanceToAGUI(t.threadID, t.runID)
+	var st openState
+	st.apply(foldRun(m, t.runID, prefix))
+	if m.Suspended() {
+		// The run went on after the interrupt (it is not over at connect).
+		st.apply(m.Resume(t.runID))
+	}
+	snap := &agui.MessagesSnapshot{Messages: buildSnapshot(t.users, t.rows, cursor)}
+	snap.Timestamp = startTS
+	opening = []agui.Event{started, snap}
+	if s := lastTasksState(t.threadID, t.runID, prefix); s != nil {
+		opening = append(opening, s)
+	}
+	opening = append(opening, st.reopen()...)
+	return opening, m, cursor
+}
+
+// streamRejoin writes the rejoined run, then its live tail.
+func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoinTarget) {
+	ctx := r.Context()
+	log := h.cfg.Logger.With("thread", t.threadID, "run", t.runID)
+	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+	if err != nil {
+		return
+	}
+	opening, m, cursor := rejoinStart(t)
+	if err := writeFrames(s, cursor, opening); err != nil || s.Flush() != nil || m == nil {
+		return
+	}
+	feed := instanceai.OpenFeed(h.store, h.hub, t.threadID, cursor)
+	defer func() { feed.Close() }()
+	ping := time.NewTicker(h.cfg.Heartbeat)
+	defer ping.Stop()
+	for !m.Finished() {
+		batch, err := feed.Next(ctx, ping.C)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, instanceai.ErrSubscriberDropped) {
+				last := feed.Last()
+				feed.Close()
+				feed = instanceai.OpenFeed(h.store, h.hub, t.threadID, last)
+				continue
+			}
+			log.Warn("AG-UI rejoin stream source failed", "err", err)
+			if writeFrames(s, 0, m.Close(err)) == nil {
+				_ = s.Flush()
+			}
+			return
+		}
+		if batch == nil {
+			if s.Ping() != nil {
+				return
+			}
+			continue
+		}
+		for _, d := range batch {
+			if d.Event == nil || d.Event.RunID != t.runID {
+				continue
+			}
+			if err := writeFrames(s, d.ID, m.Push(*d.Event)); err != nil {
+				return
+			}
+		}
+		if s.Flush() != nil {
+			return
+		}
+		ping.Reset(h.cfg.Heartbeat)
+	}
+}
+
+// writeFrames sends events as `data: <json>` frames, id (0 for none) on the
+// last of them.
+func writeFrames(s *ssestream.Stream, id int64, events []agui.Event) error {
+	for i, ev := range events {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		var frameID int64
+		if i == len(events)-1 {
+			frameID = id
+		}
+		if err := s.Frame(frameID, ssestream.DataFrame(data)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
