@@ -4,8 +4,15 @@
 //   node run.js <url> '<scenarios JSON>'
 //
 // Each scenario is {name, message, state?, headers?, tools?, resume?,
-// toolResult?}: one runAgent() with a single user message (and `tools` as
-// its frontend tools). With `resume` ({status, payload?}), a second
+// toolResult?, forwardedProps?, abortAfter?, rejoin?}: one runAgent() with a
+// single user message (and `tools` as its frontend tools, `forwardedProps`
+// as its forwarded props). With `abortAfter` (an event type), the client
+// calls agent.abortRun() on the first event of that type; the report's
+// `aborted` says whether it did. With `rejoin`, once that run is over the
+// client fetches GET /agui/threads/{threadId}/events on the same server,
+// parses it with the client's own transformHttpEventStream, checks it with
+// verifyEvents and folds it with defaultApplyEvents; the report's `rejoin`
+// holds the event types, the error (if any) and the messages it yields. With `resume` ({status, payload?}), a second
 // runAgent() answers every interrupt the first run ended with, built with
 // buildResumeArray from agent.pendingInterrupts. With `toolResult`, the
 // client "runs" each pending frontend tool call of the first run: it adds a
@@ -14,7 +21,15 @@
 // messages and state afterwards, the error runAgent() threw (if any), the
 // RUN_ERROR it saw (if any), the second run's report as followUp, and every
 // console warning or error the client printed while it ran.
-const { HttpAgent, buildResumeArray } = require("@ag-ui/client");
+const {
+  HttpAgent,
+  buildResumeArray,
+  defaultApplyEvents,
+  runHttpRequest,
+  transformHttpEventStream,
+  verifyEvents,
+} = require("@ag-ui/client");
+const { lastValueFrom, tap } = require("rxjs");
 
 const captured = [];
 for (const level of ["warn", "error"]) {
@@ -35,7 +50,13 @@ async function runScenario(url, sc, index) {
     initialState: sc.state,
   });
   const before = captured.length;
-  const report = { name: sc.name, threadId, ...(await run(agent, { runId: `interop-run-${index}`, tools: sc.tools })), warnings: [] };
+  const report = {
+    name: sc.name,
+    threadId,
+    ...(await run(agent, { runId: `interop-run-${index}`, tools: sc.tools, forwardedProps: sc.forwardedProps }, sc.abortAfter)),
+    warnings: [],
+  };
+  if (sc.rejoin) report.rejoin = await rejoin(url, threadId, sc.headers || {});
   if (!report.error && sc.resume) {
     const responses = {};
     for (const interrupt of agent.pendingInterrupts) responses[interrupt.id] = sc.resume;
@@ -60,12 +81,18 @@ async function runScenario(url, sc, index) {
 }
 
 // run calls runAgent once and reports what the client saw of that run.
-async function run(agent, params) {
+// With abortAfter, it aborts the run on the first event of that type.
+async function run(agent, params, abortAfter) {
   const out = { events: [], outcome: null, pendingToolCallIds: null, interrupts: null, runError: null, error: null };
+  if (abortAfter) out.aborted = false;
   try {
     await agent.runAgent(params, {
       onEvent: ({ event }) => {
         out.events.push(event.type);
+        if (abortAfter && !out.aborted && event.type === abortAfter) {
+          out.aborted = true;
+          agent.abortRun();
+        }
       },
       onRunFinishedEvent: ({ outcome, pendingToolCallIds, interrupts }) => {
         out.outcome = outcome;
@@ -76,6 +103,37 @@ async function run(agent, params) {
         out.runError = { message: event.message, code: event.code };
       },
     });
+  } catch (err) {
+    out.error = err && err.message ? err.message : String(err);
+  }
+  return out;
+}
+
+// rejoin reads the thread's rejoin stream with the client's own HTTP, SSE
+// and verification pipeline and folds it into messages as an agent would.
+async function rejoin(runURL, threadId, headers) {
+  const url = new URL(`/agui/threads/${encodeURIComponent(threadId)}/events`, runURL).toString();
+  const out = { events: [], runError: null, error: null, messages: [] };
+  const agent = new HttpAgent({ url: runURL, threadId });
+  const input = { threadId, runId: `rejoin-${threadId}`, state: {}, messages: [], tools: [], context: [], forwardedProps: {} };
+  try {
+    const events$ = transformHttpEventStream(
+      runHttpRequest(() => fetch(url, { headers: { ...headers, Accept: "text/event-stream" } })),
+    ).pipe(
+      verifyEvents(),
+      tap((event) => {
+        out.events.push(event.type);
+        if (event.type === "RUN_ERROR") out.runError = { message: event.message, code: event.code };
+      }),
+    );
+    await lastValueFrom(
+      defaultApplyEvents(input, events$, agent, []).pipe(
+        tap((mutation) => {
+          if (mutation.messages) out.messages = mutation.messages;
+        }),
+      ),
+      { defaultValue: null },
+    );
   } catch (err) {
     out.error = err && err.message ? err.message : String(err);
   }
