@@ -456,11 +456,19 @@ func (r *Run) finish(status, reason string) {
 	if status == RunCancelled {
 		r.settleToolsLocked(func(agentID string) bool { return !r.liveAgents[agentID] }, now)
 	}
+	// The run leaves the registry in the same step as its run-finish is
+	// queued: a client that sees the run-finish finds the thread free, and
+	// a next run's run-start cannot be queued before it.
+	m := r.runs
+	m.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
 		Payload: &RunFinish{Status: status, Reason: reason}})
+	if m.active[r.ThreadID] == r {
+		delete(m.active, r.ThreadID)
+	}
+	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
-	r.runs.release(r)
 }
 
 // settleToolsLocked ends the open tool calls of the matching agents with a

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/wI2L/jsondiff"
+
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
 )
@@ -122,8 +124,7 @@ type InstanceToAGUI struct {
 	lastError string
 
 	stateSent bool
-	tasks     []json.RawMessage
-	planItems json.RawMessage
+	state     json.RawMessage // the shared state as last sent
 
 	clientTools map[string]bool // tools the client executes (ClientTools)
 	clientCalls []string        // their calls without a result, in call order
@@ -594,61 +595,50 @@ func (m *InstanceToAGUI) completed(ev instanceai.Event, p *instanceai.AgentCompl
 }
 
 func (m *InstanceToAGUI) tasksUpdate(agentID string, p *instanceai.TasksUpdate) {
-	tasks := make([]json.RawMessage, len(p.Tasks.Tasks))
-	for i, t := range p.Tasks.Tasks {
-		tasks[i], _ = json.Marshal(t)
+	next := stateDoc(p)
+	if m.stateSent {
+		if ops, err := statePatch(m.state, next); err == nil {
+			m.state = next
+			if len(ops) > 0 {
+				m.emit(agentID, &agui.StateDelta{Delta: ops})
+			}
+			return
+		}
+		// A state the differ cannot compare is sent whole again.
 	}
-	var plan json.RawMessage
-	if len(p.PlanItems) > 0 {
-		plan, _ = json.Marshal(p.PlanItems)
-	}
-	if !m.stateSent {
-		m.stateSent = true
-		m.tasks, m.planItems = tasks, plan
-		m.emit(agentID, &agui.StateSnapshot{Snapshot: stateDoc(tasks, plan)})
-		return
-	}
-	ops := diffTasks(m.tasks, tasks)
-	switch {
-	case m.planItems == nil && plan != nil:
-		ops = append(ops, agui.PatchOp{Op: "add", Path: "/planItems", Value: plan})
-	case m.planItems != nil && plan == nil:
-		ops = append(ops, agui.PatchOp{Op: "remove", Path: "/planItems"})
-	case plan != nil && string(plan) != string(m.planItems):
-		ops = append(ops, agui.PatchOp{Op: "replace", Path: "/planItems", Value: plan})
-	}
-	m.tasks, m.planItems = tasks, plan
-	if len(ops) > 0 {
-		m.emit(agentID, &agui.StateDelta{Delta: ops})
-	}
+	m.stateSent, m.state = true, next
+	m.emit(agentID, &agui.StateSnapshot{Snapshot: next})
 }
 
 // stateDoc is the shared state: {tasks: [...], planItems?: [...]}.
-func stateDoc(tasks []json.RawMessage, plan json.RawMessage) json.RawMessage {
-	doc := map[string]any{"tasks": tasks}
-	if plan != nil {
-		doc["planItems"] = plan
+func stateDoc(p *instanceai.TasksUpdate) json.RawMessage {
+	doc := map[string]any{"tasks": p.Tasks.Tasks}
+	if p.Tasks.Tasks == nil {
+		doc["tasks"] = []any{}
+	}
+	if len(p.PlanItems) > 0 {
+		doc["planItems"] = p.PlanItems
 	}
 	raw, _ := json.Marshal(doc)
 	return raw
 }
 
-// diffTasks is an RFC 6902 patch from prev to next: changed entries are
-// replaced in place, new ones appended, removed ones dropped from the end.
-func diffTasks(prev, next []json.RawMessage) []agui.PatchOp {
+// statePatch is the RFC 6902 patch that turns the state document prev into
+// next.
+func statePatch(prev, next json.RawMessage) ([]agui.PatchOp, error) {
+	patch, err := jsondiff.CompareJSON(prev, next)
+	if err != nil || len(patch) == 0 {
+		return nil, err
+	}
+	raw, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
 	var ops []agui.PatchOp
-	for i := 0; i < len(prev) && i < len(next); i++ {
-		if string(prev[i]) != string(next[i]) {
-			ops = append(ops, agui.PatchOp{Op: "replace", Path: "/tasks/" + strconv.Itoa(i), Value: next[i]})
-		}
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		return nil, err
 	}
-	for i := len(prev); i < len(next); i++ {
-		ops = append(ops, agui.PatchOp{Op: "add", Path: "/tasks/-", Value: next[i]})
-	}
-	for i := len(prev) - 1; i >= len(next); i-- {
-		ops = append(ops, agui.PatchOp{Op: "remove", Path: "/tasks/" + strconv.Itoa(i)})
-	}
-	return ops
+	return ops, nil
 }
 
 // closeAgent closes an agent's open segments and tool calls.

@@ -147,8 +147,8 @@ func TestMappingTable(t *testing.T) {
 				finish(instanceai.RunCompleted, "")},
 			want: []string{"RUN_STARTED",
 				`STATE_SNAPSHOT snapshot={"tasks":[{"id":"1","description":"a","status":"todo"}]}`,
-				`STATE_DELTA delta=[{"op":"replace","path":"/tasks/0","value":{"id":"1","description":"a","status":"done"}},{"op":"add","path":"/tasks/-","value":{"id":"2","description":"b","status":"todo"}}]`,
-				`STATE_DELTA delta=[{"op":"remove","path":"/tasks/1"},{"op":"remove","path":"/tasks/0"}]`,
+				`STATE_DELTA delta=[{"op":"replace","path":"/tasks/0/status","value":"done"},{"op":"add","path":"/tasks/-","value":{"description":"b","id":"2","status":"todo"}}]`,
+				`STATE_DELTA delta=[{"op":"remove","path":"/tasks/0"},{"op":"remove","path":"/tasks/0"}]`,
 				"RUN_FINISHED outcome=success"},
 		},
 		{
@@ -379,8 +379,8 @@ func TestPlanItemsInState(t *testing.T) {
 	m := NewInstanceToAGUI("t", "r")
 	out := feed(m, runStart(), withPlan(), withPlan("p1"), withPlan("p2"), withPlan(), finish(instanceai.RunCompleted, ""))
 	want := []string{"RUN_STARTED", `STATE_SNAPSHOT snapshot={"tasks":[]}`,
-		`STATE_DELTA delta=[{"op":"add","path":"/planItems","value":[{"id":"p1","title":"p1","kind":"build","spec":"s","deps":[]}]}]`,
-		`STATE_DELTA delta=[{"op":"replace","path":"/planItems","value":[{"id":"p2","title":"p2","kind":"build","spec":"s","deps":[]}]}]`,
+		`STATE_DELTA delta=[{"op":"add","path":"/planItems","value":[{"deps":[],"id":"p1","kind":"build","spec":"s","title":"p1"}]}]`,
+		`STATE_DELTA delta=[{"op":"replace","path":"/planItems/0/id","value":"p2"},{"op":"replace","path":"/planItems/0/title","value":"p2"}]`,
 		`STATE_DELTA delta=[{"op":"remove","path":"/planItems"}]`,
 		"RUN_FINISHED outcome=success"}
 	if got := summaries(out); !slices.Equal(got, want) {
