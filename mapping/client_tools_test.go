@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/agui"
+	verify "github.com/threadline/threadline/conformance/aguiverify"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/mapping/internal/verify"
 )
 
 func pendingOf(t *testing.T, out []agui.Event) []string {

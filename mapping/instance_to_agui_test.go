@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/agui"
+	verify "github.com/threadline/threadline/conformance/aguiverify"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/mapping/internal/verify"
 )
 
 // TestMappingTable has one case per row of DESIGN's instance-ai → AG-UI

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/agui"
+	verify "github.com/threadline/threadline/conformance/aguiverify"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/mapping/internal/verify"
 )
 
 // streamGen produces random valid instance-ai streams from a small grammar:

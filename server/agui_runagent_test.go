@@ -363,3 +363,23 @@ func TestRunAgentShutdownIsNotACancel(t *testing.T) {
 		t.Fatalf("run-finish = %+v, want cancelled by service_shutdown", fin)
 	}
 }
+
+// TestRunAgentEndsWithRunErrorWhenTheAgentPanics: a panicking agent still
+// gives the client a valid stream that ends in RUN_ERROR, and the native
+// log ends the run with an error.
+func TestRunAgentEndsWithRunErrorWhenTheAgentPanics(t *testing.T) {
+	store := openStore(t, "memory")
+	h := start(t, store, options{agent: instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_ = run.Emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: run.ID + ":seg:1",
+			Payload: &instanceai.Text{Text: "starting"}})
+		panic("agent bug")
+	})})
+	events := h.runAgent("th", "r1", "anything", nil)
+	last := events[len(events)-1]
+	if last.typ != "RUN_ERROR" || last.str("message") == "" {
+		t.Fatalf("last event = %+v", last)
+	}
+	if fin := waitRunFinish(t, store, "th", wait); fin.Status != instanceai.RunError {
+		t.Fatalf("native run-finish = %+v", fin)
+	}
+}

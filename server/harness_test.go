@@ -74,6 +74,8 @@ func (l smallBufferListener) Accept() (net.Conn, error) {
 }
 
 type options struct {
+	// agent replaces the reference agent when set.
+	agent instanceai.Agent
 	delay     time.Duration
 	queue     int
 	heartbeat time.Duration
@@ -104,7 +106,11 @@ func start(t *testing.T, store instanceai.Store, o options) *harness {
 	if o.logs != nil {
 		logger = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	app := server.New(store, &script.Agent{Delay: o.delay}, server.Config{
+	var agent instanceai.Agent = &script.Agent{Delay: o.delay}
+	if o.agent != nil {
+		agent = o.agent
+	}
+	app := server.New(store, agent, server.Config{
 		SubscriberQueue: o.queue, Heartbeat: o.heartbeat, MaxBody: o.maxBody, Auth: authn, Logger: logger,
 	})
 	srv := httptest.NewUnstartedServer(app.Handler())

@@ -1,4 +1,4 @@
-package verify
+package aguiverify
 
 import (
 	"encoding/json"

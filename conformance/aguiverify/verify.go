@@ -1,7 +1,7 @@
-// Package verify checks AG-UI event sequences against the rules that
+// Package aguiverify checks AG-UI event sequences against the rules that
 // @ag-ui/client@1.0.0's verifyEvents enforces, and tracks the shared state
 // that STATE_SNAPSHOT and STATE_DELTA build.
-package verify
+package aguiverify
 
 import (
 	"encoding/json"
