@@ -75,7 +75,7 @@ func (l smallBufferListener) Accept() (net.Conn, error) {
 
 type options struct {
 	// agent replaces the reference agent when set.
-	agent instanceai.Agent
+	agent     instanceai.Agent
 	delay     time.Duration
 	queue     int
 	heartbeat time.Duration
