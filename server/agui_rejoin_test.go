@@ -248,6 +248,11 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 
 		first := h.chat("th", "tools")
 		waitRow(t, store, "th", first, rowType(instanceai.TypeRunFinish))
+		// The title derived from the first message is queued by the chat
+		// request and may be stored after the run's finish: let it land.
+		if err := h.app.Writer.Sync(ctx, "th"); err != nil {
+			t.Fatal(err)
+		}
 		events := h.openRejoin(ctx, "th", "").rest()
 		msgs := checkRejoined(t, events, "th", first, 0)
 		if got := types(events); len(got) != 3 || got[2] != "RUN_FINISHED" {
