@@ -72,21 +72,11 @@ func BenchAppend(b *testing.B, s instanceai.Store, raw RawAppend) {
 
 	b.Run("store", func(b *testing.B) {
 		id := newThread(b, "store")
-		n := 0
-		for b.Loop() {
-			appendStore(b, id)
-			n++
-		}
-		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+		throughput(b, func() { appendStore(b, id) })
 	})
 	b.Run("raw", func(b *testing.B) {
 		id, next := newThread(b, "raw"), int64(1)
-		n := 0
-		for b.Loop() {
-			appendRaw(b, id, &next)
-			n++
-		}
-		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+		throughput(b, func() { appendRaw(b, id, &next) })
 	})
 	b.Run("ratio", func(b *testing.B) {
 		storeID := newThread(b, "store")
@@ -152,21 +142,11 @@ func BenchWriter(b *testing.B, s instanceai.Store, raw RawAppend) {
 	b.Run("writer", func(b *testing.B) {
 		id := newThread(b, "writer")
 		subscribe(id)
-		n := 0
-		for b.Loop() {
-			viaWriter(b, id)
-			n++
-		}
-		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+		throughput(b, func() { viaWriter(b, id) })
 	})
 	b.Run("raw", func(b *testing.B) {
 		id, next := newThread(b, "raw"), int64(1)
-		n := 0
-		for b.Loop() {
-			appendRaw(b, id, &next)
-			n++
-		}
-		b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
+		throughput(b, func() { appendRaw(b, id, &next) })
 	})
 	b.Run("ratio", func(b *testing.B) {
 		writerID := newThread(b, "writer")
@@ -204,4 +184,14 @@ func interleave(b *testing.B, name string, measured, raw func()) {
 	b.ReportMetric(m.perSecond(), name+"-events/s")
 	b.ReportMetric(r.perSecond(), "raw-events/s")
 	b.ReportMetric(m.perSecond()/r.perSecond(), name+"/raw")
+}
+
+// throughput runs one batch per iteration and reports events/s.
+func throughput(b *testing.B, batch func()) {
+	n := 0
+	for b.Loop() {
+		batch()
+		n++
+	}
+	b.ReportMetric(rate{n * BatchSize, b.Elapsed()}.perSecond(), "events/s")
 }
