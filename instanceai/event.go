@@ -199,6 +199,19 @@ type RunFinish struct {
 	Status              string   `json:"status"`
 	Reason              string   `json:"reason,omitempty"`
 	ArchivedWorkflowIDs []string `json:"archivedWorkflowIds,omitempty"`
+	// Usage is the model tokens the run spent, one entry per provider and
+	// model. It is an extension of n8n's payload (whose schema strips
+	// unknown keys); AG-UI carries it on RUN_FINISHED and RUN_ERROR.
+	Usage []TokenUsage `json:"usage,omitempty"`
+}
+
+// TokenUsage counts the tokens one model spent.
+type TokenUsage struct {
+	Provider     string `json:"provider,omitempty"`
+	Model        string `json:"model,omitempty"`
+	InputTokens  int64  `json:"inputTokens"`
+	OutputTokens int64  `json:"outputTokens"`
+	TotalTokens  int64  `json:"totalTokens"`
 }
 
 // ToolInputStart announces a tool call whose arguments are still streaming.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -65,6 +66,9 @@ type RunsConfig struct {
 	Logger        *slog.Logger
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
+	// Observer is told about first text and tool-call durations (nil:
+	// none).
+	Observer Observer
 }
 
 // Runs is the registry of active runs: one per thread, cancel, shutdown.
@@ -74,6 +78,7 @@ type Runs struct {
 	confirms ConfirmationStore
 	log      *slog.Logger
 	now      func() time.Time
+	obs      Observer
 
 	mu         sync.Mutex
 	active     map[string]*Run              // by thread id
@@ -90,7 +95,10 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now,
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	return &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{}}
 }
 
@@ -108,6 +116,13 @@ type StartRequest struct {
 	// it. Start stores it as that call's tool-result, under the previous
 	// run, before the new run's run-start.
 	ToolResult *ClientToolResult
+	// AgentName picks one of the agent's named upstreams (an n8n webhook,
+	// say); "" is the default one.
+	AgentName string
+	// History, when not nil, is the conversation before Message as the
+	// client holds it (AG-UI input.messages): agents send it to their model
+	// instead of the thread's stored conversation.
+	History []HistoryMessage
 }
 
 // ToolSpec is a tool the client offers a run.
@@ -139,10 +154,39 @@ func (c *ClientToolResult) ResultJSON() json.RawMessage {
 	return b
 }
 
+// NamedAgent is implemented by agents with several named upstreams (n8n
+// webhooks, say): StartRequest.AgentName must be one of Names.
+type NamedAgent interface {
+	Names() []string
+}
+
+// UnknownAgentError is returned by Start for an AgentName the agent does
+// not have.
+type UnknownAgentError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownAgentError) Error() string {
+	if len(e.Known) == 0 {
+		return fmt.Sprintf("unknown agent %q: this server's agent has no named agents", e.Name)
+	}
+	return fmt.Sprintf("unknown agent %q: known agents are %s", e.Name, strings.Join(e.Known, ", "))
+}
+
 // Start begins a run on the thread unless one is active (ErrRunActive, with
 // the active run returned). The run-start event is queued before Start
 // returns, so a client that subscribes afterwards sees the whole run.
 func (m *Runs) Start(req StartRequest) (*Run, error) {
+	if req.AgentName != "" {
+		var known []string
+		if named, ok := m.agent.(NamedAgent); ok {
+			known = named.Names()
+		}
+		if !slices.Contains(known, req.AgentName) {
+			return nil, &UnknownAgentError{Name: req.AgentName, Known: known}
+		}
+	}
 	suspended, err := m.suspendedRun(context.Background(), req.ThreadID)
 	if err != nil {
 		return nil, err
@@ -158,8 +202,8 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{
 		ID: NewID("run_"), ThreadID: req.ThreadID, UserID: req.UserID, Message: req.Message,
-		Tools: req.Tools, ToolResult: req.ToolResult,
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		Tools: req.Tools, ToolResult: req.ToolResult, AgentName: req.AgentName, History: req.History,
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
 	m.active[req.ThreadID] = r
@@ -365,6 +409,11 @@ type Run struct {
 	// ToolResult is the client tool result the run continues from, if any
 	// (StartRequest.ToolResult).
 	ToolResult *ClientToolResult
+	// AgentName is StartRequest.AgentName.
+	AgentName string
+	// History is StartRequest.History: nil means the agent reads the
+	// thread's stored conversation itself.
+	History []HistoryMessage
 
 	runs   *Runs
 	ctx    context.Context
@@ -379,6 +428,25 @@ type Run struct {
 	liveAgents map[string]bool
 	suspended  int      // confirmations being waited for
 	awaiting   []string // their request ids
+	usage      []TokenUsage
+	started    time.Time // for the time-to-first-text measurement
+	sawText    bool
+}
+
+// AddUsage adds the tokens a model call spent to the run's total, which its
+// run-finish carries. Calls for the same provider and model are summed.
+func (r *Run) AddUsage(u TokenUsage) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.usage {
+		if r.usage[i].Provider == u.Provider && r.usage[i].Model == u.Model {
+			r.usage[i].InputTokens += u.InputTokens
+			r.usage[i].OutputTokens += u.OutputTokens
+			r.usage[i].TotalTokens += u.TotalTokens
+			return
+		}
+	}
+	r.usage = append(r.usage, u)
 }
 
 // Done is closed when the run's agent has returned.
@@ -419,29 +487,47 @@ func (r *Run) Emit(ev Event) error {
 	return r.runs.writer.Enqueue(r.ThreadID, ev)
 }
 
-type openTool struct{ toolCallID, agentID string }
+type openTool struct {
+	toolCallID, agentID string
+	toolName            string
+	since               time.Time // zero for calls restored after a restart
+}
 
+// trackTool keeps the run's open tool calls, so that cancel can settle
+// them, and measures how long each took; it also measures the wait for the
+// run's first text.
 func (r *Run) trackTool(ev *Event) {
-	var id string
+	var id, name, outcome string
 	opens := false
 	switch p := ev.Payload.(type) {
 	case *ToolInputStart:
-		id, opens = p.ToolCallID, true
+		id, name, opens = p.ToolCallID, p.ToolName, true
 	case *ToolCall:
-		id, opens = p.ToolCallID, true
+		id, name, opens = p.ToolCallID, p.ToolName, true
 	case *ToolResult:
-		id = p.ToolCallID
+		id, outcome = p.ToolCallID, "result"
 	case *ToolError:
-		id = p.ToolCallID
+		id, outcome = p.ToolCallID, "error"
 	default:
+		if ev.Type == TypeTextDelta && !r.sawText && !r.started.IsZero() {
+			r.sawText = true
+			r.runs.obs.FirstText(time.Since(r.started))
+		}
 		return
 	}
 	i := slices.IndexFunc(r.openTools, func(t openTool) bool { return t.toolCallID == id })
 	switch {
 	case opens && i < 0:
-		r.openTools = append(r.openTools, openTool{id, ev.AgentID})
+		r.openTools = append(r.openTools, openTool{toolCallID: id, agentID: ev.AgentID, toolName: name, since: time.Now()})
 	case !opens && i >= 0:
+		r.observeTool(r.openTools[i], outcome)
 		r.openTools = slices.Delete(r.openTools, i, i+1)
+	}
+}
+
+func (r *Run) observeTool(t openTool, outcome string) {
+	if !t.since.IsZero() {
+		r.runs.obs.ToolCallFinished(t.toolName, outcome, time.Since(t.since))
 	}
 }
 
@@ -462,7 +548,7 @@ func (r *Run) finish(status, reason string) {
 	m := r.runs
 	m.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
-		Payload: &RunFinish{Status: status, Reason: reason}})
+		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}})
 	if m.active[r.ThreadID] == r {
 		delete(m.active, r.ThreadID)
 	}
@@ -485,6 +571,7 @@ func (r *Run) settleToolsLocked(match func(agentID string) bool, now int64) {
 		}
 		r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
 			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
+		r.observeTool(t, "cancelled")
 	}
 	r.openTools = kept
 }

@@ -233,7 +233,15 @@ func (p *Text) validate(EventType) error { return nil }
 func (p *RunStart) validate(EventType) error { return required("messageId", p.MessageID) }
 
 func (p *RunFinish) validate(EventType) error {
-	return oneOf("status", p.Status, RunCompleted, RunCancelled, RunError, RunInterrupted)
+	if err := oneOf("status", p.Status, RunCompleted, RunCancelled, RunError, RunInterrupted); err != nil {
+		return err
+	}
+	for i, u := range p.Usage {
+		if u.InputTokens < 0 || u.OutputTokens < 0 || u.TotalTokens < 0 {
+			return &ValidationError{Field: fmt.Sprintf("usage[%d]", i), Reason: "token counts must not be negative"}
+		}
+	}
+	return nil
 }
 
 func (p *ToolInputStart) validate(EventType) error {

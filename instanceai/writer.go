@@ -31,6 +31,8 @@ type WriterConfig struct {
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
 	Logger      *slog.Logger
+	// Observer is told about each commit and published event (nil: none).
+	Observer Observer
 }
 
 func (c *WriterConfig) defaults() {
@@ -51,6 +53,9 @@ func (c *WriterConfig) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 }
 
@@ -406,13 +411,16 @@ func (d *threadDrain) commit(items []batchItem) {
 		}
 	}
 	var first int64
+	obs := d.w.cfg.Observer
 	if len(rows) > 0 {
+		start := time.Now()
 		var err error
 		first, err = d.appendWithRetry(rows)
 		if err != nil {
 			d.fail(items, err)
 			return
 		}
+		obs.BatchCommitted(len(rows), time.Since(start))
 	}
 	frames := make([]Frame, 0, len(items))
 	seq := first
@@ -428,6 +436,7 @@ func (d *threadDrain) commit(items []batchItem) {
 			continue
 		}
 		frames = append(frames, f)
+		obs.EventPublished(items[i].ev.Type)
 	}
 	d.w.hub.Publish(d.threadID, frames)
 }

@@ -709,22 +709,36 @@ func (m *InstanceToAGUI) terminal(p *instanceai.RunFinish) {
 	if len(meta) > 0 {
 		base.Metadata = meta
 	}
+	usage := aguiUsage(p.Usage)
 	switch p.Status {
 	case instanceai.RunCompleted:
 		out := &agui.Outcome{Type: agui.OutcomeSuccess}
 		if len(m.clientCalls) > 0 {
 			out.PendingToolCallIDs = slices.Clone(m.clientCalls)
 		}
-		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: out})
+		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: out, Usage: usage})
 	case instanceai.RunCancelled:
-		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: &agui.Outcome{Type: agui.OutcomeCancelled}})
+		m.emit("", &agui.RunFinished{Base: base, ThreadID: m.threadID, RunID: m.runID, Outcome: &agui.Outcome{Type: agui.OutcomeCancelled}, Usage: usage})
 	case instanceai.RunInterrupted:
-		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, "the run was interrupted"), Code: CodeInterrupted})
+		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, "the run was interrupted"), Code: CodeInterrupted, Usage: usage})
 	default:
-		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, m.lastError, fmt.Sprintf("the run failed (status %q)", p.Status)), Code: CodeRunFailed})
+		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, m.lastError, fmt.Sprintf("the run failed (status %q)", p.Status)), Code: CodeRunFailed, Usage: usage})
 	}
 	m.held = nil
 	m.finished = true
+}
+
+// aguiUsage is a run-finish's token usage as AG-UI reports it.
+func aguiUsage(in []instanceai.TokenUsage) []agui.Usage {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]agui.Usage, len(in))
+	for i, u := range in {
+		out[i] = agui.Usage{Provider: u.Provider, Model: u.Model,
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
+	}
+	return out
 }
 
 func firstNonEmpty(s ...string) string {

@@ -222,10 +222,21 @@ type frameOrErr struct {
 // viaQuery sends it as ?lastEventId instead of the header.
 func (h *harness) connect(thread, cursor string, viaQuery bool) *conn {
 	h.t.Helper()
+	query := ""
+	if cursor != "" && viaQuery {
+		query = "lastEventId=" + cursor
+	}
+	return h.connectQuery(thread, query, cursor, viaQuery)
+}
+
+// connectQuery opens the thread's event stream with a raw query string;
+// cursor goes in the Last-Event-ID header unless viaQuery.
+func (h *harness) connectQuery(thread, query, cursor string, viaQuery bool) *conn {
+	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	url := h.srv.URL + "/instance-ai/events/" + thread
-	if cursor != "" && viaQuery {
-		url += "?lastEventId=" + cursor
+	if query != "" {
+		url += "?" + query
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if cursor != "" && !viaQuery {

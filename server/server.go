@@ -18,6 +18,7 @@ import (
 	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/httpapi"
+	"github.com/threadline/threadline/metrics"
 )
 
 // Config is the application's configuration beyond the store and agent.
@@ -33,8 +34,12 @@ type Config struct {
 	// AllowedOrigins are the browser origins CORS admits ("*" for any);
 	// none means no CORS headers.
 	AllowedOrigins []string
-	// AgentName names the agent on /health and /status.
+	// AgentName names the agent on /health and /status; an agent with
+	// named upstreams (instanceai.NamedAgent) is listed by those names.
 	AgentName string
+	// LLMHealth, when set, serves GET /llm/health (the openai agent's
+	// probe of its model server).
+	LLMHealth http.Handler
 }
 
 // Server is the wired application.
@@ -43,6 +48,9 @@ type Server struct {
 	Hub    *instanceai.Hub
 	Writer *instanceai.Writer
 	Runs   *instanceai.Runs
+	// Metrics are served at /metrics; agents report to them too (the n8n
+	// bridge's capture counts).
+	Metrics *metrics.Metrics
 
 	handler http.Handler
 	logger  *slog.Logger
@@ -57,13 +65,15 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{Store: store, logger: cfg.Logger}
+	s := &Server{Store: store, logger: cfg.Logger, Metrics: metrics.New()}
 	s.Hub = instanceai.NewHub(cfg.SubscriberQueue)
 	wcfg := cfg.Writer
 	wcfg.Logger = cfg.Logger
+	wcfg.Observer = s.Metrics
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { s.Runs.Fail(threadID, runID, err) }
 	s.Writer = instanceai.NewWriter(store, s.Hub, wcfg)
-	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store})
+	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: s.Metrics})
+	s.Metrics.Gauges(s.Hub.Subscribers, s.Runs.Count)
 
 	router := mux.NewRouter()
 	// Routes that act for a user are registered on authed; routes that need
@@ -74,8 +84,16 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 	}).Register(authed)
 	var agents []string
-	if cfg.AgentName != "" {
+	if named, ok := agent.(instanceai.NamedAgent); ok {
+		agents = named.Names()
+	} else if cfg.AgentName != "" {
 		agents = []string{cfg.AgentName}
+	}
+	// Metrics carry no user data, but tool names and traffic shape are
+	// the operator's business: they sit behind the same tokens as the API.
+	authed.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)
+	if cfg.LLMHealth != nil {
+		router.Handle("/llm/health", cfg.LLMHealth).Methods(http.MethodGet)
 	}
 	aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,

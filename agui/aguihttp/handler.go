@@ -133,6 +133,9 @@ type runRequest struct {
 	message string
 	// keepOnDisconnect is forwardedProps.onDisconnect == "continue".
 	keepOnDisconnect bool
+	// agent is forwardedProps.agent: which of the agent's named upstreams
+	// answers ("" for the default).
+	agent string
 }
 
 // decode reads and checks the request: every error is a 4xx sent before any
@@ -176,9 +179,18 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 	if len(in.ForwardedProps) > 0 {
 		var props struct {
 			OnDisconnect any `json:"onDisconnect"`
+			Agent        any `json:"agent"`
 		}
 		if json.Unmarshal(in.ForwardedProps, &props) == nil {
 			req.keepOnDisconnect = props.OnDisconnect == OnDisconnectContinue
+			switch a := props.Agent.(type) {
+			case nil:
+			case string:
+				req.agent = a
+			default:
+				return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "forwardedProps.agent",
+					"forwardedProps.agent must be a string naming one of the server's agents")
+			}
 		}
 	}
 	return req, nil
@@ -253,7 +265,11 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		return source{}, err
 	}
 	run, err := h.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
-		Tools: tools, ToolResult: result})
+		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages)})
+	var unknown *instanceai.UnknownAgentError
+	if errors.As(err, &unknown) {
+		return source{}, httpjson.NewError(http.StatusBadRequest, "unknown_agent", "forwardedProps.agent", "%s", unknown.Error())
+	}
 	if errors.Is(err, instanceai.ErrRunActive) {
 		return source{}, runActive(id, run.ID)
 	}

@@ -114,6 +114,9 @@ func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
 
 type chatRequest struct {
 	Message string `json:"message"`
+	// Agent names one of the agent's upstreams (an n8n webhook); "" is the
+	// default.
+	Agent string `json:"agent"`
 }
 
 type chatResponse struct {
@@ -146,7 +149,11 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if t.OwnerID != user {
 		return threadNotFound(id)
 	}
-	run, err := a.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message})
+	run, err := a.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, AgentName: req.Agent})
+	var unknown *instanceai.UnknownAgentError
+	if errors.As(err, &unknown) {
+		return httpjson.NewError(http.StatusBadRequest, "unknown_agent", "agent", "%s", unknown.Error())
+	}
 	if errors.Is(err, instanceai.ErrRunActive) {
 		e := httpjson.NewError(http.StatusConflict, "run_active", "",
 			"thread %q already has an active run; cancel it or wait for its run-finish", id)
@@ -193,15 +200,20 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	t, err := a.ownedThread(r)
 	if err == nil {
 		var after int64
+		var filter func(*instanceai.Delivery) bool
 		if after, err = cursor(r); err == nil {
-			a.stream(w, r, t.ID, after)
-			return
+			if filter, err = channelFilter(r); err == nil {
+				a.stream(w, r, t.ID, after, filter)
+				return
+			}
 		}
 	}
 	httpjson.WriteError(w, err)
 }
 
-func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64) {
+// stream serves the thread's events after the cursor; filter, when set,
+// picks the deliveries of one channel.
+func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
 	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: a.cfg.WriteTimeout})
 	if err != nil {
 		return
@@ -228,7 +240,11 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 			}
 			continue
 		}
-		for _, d := range batch {
+		for i := range batch {
+			d := &batch[i]
+			if filter != nil && !filter(d) {
+				continue
+			}
 			var err error
 			if d.Type != "" {
 				err = s.Event(0, d.Type, d.Data)

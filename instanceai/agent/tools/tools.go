@@ -1,0 +1,107 @@
+// Package tools is the registry of tools an LLM agent may call: each tool
+// has a name, a description and JSON-Schema parameters the model sees, says
+// whether a person must approve a call before it runs, and executes with a
+// context that ends when the run is cancelled.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+)
+
+// Tool is one callable tool.
+type Tool struct {
+	// Name is what the model calls (OpenAI allows [a-zA-Z0-9_-]{1,64}).
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments (an object schema).
+	Parameters json.RawMessage
+	// NeedsApproval makes the agent ask a person before executing a call.
+	NeedsApproval bool
+	// Execute runs a call with the model's arguments (a JSON object) and
+	// returns its result as JSON. It must return promptly once ctx ends.
+	// An error is reported to the model as the call's failure.
+	Execute func(ctx context.Context, args json.RawMessage) (json.RawMessage, error)
+}
+
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Registry is an ordered set of tools, looked up by name.
+type Registry struct {
+	tools  []Tool
+	byName map[string]int
+}
+
+// NewRegistry checks the tools and returns them as a registry: names must be
+// valid and unique, parameters a JSON object, Execute set.
+func NewRegistry(tools ...Tool) (*Registry, error) {
+	r := &Registry{byName: map[string]int{}}
+	for _, t := range tools {
+		if err := r.add(t); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// With returns a registry with the tools of r followed by more.
+func (r *Registry) With(more ...Tool) (*Registry, error) {
+	var base []Tool
+	if r != nil {
+		base = r.tools
+	}
+	return NewRegistry(append(slices.Clone(base), more...)...)
+}
+
+func (r *Registry) add(t Tool) error {
+	if !toolName.MatchString(t.Name) {
+		return fmt.Errorf("tool name %q: must be 1-64 letters, digits, _ or -", t.Name)
+	}
+	if _, dup := r.byName[t.Name]; dup {
+		return fmt.Errorf("tool %q is registered twice", t.Name)
+	}
+	if t.Execute == nil {
+		return fmt.Errorf("tool %q has no Execute", t.Name)
+	}
+	if len(t.Parameters) == 0 {
+		t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+		return fmt.Errorf("tool %q: parameters must be a JSON Schema object: %w", t.Name, err)
+	}
+	r.byName[t.Name] = len(r.tools)
+	r.tools = append(r.tools, t)
+	return nil
+}
+
+// Get returns the named tool.
+func (r *Registry) Get(name string) (Tool, bool) {
+	if r == nil {
+		return Tool{}, false
+	}
+	i, ok := r.byName[name]
+	if !ok {
+		return Tool{}, false
+	}
+	return r.tools[i], true
+}
+
+// List returns the tools in registration order.
+func (r *Registry) List() []Tool {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.tools)
+}
+
+// Len is the number of tools.
+func (r *Registry) Len() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.tools)
+}

@@ -1,0 +1,36 @@
+package instanceai
+
+import "time"
+
+// Observer receives the core's measurements; the metrics endpoint
+// implements it. Methods are called on hot paths (once per event, batch or
+// tool call) and must be cheap and safe for concurrent use.
+type Observer interface {
+	// EventPublished counts an event handed to live subscribers, stored
+	// or ephemeral.
+	EventPublished(t EventType)
+	// BatchCommitted reports one append to the log: its rows and how long
+	// it took, retries included.
+	BatchCommitted(rows int, took time.Duration)
+	// FirstText reports how long a run took from its run-start to its
+	// first text-delta: the wait a person sees before words appear.
+	FirstText(after time.Duration)
+	// ToolCallFinished reports a tool call's outcome ("result", "error" or
+	// "cancelled") and its duration from tool-call to outcome.
+	ToolCallFinished(tool, outcome string, took time.Duration)
+}
+
+// NopObserver discards every measurement.
+type NopObserver struct{}
+
+// EventPublished does nothing.
+func (NopObserver) EventPublished(EventType) {}
+
+// BatchCommitted does nothing.
+func (NopObserver) BatchCommitted(int, time.Duration) {}
+
+// FirstText does nothing.
+func (NopObserver) FirstText(time.Duration) {}
+
+// ToolCallFinished does nothing.
+func (NopObserver) ToolCallFinished(string, string, time.Duration) {}

@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// scrape reads /metrics and returns each sample line's value by its name
+// and labels as the exposition format prints them.
+func (h *harness) scrape() map[string]float64 {
+	h.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/metrics", nil)
+	res, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(res.Body)
+		h.t.Fatalf("/metrics: %d %s", res.StatusCode, body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			h.t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	h := start(t, openStore(t, "memory"), options{})
+	before := h.scrape()
+	h.do(http.MethodPost, "/instance-ai/threads", `{"id":"metrics"}`)
+	live := h.connect("metrics", "", false)
+	runID := h.chat("metrics", "tools")
+	live.until(wait, isRunFinish(runID))
+	if err := h.app.Writer.Sync(context.Background(), "metrics"); err != nil {
+		t.Fatal(err)
+	}
+	after := h.scrape()
+	stored := replay(t, h.app.Store, "metrics")
+
+	if got := after[`threadline_events_published_total{type="run-start"}`] - before[`threadline_events_published_total{type="run-start"}`]; got != 1 {
+		t.Fatalf("run-start events counted %v, want 1", got)
+	}
+	if got := after[`threadline_events_published_total{type="tool-call"}`]; got != 3 {
+		t.Fatalf("tool-call events counted %v, want 3", got)
+	}
+	if got := after[`threadline_events_published_total{type="text-delta"}`]; got < 2 {
+		t.Fatalf("text-delta events counted %v", got)
+	}
+	// The tools scenario ends two calls with a result and one with an error.
+	if got := after[`threadline_tool_call_seconds_count{outcome="result",tool="workflows"}`] +
+		after[`threadline_tool_call_seconds_count{outcome="result",tool="build-workflow"}`]; got != 2 {
+		t.Fatalf("tool results timed %v, want 2", got)
+	}
+	if got := after[`threadline_tool_call_seconds_count{outcome="error",tool="executions"}`]; got != 1 {
+		t.Fatalf("tool errors timed %v, want 1", got)
+	}
+	if got := after[`threadline_run_first_text_seconds_count`]; got != 1 {
+		t.Fatalf("first-text observations %v, want 1", got)
+	}
+	if got := after[`threadline_writer_batch_rows_sum`]; got != float64(len(stored)) {
+		t.Fatalf("rows committed %v, stored %d", got, len(stored))
+	}
+	if got := after[`threadline_subscribers`]; got != 1 {
+		t.Fatalf("subscribers %v, want 1 (the open stream)", got)
+	}
+	if _, ok := after[`threadline_active_runs`]; !ok {
+		t.Fatal("no active-runs gauge")
+	}
+}
+
+func TestMetricsNeedATokenWhenAuthIsOn(t *testing.T) {
+	h := start(t, openStore(t, "memory"), options{tokens: "tok-a=alice"})
+	code, _ := h.do(http.MethodGet, "/metrics", "")
+	if code != http.StatusUnauthorized {
+		t.Fatalf("/metrics without a token: %d", code)
+	}
+	if m := h.as("tok-a").scrape(); len(m) == 0 {
+		t.Fatal("no metrics with a token")
+	}
+}
+
+// namedAgent is an agent with named upstreams that records which one a
+// run asked for.
+type namedAgent struct{ picked chan string }
+
+func (a *namedAgent) Names() []string { return []string{"support", "sales"} }
+
+func (a *namedAgent) Run(ctx context.Context, run *instanceai.Run) error {
+	a.picked <- run.AgentName
+	return nil
+}
+
+func TestAgentNames(t *testing.T) {
+	agent := &namedAgent{picked: make(chan string, 4)}
+	h := start(t, openStore(t, "memory"), options{agent: agent})
+
+	code, body := h.do(http.MethodPost, "/instance-ai/chat/named", `{"message":"hi","agent":"billing"}`)
+	if code != http.StatusBadRequest || fieldOf(body) != "agent" || !strings.Contains(body["error"].(map[string]any)["message"].(string), "support, sales") {
+		t.Fatalf("unknown agent: %d %v", code, body)
+	}
+	h.chat("named", "plain")
+	if got := <-agent.picked; got != "" {
+		t.Fatalf("default run picked %q", got)
+	}
+	waitRunFinish(t, h.app.Store, "named", wait)
+	code, body = h.do(http.MethodPost, "/instance-ai/chat/named2", `{"message":"hi","agent":"sales"}`)
+	if code != http.StatusOK {
+		t.Fatalf("named agent: %d %v", code, body)
+	}
+	if got := <-agent.picked; got != "sales" {
+		t.Fatalf("run picked %q, want sales", got)
+	}
+
+	for _, c := range []struct {
+		props map[string]any
+		want  int
+	}{
+		{map[string]any{"agent": "billing"}, http.StatusBadRequest},
+		{map[string]any{"agent": 7}, http.StatusBadRequest},
+	} {
+		status, errCode, field := h.runAgentRejected(runInput("ag-named", "r1", "hi", map[string]any{"forwardedProps": c.props}))
+		if status != c.want || field != "forwardedProps.agent" {
+			t.Fatalf("forwardedProps %v: %d %s %s", c.props, status, errCode, field)
+		}
+	}
+	evs := h.runAgent("ag-named", "r2", "hi", map[string]any{"forwardedProps": map[string]any{"agent": "support"}})
+	if got := <-agent.picked; got != "support" || evs[len(evs)-1].typ != "RUN_FINISHED" {
+		t.Fatalf("AG-UI run picked %q, ended %s", got, evs[len(evs)-1].typ)
+	}
+
+	code, body = h.do(http.MethodGet, "/status", "")
+	agents, _ := body["agents"].(map[string]any)
+	if code != http.StatusOK || len(agents) != 2 || agents["support"] == nil {
+		t.Fatalf("/status lists %v", body)
+	}
+}
