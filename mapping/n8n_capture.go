@@ -43,7 +43,29 @@ type CaptureLayer struct {
 	obj         []byte
 	scratch     []byte // reused buffer for the text of one Feed
 
-	stats CaptureStats
+	stats       CaptureStats
+	onMalformed func(reason string, raw []byte)
+}
+
+// Reasons passed to the malformed hook; they match the CaptureStats fields.
+const (
+	CaptureMalformedInvalid    = "invalid"
+	CaptureMalformedOtherShape = "other_shape"
+	CaptureMalformedOversize   = "oversize"
+	CaptureMalformedUnclosed   = "unclosed"
+)
+
+// OnMalformed sets a hook called each time a captured object is released as
+// text, with the reason and the captured bytes (for an oversize object, the
+// part captured up to the byte that passed the cap). raw is only valid
+// during the call. The seed asks for malformed JSON to be logged, and only
+// the layer knows which bytes the object was once they merge into text.
+func (c *CaptureLayer) OnMalformed(hook func(reason string, raw []byte)) { c.onMalformed = hook }
+
+func (c *CaptureLayer) malformed(reason string, raw []byte) {
+	if c.onMalformed != nil {
+		c.onMalformed(reason, raw)
+	}
 }
 
 // CaptureDefaultMaxObject is the default size cap of one captured object.
@@ -171,6 +193,7 @@ func (c *CaptureLayer) Feed(chunk []byte) []CaptureOutput {
 		case closed || over:
 			c.stats.Oversize++
 			c.stats.Malformed++
+			c.malformed(CaptureMalformedOversize, c.obj)
 			c.capturing, c.passthrough = false, over
 			text = append(text, c.obj...)
 			c.obj = c.obj[:0]
@@ -195,6 +218,7 @@ func (c *CaptureLayer) Flush() []CaptureOutput {
 	if c.capturing {
 		c.stats.Unclosed++
 		c.stats.Malformed++
+		c.malformed(CaptureMalformedUnclosed, c.obj)
 		text = append(text, c.obj...)
 	}
 	c.capturing, c.passthrough, c.depth, c.inString, c.escaped = false, false, 0, false, false
@@ -218,6 +242,7 @@ func (c *CaptureLayer) emitObject(out []CaptureOutput) []CaptureOutput {
 	if err := json.Unmarshal(c.obj, &fields); err != nil {
 		c.stats.Invalid++
 		c.stats.Malformed++
+		c.malformed(CaptureMalformedInvalid, c.obj)
 		return captureAppendText(out, c.obj)
 	}
 	kind, _ := captureString(fields.Type)
@@ -246,6 +271,7 @@ func (c *CaptureLayer) emitObject(out []CaptureOutput) []CaptureOutput {
 	}
 	c.stats.OtherShape++
 	c.stats.Malformed++
+	c.malformed(CaptureMalformedOtherShape, c.obj)
 	return captureAppendText(out, c.obj)
 }
 

@@ -340,3 +340,32 @@ func FuzzCaptureLayer(f *testing.F) {
 		}
 	})
 }
+
+// TestCaptureOnMalformed checks the hook sees every released object once,
+// with the reason the stats count and the captured bytes.
+func TestCaptureOnMalformed(t *testing.T) {
+	type call struct{ reason, raw string }
+	var got []call
+	c := NewCaptureLayer(32)
+	c.OnMalformed(func(reason string, raw []byte) { got = append(got, call{reason, string(raw)}) })
+	c.Feed([]byte(`a {"x":1} b {not json} c {"type":"tool_call","name":"n","args":{"long":"0123456789abcdef"}} d {"open":`))
+	c.Flush()
+	want := []call{
+		{CaptureMalformedOtherShape, `{"x":1}`},
+		{CaptureMalformedInvalid, `{not json}`},
+		{CaptureMalformedOversize, `{"type":"tool_call","name":"n","a`}, // up to the byte past the cap
+		{CaptureMalformedUnclosed, `{"open":`},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("hook calls = %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("call %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	s := c.Stats()
+	if s.Malformed != 4 || s.OtherShape != 1 || s.Invalid != 1 || s.Oversize != 1 || s.Unclosed != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
