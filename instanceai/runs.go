@@ -433,6 +433,14 @@ type Run struct {
 	sawText    bool
 }
 
+// Sync waits until everything queued for the run's thread so far is in the
+// log: an agent that reads the thread's conversation from storage calls it
+// first, so that the previous run's last events and a client's tool result
+// queued at Start are there to read.
+func (r *Run) Sync(ctx context.Context) error {
+	return r.runs.writer.Sync(ctx, r.ThreadID)
+}
+
 // AddUsage adds the tokens a model call spent to the run's total, which its
 // run-finish carries. Calls for the same provider and model are summed.
 func (r *Run) AddUsage(u TokenUsage) {

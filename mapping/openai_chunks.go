@@ -3,7 +3,6 @@ package mapping
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -44,6 +43,27 @@ func (u OpenAIUsage) openaiAdd(o OpenAIUsage) OpenAIUsage {
 		CompletionTokens: u.CompletionTokens + o.CompletionTokens,
 		TotalTokens:      u.TotalTokens + o.TotalTokens,
 	}
+}
+
+// OpenAIStreamError is an error object a server sent inside the stream
+// (OpenAI and vLLM send {"error":{message,type,code}} when generation fails
+// after the response has begun), so callers can report its fields.
+type OpenAIStreamError struct {
+	Message string
+	Type    string
+	// Code is the error's code as sent (a string or a number), "" if none.
+	Code string
+}
+
+func (e *OpenAIStreamError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = "(no message)"
+	}
+	if e.Code != "" {
+		msg += " (code " + e.Code + ")"
+	}
+	return "openai stream: server error: " + msg
 }
 
 // openaiChunk is the part of a chat.completion.chunk the translator reads.
@@ -170,14 +190,11 @@ func (t *OpenAITranslator) Push(data []byte) ([]instanceai.Event, error) {
 		return nil, fmt.Errorf("openai stream: malformed chunk: %w", err)
 	}
 	if c.Error != nil {
-		msg := c.Error.Message
-		if msg == "" {
-			msg = "(no message)"
-		}
+		e := &OpenAIStreamError{Message: c.Error.Message, Type: c.Error.Type}
 		if len(c.Error.Code) > 0 && string(c.Error.Code) != "null" {
-			msg += " (code " + string(c.Error.Code) + ")"
+			e.Code = strings.Trim(string(c.Error.Code), `"`)
 		}
-		return nil, errors.New("openai stream: server error: " + msg)
+		return nil, e
 	}
 
 	var out []instanceai.Event

@@ -40,6 +40,9 @@ type Config struct {
 	// LLMHealth, when set, serves GET /llm/health (the openai agent's
 	// probe of its model server).
 	LLMHealth http.Handler
+	// Metrics collects the server's measurements; nil makes a fresh set.
+	// Pass one to let the agent report to it too.
+	Metrics *metrics.Metrics
 }
 
 // Server is the wired application.
@@ -65,7 +68,10 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{Store: store, logger: cfg.Logger, Metrics: metrics.New()}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	s := &Server{Store: store, logger: cfg.Logger, Metrics: cfg.Metrics}
 	s.Hub = instanceai.NewHub(cfg.SubscriberQueue)
 	wcfg := cfg.Writer
 	wcfg.Logger = cfg.Logger

@@ -11,9 +11,8 @@ import (
 
 	"github.com/threadline/threadline/agui/aguihttp"
 	"github.com/threadline/threadline/auth"
-	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/instanceai/httpapi"
+	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/storage"
 )
@@ -35,6 +34,7 @@ type serveConfig struct {
 	tokensFile      string
 	insecureNoAuth  bool
 	allowedOrigins  string
+	agents          agentConfig
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -42,7 +42,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f := newEnvFlags("serve", "Run the HTTP server. The storage schema is applied at start.", out)
 	f.String(&c.addr, "addr", "THREADLINE_ADDR", "127.0.0.1:8080", "listen address")
 	storeFlag(f, &c.store)
-	f.String(&c.agent, "agent", "THREADLINE_AGENT", "script", "agent that answers chat messages: script (the deterministic reference agent)")
+	f.String(&c.agent, "agent", "THREADLINE_AGENT", "script", "agent that answers chat messages: "+agentNames)
 	f.Duration(&c.scriptDelay, "script-delay", "THREADLINE_SCRIPT_DELAY", 20*time.Millisecond,
 		"pause between the reference agent's events (0 = as fast as possible)")
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpapi.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
@@ -61,6 +61,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"allow serving a non-loopback address without authentication")
 	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
 		"browser origins allowed by CORS, comma-separated (https://app.example.com,http://localhost:3000; * for any); none by default")
+	agentFlags(f, &c.agents)
 	return f, c
 }
 
@@ -119,25 +120,12 @@ func newLogger(level string, out io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: l})), nil
 }
 
-func newAgent(c *serveConfig) (instanceai.Agent, error) {
-	switch c.agent {
-	case "script":
-		return &script.Agent{Delay: c.scriptDelay}, nil
-	default:
-		return nil, usageError{fmt.Sprintf("-agent %q: available agents are: script", c.agent)}
-	}
-}
-
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	f, c := serveFlags(stderr)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	logger, err := newLogger(c.logLevel, stderr)
-	if err != nil {
-		return err
-	}
-	agent, err := newAgent(c)
 	if err != nil {
 		return err
 	}
@@ -157,9 +145,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("migrate %s: %w", storage.Describe(c.store), err)
 	}
 
+	m := metrics.New()
+	agent, llmHealth, err := newAgent(c, store, m, logger)
+	if err != nil {
+		return err
+	}
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
-		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent,
+		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 	})
 	sweepCtx, cancelSweep := context.WithTimeout(ctx, time.Minute)
 	err = srv.Recover(sweepCtx)

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agent/n8n"
+	"github.com/threadline/threadline/instanceai/agent/openai"
+	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/instanceai/agent/tools"
+	"github.com/threadline/threadline/instanceai/agent/tools/n8napi"
+)
+
+// agentNames lists the -agent values.
+const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks)"
+
+// agentConfig is the configuration of the real agents.
+type agentConfig struct {
+	openaiBaseURL      string
+	openaiModel        string
+	openaiAPIKey       string
+	openaiSystemPrompt string
+	openaiMaxSteps     int
+	openaiTimeout      time.Duration
+
+	n8nAPIURL string
+	n8nAPIKey string
+
+	n8nWebhooks      string
+	n8nWebhookHeader string
+	n8nIdleTimeout   time.Duration
+}
+
+func agentFlags(f *envFlags, c *agentConfig) {
+	f.String(&c.openaiBaseURL, "openai-base-url", "THREADLINE_OPENAI_BASE_URL", "https://api.openai.com/v1",
+		"openai agent: the Chat Completions server's base URL (LM Studio http://localhost:1234/v1, Ollama http://localhost:11434/v1, vLLM http://localhost:8000/v1)")
+	f.String(&c.openaiModel, "openai-model", "THREADLINE_OPENAI_MODEL", "", "openai agent: the model name (required)")
+	f.Secret(&c.openaiAPIKey, "openai-api-key", "THREADLINE_OPENAI_API_KEY",
+		"openai agent: API key sent as a bearer token; OPENAI_API_KEY is used when this is unset; local servers need none")
+	f.String(&c.openaiSystemPrompt, "openai-system-prompt", "THREADLINE_OPENAI_SYSTEM_PROMPT", "", "openai agent: system prompt")
+	f.Int(&c.openaiMaxSteps, "openai-max-steps", "THREADLINE_OPENAI_MAX_STEPS", 8, "openai agent: model calls per run (bounds the tool loop)")
+	f.Duration(&c.openaiTimeout, "openai-timeout", "THREADLINE_OPENAI_TIMEOUT", 60*time.Second,
+		"openai agent: wait for the response headers and longest silence between stream chunks")
+	f.String(&c.n8nAPIURL, "n8n-api-url", "N8N_API_URL", "",
+		"openai agent: an n8n instance (http://localhost:5678) whose public REST API the model may use as tools; none = no n8n tools")
+	f.Secret(&c.n8nAPIKey, "n8n-api-key", "N8N_API_KEY", "openai agent: the n8n API key (Settings > n8n API)")
+	f.String(&c.n8nWebhooks, "n8n-webhooks", "THREADLINE_N8N_WEBHOOKS", "",
+		"n8n agent: streaming webhooks, name=url,name2=url2 (the first is the default); when unset, AGENT_1_URL, AGENT_2_URL, … (names from AGENT_<N>_NAME)")
+	f.Secret(&c.n8nWebhookHeader, "n8n-webhook-header", "THREADLINE_N8N_WEBHOOK_HEADER",
+		"n8n agent: a header sent on every webhook call, \"Name: value\" (the Webhook node's Header Auth)")
+	f.Duration(&c.n8nIdleTimeout, "n8n-idle-timeout", "THREADLINE_N8N_IDLE_TIMEOUT", n8n.DefaultIdleTimeout,
+		"n8n agent: longest silence on a webhook's stream (n8n sends keepalives every 30s)")
+}
+
+// newAgent builds the configured agent. llmHealth is the openai agent's
+// /llm/health handler (nil for the others).
+func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
+	switch c.agent {
+	case "script":
+		return &script.Agent{Delay: c.scriptDelay}, nil, nil
+	case "openai":
+		a, err := newOpenAI(&c.agents, store, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, a.HealthHandler(), nil
+	case "n8n":
+		hooks, err := webhooks(c.agents.n8nWebhooks, os.Getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		header, err := webhookHeader(c.agents.n8nWebhookHeader)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := n8n.New(n8n.Config{Webhooks: hooks, Header: header, IdleTimeout: c.agents.n8nIdleTimeout, Observer: obs, Logger: logger})
+		if err != nil {
+			return nil, nil, usageError{err.Error()}
+		}
+		return a, nil, nil
+	default:
+		return nil, nil, usageError{fmt.Sprintf("-agent %q: available agents are: %s", c.agent, agentNames)}
+	}
+}
+
+func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*openai.Agent, error) {
+	if c.openaiModel == "" {
+		return nil, usageError{"-agent openai needs -openai-model (THREADLINE_OPENAI_MODEL)"}
+	}
+	key := c.openaiAPIKey
+	if key == "" {
+		key = os.Getenv("OPENAI_API_KEY")
+	}
+	var registry *tools.Registry
+	if c.n8nAPIURL != "" {
+		set, err := n8napi.Tools(n8napi.Config{BaseURL: c.n8nAPIURL, APIKey: c.n8nAPIKey})
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("-n8n-api-url / -n8n-api-key: %v", err)}
+		}
+		if registry, err = tools.NewRegistry(set...); err != nil {
+			return nil, err
+		}
+	}
+	a, err := openai.New(openai.Config{
+		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,
+		Tools: registry, Store: store, MaxSteps: c.openaiMaxSteps, RequestTimeout: c.openaiTimeout, Logger: logger,
+	})
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return a, nil
+}
+
+// webhooks reads the n8n agent's webhook list: the flag's name=url pairs,
+// or else the AGENT_<N>_URL / AGENT_<N>_NAME variables, N = 1, 2, … without
+// gaps. A webhook without a name is called agent<N>.
+func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
+	var out []n8n.Webhook
+	if strings.TrimSpace(list) != "" {
+		for i, item := range strings.Split(list, ",") {
+			item = strings.TrimSpace(item)
+			name, url, named := strings.Cut(item, "=")
+			if !named {
+				name, url = "agent"+strconv.Itoa(i+1), item
+			}
+			if strings.TrimSpace(url) == "" {
+				return nil, usageError{fmt.Sprintf("-n8n-webhooks entry %d %q: want name=url", i+1, item)}
+			}
+			out = append(out, n8n.Webhook{Name: strings.TrimSpace(name), URL: strings.TrimSpace(url)})
+		}
+		return out, nil
+	}
+	for n := 1; ; n++ {
+		url := getenv(fmt.Sprintf("AGENT_%d_URL", n))
+		if url == "" {
+			break
+		}
+		name := getenv(fmt.Sprintf("AGENT_%d_NAME", n))
+		if name == "" {
+			name = "agent" + strconv.Itoa(n)
+		}
+		out = append(out, n8n.Webhook{Name: name, URL: url})
+	}
+	if len(out) == 0 {
+		return nil, usageError{"-agent n8n needs webhooks: -n8n-webhooks name=url (THREADLINE_N8N_WEBHOOKS) or AGENT_1_URL"}
+	}
+	return out, nil
+}
+
+// webhookHeader parses "Name: value".
+func webhookHeader(s string) (http.Header, error) {
+	if s == "" {
+		return nil, nil
+	}
+	// The value is a secret: errors show at most the name.
+	name, value, ok := strings.Cut(s, ":")
+	if !ok {
+		return nil, usageError{"-n8n-webhook-header: want \"Name: value\" (no colon found)"}
+	}
+	name = strings.TrimSpace(name)
+	if name == "" || strings.ContainsAny(name, " \t") {
+		return nil, usageError{fmt.Sprintf("-n8n-webhook-header: want \"Name: value\"; %q is not a header name", name)}
+	}
+	h := http.Header{}
+	h.Set(textproto.CanonicalMIMEHeaderKey(name), strings.TrimSpace(value))
+	return h, nil
+}
