@@ -19,6 +19,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/internal/testpg"
+	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/ssestream"
 	"github.com/threadline/threadline/storage"
@@ -88,6 +89,9 @@ type options struct {
 	tokens string
 	// logs, if set, receives the server's log.
 	logs io.Writer
+	// metrics and llmHealth are passed to the server as they are.
+	metrics   *metrics.Metrics
+	llmHealth http.Handler
 }
 
 func start(t *testing.T, store instanceai.Store, o options) *harness {
@@ -112,6 +116,7 @@ func start(t *testing.T, store instanceai.Store, o options) *harness {
 	}
 	app := server.New(store, agent, server.Config{
 		SubscriberQueue: o.queue, Heartbeat: o.heartbeat, MaxBody: o.maxBody, Auth: authn, Logger: logger,
+		Metrics: o.metrics, LLMHealth: o.llmHealth,
 	})
 	srv := httptest.NewUnstartedServer(app.Handler())
 	client := http.DefaultClient
