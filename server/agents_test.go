@@ -319,4 +319,3 @@ func TestRealAgentsInterop(t *testing.T) {
 		t.Fatalf("n8n agent: events %v", rep.Results[0].Events)
 	}
 }
-
