@@ -90,7 +90,7 @@ func (a *Agent) listModels(ctx context.Context, timeout time.Duration) (ids []st
 		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, false, errors.New("the health check was cancelled")
 		}
-		return nil, false, fmt.Errorf("could not connect to the LLM service at %s: %s", a.cfg.BaseURL, a.transportFailure(err).Message)
+		return nil, false, errors.New(a.transportFailure(err).Message)
 	}
 	defer resp.Body.Close()
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
