@@ -55,3 +55,24 @@ func TestHistory(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHistory feeds arbitrary RunAgentInput bodies through the history
+// conversion: it must not panic, and every tool call's arguments it passes
+// on must be JSON.
+func FuzzHistory(f *testing.F) {
+	f.Add(`{"threadId":"t","runId":"r","messages":[{"id":"1","role":"user","content":"a"},{"id":"2","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"n","arguments":"{"}}]},{"id":"3","role":"tool","toolCallId":"c","content":[{"type":"text","text":"x"}]},{"id":"4","role":"user","content":"b"}]}`)
+	f.Add(`{"threadId":"t","runId":"r","messages":[{"id":"1","role":"developer","content":"d"},{"id":"2","role":"reasoning","content":"r"}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		in, err := agui.DecodeRunAgentInput([]byte(body))
+		if err != nil {
+			return
+		}
+		for _, m := range history(in.Messages) {
+			for _, c := range m.ToolCalls {
+				if !json.Valid(c.Arguments) {
+					t.Fatalf("arguments %q are not JSON", c.Arguments)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,81 @@
+package server_test
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agent/n8n"
+	"github.com/threadline/threadline/instanceai/agent/openai"
+)
+
+// The live tests run the real agents against real upstreams when they are
+// named in the environment, and skip otherwise (CI has neither a model
+// server nor an n8n instance):
+//
+//	THREADLINE_LIVE_OPENAI_BASE_URL=http://localhost:11434/v1 THREADLINE_LIVE_OPENAI_MODEL=llama3.2 \
+//	THREADLINE_LIVE_OPENAI_API_KEY=… go test -run TestLive ./server/
+//	THREADLINE_LIVE_N8N_WEBHOOK=http://localhost:5678/webhook/threadline-agent go test -run TestLive ./server/
+//
+// Both drive one message through the native and the AG-UI endpoints and
+// check what any working upstream must give: a completed run with text, and
+// an AG-UI stream the client's verifier accepts.
+
+func liveRun(t *testing.T, h *harness, thread string) {
+	t.Helper()
+	h.do(http.MethodPost, "/instance-ai/threads", `{"id":"`+thread+`"}`)
+	live := h.connect(thread, "", false)
+	runID := h.chat(thread, "Say hello in five words.")
+	frames := live.until(wait, isRunFinish(runID))
+	var text strings.Builder
+	for _, f := range frames {
+		if p, ok := f.ev.Payload.(*instanceai.Text); ok && f.ev.Type == instanceai.TypeTextDelta {
+			text.WriteString(p.Text)
+		}
+	}
+	fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+	if fin.Status != instanceai.RunCompleted || strings.TrimSpace(text.String()) == "" {
+		t.Fatalf("native run: status %s (%s), text %q", fin.Status, fin.Reason, text.String())
+	}
+	t.Logf("native answer: %q, usage %+v", text.String(), fin.Usage)
+
+	evs := h.runAgent("ag-"+thread, "live-1", "Now say goodbye in five words.", nil)
+	if err := verifyAGUI(evs); err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; last.typ != "RUN_FINISHED" || countType(evs, "TEXT_MESSAGE_CONTENT") == 0 {
+		t.Fatalf("AG-UI run: %v, last %s", types(evs), last.raw)
+	}
+}
+
+func TestLiveOpenAI(t *testing.T) {
+	base := os.Getenv("THREADLINE_LIVE_OPENAI_BASE_URL")
+	if base == "" {
+		t.Skip("set THREADLINE_LIVE_OPENAI_BASE_URL and THREADLINE_LIVE_OPENAI_MODEL to run against a real model server")
+	}
+	store := openStore(t, "memory")
+	agent, err := openai.New(openai.Config{BaseURL: base, Model: os.Getenv("THREADLINE_LIVE_OPENAI_MODEL"),
+		APIKey: os.Getenv("THREADLINE_LIVE_OPENAI_API_KEY"), Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, store, options{agent: agent, llmHealth: agent.HealthHandler()})
+	if code, body := h.do(http.MethodGet, "/llm/health", ""); code != http.StatusOK {
+		t.Fatalf("/llm/health: %d %v", code, body)
+	}
+	liveRun(t, h, "live-openai")
+}
+
+func TestLiveN8N(t *testing.T) {
+	url := os.Getenv("THREADLINE_LIVE_N8N_WEBHOOK")
+	if url == "" {
+		t.Skip("set THREADLINE_LIVE_N8N_WEBHOOK to a streaming webhook's production URL to run against a real n8n")
+	}
+	agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "live", URL: url}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveRun(t, start(t, openStore(t, "memory"), options{agent: agent}), "live-n8n")
+}
