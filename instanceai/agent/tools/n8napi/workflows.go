@@ -46,15 +46,8 @@ func (cl *client) listWorkflows(ctx context.Context, raw json.RawMessage) (json.
 			q.Set(name, v)
 		}
 	}
-	if v, ok, err := a.integer("limit", 1, maxLimit); err != nil {
+	if err := setPage(a, q); err != nil {
 		return nil, fail(tool, err)
-	} else if ok {
-		q.Set("limit", strconv.FormatInt(v, 10))
-	}
-	if v, ok, err := a.str("cursor", false); err != nil {
-		return nil, fail(tool, err)
-	} else if ok {
-		q.Set("cursor", v)
 	}
 	// The summaries below drop pinned data anyway; not fetching it saves
 	// transfer and the response bound.
@@ -241,16 +234,25 @@ func (cl *client) listExecutions(ctx context.Context, raw json.RawMessage) (json
 	} else if ok {
 		q.Set("status", v)
 	}
-	if v, ok, err := a.integer("limit", 1, maxLimit); err != nil {
+	if err := setPage(a, q); err != nil {
 		return nil, fail(tool, err)
+	}
+	// includeData is left at n8n's default (false): run data can be huge.
+	return cl.do(ctx, call{tool: tool, method: http.MethodGet, path: "/executions", query: q, notFound: notFoundAPI})
+}
+
+// setPage copies the optional pagination arguments of a list tool, limit
+// and cursor, into the query.
+func setPage(a args, q url.Values) error {
+	if v, ok, err := a.integer("limit", 1, maxLimit); err != nil {
+		return err
 	} else if ok {
 		q.Set("limit", strconv.FormatInt(v, 10))
 	}
 	if v, ok, err := a.str("cursor", false); err != nil {
-		return nil, fail(tool, err)
+		return err
 	} else if ok {
 		q.Set("cursor", v)
 	}
-	// includeData is left at n8n's default (false): run data can be huge.
-	return cl.do(ctx, call{tool: tool, method: http.MethodGet, path: "/executions", query: q, notFound: notFoundAPI})
+	return nil
 }
