@@ -227,14 +227,16 @@ func TestApproval(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var n atomic.Int32
 			f := newFake(t, replay(sse(callChunk("r1", 0, "c1", "delete_workflow", `{"id":"wf_1"}`), finishChunk("r1", "tool_calls"))), answer("r2", "Done.", 1, 1))
-			h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "m", Tools: registry(t, echoTool("delete_workflow", true, &n))})
+			destructive := echoTool("delete_workflow", true, &n)
+			destructive.Severity = instanceai.SeverityDestructive
+			h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "m", Tools: registry(t, destructive)})
 			run := h.start(t, instanceai.StartRequest{Message: "delete it"})
 			c := waitConfirmation(t, h)
 			var req instanceai.ConfirmationRequest
 			if err := json.Unmarshal(c.Request, &req); err != nil {
 				t.Fatal(err)
 			}
-			if req.ToolCallID != "c1" || req.ToolName != "delete_workflow" || !strings.Contains(req.Message, "delete_workflow") || !strings.Contains(req.Message, "wf_1") {
+			if req.ToolCallID != "c1" || req.ToolName != "delete_workflow" || req.Severity != instanceai.SeverityDestructive || !strings.Contains(req.Message, "delete_workflow") || !strings.Contains(req.Message, "wf_1") {
 				t.Errorf("confirmation request %+v", req)
 			}
 			if _, err := h.runs.Answer(context.Background(), user, c.RequestID, instanceai.Answer{Approved: approve, UserInput: "not now"}); err != nil {

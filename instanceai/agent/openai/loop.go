@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -199,7 +200,7 @@ func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *in
 		if answer == nil {
 			a, err := l.run.Confirm(ctx, "", instanceai.ConfirmationRequest{
 				ToolCallID: c.id, ToolName: c.name, Args: c.args,
-				Severity: instanceai.SeverityWarning,
+				Severity: cmp.Or(t.Severity, instanceai.SeverityWarning),
 				Message:  approvalMessage(t, c.args),
 			})
 			if err != nil {

@@ -21,6 +21,9 @@ type Tool struct {
 	Parameters json.RawMessage
 	// NeedsApproval makes the agent ask a person before executing a call.
 	NeedsApproval bool
+	// Severity is how the approval request is shown: "destructive",
+	// "warning" (the default) or "info", as n8n's confirmation-request has it.
+	Severity string
 	// Execute runs a call with the model's arguments (a JSON object) and
 	// returns its result as JSON. It must return promptly once ctx ends.
 	// An error is reported to the model as the call's failure.
@@ -65,6 +68,11 @@ func (r *Registry) add(t Tool) error {
 	}
 	if t.Execute == nil {
 		return fmt.Errorf("tool %q has no Execute", t.Name)
+	}
+	switch t.Severity {
+	case "", "destructive", "warning", "info":
+	default:
+		return fmt.Errorf("tool %q: severity %q must be destructive, warning or info", t.Name, t.Severity)
 	}
 	if len(t.Parameters) == 0 {
 		t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)

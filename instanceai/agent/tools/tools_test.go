@@ -54,6 +54,7 @@ func TestRegistryRejects(t *testing.T) {
 		{[]Tool{{Name: "a"}}, "no Execute"},
 		{[]Tool{{Name: "a", Execute: echo, Parameters: json.RawMessage(`[1]`)}}, "JSON Schema object"},
 		{[]Tool{{Name: "a", Execute: echo, Parameters: json.RawMessage(`{`)}}, "JSON Schema object"},
+		{[]Tool{{Name: "a", Execute: echo, Severity: "critical"}}, "destructive, warning or info"},
 	} {
 		if _, err := NewRegistry(c.tools...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error containing %q", c.tools, err, c.want)

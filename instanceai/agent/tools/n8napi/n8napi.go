@@ -154,7 +154,10 @@ func Tools(cfg Config) ([]tools.Tool, error) {
 				"Archiving an archived workflow changes nothing. Needs approval. Returns the archived workflow.",
 			Parameters:    schemaID("The id of the workflow to archive."),
 			NeedsApproval: true,
-			Execute:       c.archiveWorkflow,
+			// It takes a running workflow out of service, though n8n can
+			// unarchive it.
+			Severity: "destructive",
+			Execute:  c.archiveWorkflow,
 		},
 		{
 			Name: "list_executions",

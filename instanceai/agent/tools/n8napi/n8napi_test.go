@@ -236,8 +236,8 @@ func TestSchemas(t *testing.T) {
 		if tl.Description == "" || tl.Execute == nil {
 			t.Errorf("%s: no description or Execute", tl.Name)
 		}
-		if got, want := tl.NeedsApproval, tl.Name == "archive_workflow"; got != want {
-			t.Errorf("%s: NeedsApproval = %v, want %v", tl.Name, got, want)
+		if got, want := tl.NeedsApproval, tl.Name == "archive_workflow"; got != want || (want && tl.Severity != "destructive") {
+			t.Errorf("%s: NeedsApproval = %v, want %v (severity %q)", tl.Name, got, want, tl.Severity)
 		}
 	}
 	if !slices.Equal(names, toolNames) {
