@@ -162,9 +162,9 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 		for _, f := range frames {
 			switch p := f.ev.Payload.(type) {
 			case *instanceai.Text:
-				if f.ev.Type == instanceai.TypeTextDelta {
-					text.WriteString(p.Text)
-				}
+				// Deltas, or the stored block when the stream caught up
+				// from the log: the feed sends each text once.
+				text.WriteString(p.Text)
 			case *instanceai.ToolCall:
 				calls = append(calls, p.ToolName+string(p.Args))
 			case *instanceai.ToolResult:
@@ -205,6 +205,22 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 			t.Fatalf("AG-UI events %v", types(evs))
 		}
 
+		// A client that sends one message at a time gets the thread's
+		// stored conversation, its own earlier messages included.
+		llm.script(answerStep("Yes.", 50, 1))
+		if evs := h.runAgent("ag-oa", "r1b", "Sure?", nil); evs[len(evs)-1].typ != "RUN_FINISHED" {
+			t.Fatalf("follow-up ended %s", evs[len(evs)-1].raw)
+		}
+		if got := strings.Join(llm.messages(5), " | "); got != `user:What is the answer? | assistant:Let me check. →lookup | tool:{"answer":42} | assistant:The answer is 42. | user:Sure?` {
+			t.Fatalf("AG-UI follow-up sent %s", got)
+		}
+
+		code, restored := h.do(http.MethodGet, "/instance-ai/threads/ag-oa/messages", "")
+		msgs, _ := restored["messages"].([]any)
+		if code != http.StatusOK || len(msgs) != 4 || msgs[0].(map[string]any)["content"] != "What is the answer?" || msgs[2].(map[string]any)["content"] != "Sure?" {
+			t.Fatalf("AG-UI runs' messages: %d %v", code, restored)
+		}
+
 		// AG-UI input.messages is the history the model gets.
 		llm.script(answerStep("Noted.", 5, 1))
 		body := inputJSON(map[string]any{"threadId": "ag-oa-2", "runId": "r2", "messages": []any{
@@ -215,7 +231,7 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 		if evs := h.runAgentBody(body); evs[len(evs)-1].typ != "RUN_FINISHED" {
 			t.Fatalf("history run ended %s", evs[len(evs)-1].raw)
 		}
-		if got := strings.Join(llm.messages(5), " | "); got != `user:My name is Ada. | assistant:Hello Ada. | user:Remember it.` {
+		if got := strings.Join(llm.messages(6), " | "); got != `user:My name is Ada. | assistant:Hello Ada. | user:Remember it.` {
 			t.Fatalf("AG-UI history sent %s", got)
 		}
 

@@ -31,7 +31,7 @@ func liveRun(t *testing.T, h *harness, thread string) {
 	frames := live.until(wait, isRunFinish(runID))
 	var text strings.Builder
 	for _, f := range frames {
-		if p, ok := f.ev.Payload.(*instanceai.Text); ok && f.ev.Type == instanceai.TypeTextDelta {
+		if p, ok := f.ev.Payload.(*instanceai.Text); ok && (f.ev.Type == instanceai.TypeTextDelta || f.ev.Type == instanceai.TypeTextBlock) {
 			text.WriteString(p.Text)
 		}
 	}

@@ -86,9 +86,10 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	authed.Use(cfg.Auth.Middleware)
-	httpapi.New(store, s.Hub, s.Runs, s.Writer, httpapi.Config{
+	native := httpapi.New(store, s.Hub, s.Runs, s.Writer, httpapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
-	}).Register(authed)
+	})
+	native.Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
 		agents = named.Names()
@@ -103,6 +104,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
+		RecordMessage: native.RecordMessage,
 	}).Register(authed, router)
 	authed.Handle("/agui/threads/{threadId}/events", aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
 	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)

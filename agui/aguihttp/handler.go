@@ -46,6 +46,10 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
+	// RecordMessage, when set, stores the user message of a run started
+	// here, as the native chat endpoint does (httpapi.API.RecordMessage),
+	// so the thread's /messages, title and model history include it.
+	RecordMessage func(ctx context.Context, t instanceai.Thread, userID, runID, message string)
 }
 
 // Handler serves the AG-UI endpoints.
@@ -275,6 +279,9 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	if err != nil {
 		return source{}, err
+	}
+	if h.cfg.RecordMessage != nil && !toolAnswer {
+		h.cfg.RecordMessage(ctx, t, user, run.ID, req.message)
 	}
 	// Every event of the run has a seq after next-1.
 	return source{run: run, after: next - 1,

@@ -163,7 +163,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.recordMessage(r, t, run.ID, req.Message)
+	a.RecordMessage(r.Context(), t, user, run.ID, req.Message)
 	httpjson.Write(w, http.StatusOK, chatResponse{RunID: run.ID})
 	return nil
 }

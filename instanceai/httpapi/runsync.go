@@ -21,7 +21,7 @@ type runSync struct {
 }
 
 // runSyncFrames builds one id-less run-sync frame per live run of the
-// thread, folding the run's stored events up to committed plus the open
+// thread whose run-start the connection was sent, folding the run's stored events up to committed plus the open
 // segments the connection was just sent.
 func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int64, open []instanceai.Event) []instanceai.Delivery {
 	var out []instanceai.Delivery
@@ -33,10 +33,17 @@ func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int6
 			continue
 		}
 		st := agenttree.New()
+		started := false
 		for _, row := range rows {
 			if row.Seq <= committed {
 				st.Apply(row.Event)
+				started = started || row.Event.Type == instanceai.TypeRunStart
 			}
+		}
+		if !started {
+			// The run began after what this connection was sent: its
+			// run-start is coming live, and there is nothing to sync yet.
+			continue
 		}
 		for _, ev := range open {
 			if ev.RunID == runID {

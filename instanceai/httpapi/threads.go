@@ -322,15 +322,17 @@ func deriveTitle(message string) string {
 
 func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
-// recordMessage stores the user message of a run that just started and, if
+// RecordMessage stores the user message of a run that just started and, if
 // the thread has no title yet, titles it after the message. The run is
 // under way whatever happens here, so failures are logged, not returned.
 // A client that hangs up at once must not lose its message: the work is
 // detached from the request's cancellation.
-func (a *API) recordMessage(r *http.Request, t instanceai.Thread, runID, message string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+//
+// It is exported for the AG-UI endpoint, whose runs belong to the same
+// threads: their messages show in /messages, titles and model history too.
+func (a *API) RecordMessage(ctx context.Context, t instanceai.Thread, user, runID, message string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	user := UserFrom(r.Context())
 	err := a.store.AddMessage(ctx, instanceai.Message{ID: instanceai.NewID("msg_"), ThreadID: t.ID, RunID: runID,
 		Role: "user", Content: message})
 	if err != nil {
