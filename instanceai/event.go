@@ -852,7 +852,7 @@ func (p TaskList) MarshalJSON() ([]byte, error) {
 // TasksUpdate replaces the run's checklist.
 type TasksUpdate struct {
 	Tasks     TaskList      `json:"tasks"`
-	PlanItems []PlannedTask `json:"planItems,omitempty"`
+	PlanItems []PlannedTask `json:"planItems,omitzero"`
 }
 
 // Status is a transient indicator; an empty message clears it.

@@ -623,3 +623,29 @@ func TestAllTypesMatchN8nSchema(t *testing.T) {
 		t.Errorf("AllTypes = %v\nschema   = %v", ours, theirs)
 	}
 }
+
+// TestEmptyPlanItemsSurviveARoundTrip checks that tasks-update keeps an
+// empty planItems list through the log: n8n's reducer treats [] (the plan
+// was cleared) differently from an absent list (no change).
+func TestEmptyPlanItemsSurviveARoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want string
+	}{
+		{`{"tasks":{"tasks":[]},"planItems":[]}`, `"planItems":[]`},
+		{`{"tasks":{"tasks":[]}}`, ``},
+	} {
+		var p TasksUpdate
+		if err := json.Unmarshal([]byte(tc.raw), &p); err != nil {
+			t.Fatal(err)
+		}
+		out, err := json.Marshal(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := strings.Contains(string(out), `"planItems"`)
+		if tc.want == "" && has || tc.want != "" && !strings.Contains(string(out), tc.want) {
+			t.Fatalf("%s encodes as %s", tc.raw, out)
+		}
+	}
+}
