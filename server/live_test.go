@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // server nor an n8n instance):
 //
 //	THREADLINE_LIVE_OPENAI_BASE_URL=http://localhost:11434/v1 THREADLINE_LIVE_OPENAI_MODEL=llama3.2 \
-//	THREADLINE_LIVE_OPENAI_API_KEY=… go test -run TestLive ./server/
+//	THREADLINE_LIVE_OPENAI_API_KEY=… THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS='{"max_tokens":64}' go test -run TestLive ./server/
 //	THREADLINE_LIVE_N8N_WEBHOOK=http://localhost:5678/webhook/threadline-agent go test -run TestLive ./server/
 //
 // Both drive one message through the native and the AG-UI endpoints and
@@ -57,7 +58,8 @@ func TestLiveOpenAI(t *testing.T) {
 	}
 	store := openStore(t, "memory")
 	agent, err := openai.New(openai.Config{BaseURL: base, Model: os.Getenv("THREADLINE_LIVE_OPENAI_MODEL"),
-		APIKey: os.Getenv("THREADLINE_LIVE_OPENAI_API_KEY"), Store: store})
+		APIKey: os.Getenv("THREADLINE_LIVE_OPENAI_API_KEY"), Store: store,
+		RequestOptions: json.RawMessage(os.Getenv("THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS"))})
 	if err != nil {
 		t.Fatal(err)
 	}

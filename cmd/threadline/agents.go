@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,6 +30,7 @@ type agentConfig struct {
 	openaiSystemPrompt string
 	openaiMaxSteps     int
 	openaiTimeout      time.Duration
+	openaiOptions      string
 
 	n8nAPIURL string
 	n8nAPIKey string
@@ -48,6 +50,8 @@ func agentFlags(f *envFlags, c *agentConfig) {
 	f.Int(&c.openaiMaxSteps, "openai-max-steps", "THREADLINE_OPENAI_MAX_STEPS", 8, "openai agent: model calls per run (bounds the tool loop)")
 	f.Duration(&c.openaiTimeout, "openai-timeout", "THREADLINE_OPENAI_TIMEOUT", 60*time.Second,
 		"openai agent: wait for the response headers and longest silence between stream chunks")
+	f.String(&c.openaiOptions, "openai-request-options", "THREADLINE_OPENAI_REQUEST_OPTIONS", "",
+		"openai agent: extra request fields as a JSON object, e.g. {\"temperature\":0.2,\"max_tokens\":1024}")
 	f.String(&c.n8nAPIURL, "n8n-api-url", "N8N_API_URL", "",
 		"openai agent: an n8n instance (http://localhost:5678) whose public REST API the model may use as tools; none = no n8n tools")
 	f.Secret(&c.n8nAPIKey, "n8n-api-key", "N8N_API_KEY", "openai agent: the n8n API key (Settings > n8n API)")
@@ -111,6 +115,7 @@ func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*op
 	a, err := openai.New(openai.Config{
 		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,
 		Tools: registry, Store: store, MaxSteps: c.openaiMaxSteps, RequestTimeout: c.openaiTimeout, Logger: logger,
+		RequestOptions: json.RawMessage(c.openaiOptions),
 	})
 	if err != nil {
 		return nil, usageError{err.Error()}

@@ -62,6 +62,7 @@ func TestAgentConfigErrors(t *testing.T) {
 		{[]string{"-agent", "openai"}, "-openai-model"},
 		{[]string{"-agent", "openai", "-openai-model", "m", "-openai-base-url", "localhost:1234"}, "BaseURL"},
 		{[]string{"-agent", "openai", "-openai-model", "m", "-n8n-api-url", "http://n8n:5678"}, "-n8n-api-key"},
+		{[]string{"-agent", "openai", "-openai-model", "m", "-openai-request-options", "temperature=1"}, "RequestOptions"},
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=ftp://x"}, "Webhooks[0]"},
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=http://x,a=http://y"}, "unique"},
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=http://x", "-n8n-webhook-header", "bad"}, "-n8n-webhook-header"},

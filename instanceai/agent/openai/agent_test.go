@@ -46,6 +46,8 @@ func TestNewChecksConfig(t *testing.T) {
 		{openai.Config{BaseURL: "ftp://x/v1", Model: "m"}, "BaseURL"},
 		{openai.Config{BaseURL: "http://x/v1"}, "Model"},
 		{openai.Config{BaseURL: "http://x/v1", Model: "m", MaxSteps: -1}, "MaxSteps"},
+		{openai.Config{BaseURL: "http://x/v1", Model: "m", RequestOptions: json.RawMessage(`[1]`)}, "RequestOptions must be a JSON object"},
+		{openai.Config{BaseURL: "http://x/v1", Model: "m", RequestOptions: json.RawMessage(`{"stream":false}`)}, `must not set "stream"`},
 	} {
 		if _, err := openai.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
@@ -81,6 +83,22 @@ func TestTextAndUsage(t *testing.T) {
 	}
 	if len(r.Tools) != 0 {
 		t.Errorf("tools sent without any configured: %+v", r.Tools)
+	}
+}
+
+// TestRequestOptions checks that configured options reach every request
+// beside the fields the agent sets.
+func TestRequestOptions(t *testing.T) {
+	f := newFake(t, replay(fixture(t, "openai_text_usage.sse")))
+	h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "gpt-4o",
+		RequestOptions: json.RawMessage(`{"temperature":0.2,"max_tokens":64,"logit_bias":{"2":5}}`)})
+	if fin := finishOf(t, h.play(t, instanceai.StartRequest{Message: "Hi"})); fin.Status != instanceai.RunCompleted {
+		t.Fatalf("status %q", fin.Status)
+	}
+	r := f.requests()[0]
+	if r.Model != "gpt-4o" || !r.Stream || len(r.summary()) != 1 ||
+		string(r.raw["temperature"]) != "0.2" || string(r.raw["max_tokens"]) != "64" || string(r.raw["logit_bias"]) != `{"2":5}` {
+		t.Fatalf("request %s", r.body)
 	}
 }
 

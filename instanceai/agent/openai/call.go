@@ -137,7 +137,7 @@ func (a *Agent) attempt(ctx context.Context, l *loop, withStreamOptions bool) (*
 	if withStreamOptions {
 		req.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
-	body, err := json.Marshal(req)
+	body, err := a.encodeRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode the model request: %w", err)
 	}
@@ -301,4 +301,20 @@ func (a *Agent) stream(ctx, actx context.Context, l *loop, body io.Reader, idle 
 			InputTokens: int64(u.PromptTokens), OutputTokens: int64(u.CompletionTokens), TotalTokens: int64(u.TotalTokens)})
 	}
 	return res, nil
+}
+
+// encodeRequest encodes a request with the configured extra options.
+func (a *Agent) encodeRequest(req chatRequest) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil || len(a.options) == 0 {
+		return body, err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, err
+	}
+	for k, v := range a.options {
+		fields[k] = v
+	}
+	return json.Marshal(fields)
 }

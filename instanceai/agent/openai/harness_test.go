@@ -187,6 +187,9 @@ type wireReq struct {
 		} `json:"function"`
 	} `json:"tools"`
 	auth string
+	body []byte
+	// raw is the body's top-level fields.
+	raw map[string]json.RawMessage
 }
 
 // summary renders the request's messages as role:content[calls] strings.
@@ -249,6 +252,8 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("request body is not JSON: %v: %s", err, body)
 	}
 	req.auth = r.Header.Get("Authorization")
+	req.body = body
+	_ = json.Unmarshal(body, &req.raw)
 	f.mu.Lock()
 	n := len(f.reqs)
 	f.reqs = append(f.reqs, req)

@@ -11,7 +11,9 @@
 package openai
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,14 +67,20 @@ type Config struct {
 	RequestTimeout time.Duration
 	// HealthTimeout bounds the health probe; default 10 s.
 	HealthTimeout time.Duration
-	HTTPClient    *http.Client
-	Logger        *slog.Logger
+	// RequestOptions are extra fields of every Chat Completions request
+	// (temperature, max_tokens, top_p, seed, logit_bias, a server's own
+	// parameters…), as a JSON object. The fields the agent owns (model,
+	// messages, stream, stream_options, tools) cannot be set here.
+	RequestOptions json.RawMessage
+	HTTPClient     *http.Client
+	Logger         *slog.Logger
 }
 
 // Agent is the OpenAI-compatible agent. It implements instanceai.Agent and
 // instanceai.Resumer.
 type Agent struct {
 	cfg       Config
+	options   map[string]json.RawMessage // Config.RequestOptions
 	chatURL   string
 	modelsURL string
 	client    *http.Client
@@ -115,6 +123,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HealthTimeout < 0 {
 		return nil, fmt.Errorf("openai: Config.HealthTimeout must not be negative, got %s", cfg.HealthTimeout)
 	}
+	options, err := requestOptions(cfg.RequestOptions)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Provider == "" {
 		cfg.Provider = "openai-compatible"
 		if strings.EqualFold(u.Hostname(), "api.openai.com") {
@@ -147,7 +159,7 @@ func New(cfg Config) (*Agent, error) {
 		log = slog.Default()
 	}
 	return &Agent{cfg: cfg, chatURL: base + "/chat/completions", modelsURL: base + "/models",
-		client: client, log: log, local: isLocalHost(u.Hostname())}, nil
+		client: client, log: log, local: isLocalHost(u.Hostname()), options: options}, nil
 }
 
 // Run answers the run's message: it sends the conversation to the model and
@@ -220,4 +232,25 @@ func isLocalHost(host string) bool {
 	}
 	ip := parseIP(h)
 	return ip != nil && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
+}
+
+// ownedFields are the request fields the agent sets itself.
+var ownedFields = []string{"model", "messages", "stream", "stream_options", "tools"}
+
+// requestOptions checks Config.RequestOptions: a JSON object that does not
+// set a field the agent owns.
+func requestOptions(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	var options map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &options); err != nil || options == nil {
+		return nil, fmt.Errorf("openai: Config.RequestOptions must be a JSON object such as {\"temperature\":0.2,\"max_tokens\":1024}")
+	}
+	for _, f := range ownedFields {
+		if _, ok := options[f]; ok {
+			return nil, fmt.Errorf("openai: Config.RequestOptions must not set %q: the agent sets it", f)
+		}
+	}
+	return options, nil
 }
