@@ -76,7 +76,7 @@ type Tally struct {
 // NewTally starts a tally over rules; each starts as skipped ("not
 // exercised").
 func NewTally(rules []Rule) *Tally {
-	t := &Tally{rules: rules, byID: map[string]*Finding{}, extra: map[string]int{}}
+	t := &Tally{rules: slices.Clone(rules), byID: map[string]*Finding{}, extra: map[string]int{}}
 	for _, r := range rules {
 		t.byID[r.ID] = &Finding{Rule: r.ID, Status: Skip, Detail: "not exercised"}
 	}
