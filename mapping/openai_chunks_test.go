@@ -94,6 +94,10 @@ func TestOpenAITranslatorFixtures(t *testing.T) {
 		syn  = "openai-response-1"
 		bad  = "chatcmpl-C1x2y3z4"
 		lng  = "chatcmpl-D9len0001"
+		// Recorded from llama-server: "chatcmpl-" + 32 random alphanumerics.
+		lcText = "chatcmpl-gHVFeGOG7acxwnAzRId9ScJt2gMLDTgL"
+		lcStop = "chatcmpl-09vvzXvvle5AMIUvfDN4dE5ys4QyQtQA"
+		lcTool = "chatcmpl-n17d7KPavPhKiw5PejsDjodHzophVolN"
 	)
 	tests := []struct {
 		fixture string
@@ -171,6 +175,55 @@ func TestOpenAITranslatorFixtures(t *testing.T) {
 			},
 			finish: OpenAIFinishLength,
 		},
+		{
+			// llama-server: role chunk with content null (no event), one
+			// delta per token, "length" on an empty delta, and a usage chunk
+			// whose extra timings and prompt_tokens_details are ignored.
+			fixture: "llamacpp_text_usage.sse",
+			want: []string{
+				`text-delta@` + lcText + ` {"text":"alph"}`,
+				`text-delta@` + lcText + ` {"text":" Ana"}`,
+				`text-delta@` + lcText + ` {"text":"нове"}`,
+				`text-delta@` + lcText + ` {"text":" Bool"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+				`text-delta@` + lcText + ` {"text":" Pakistan"}`,
+			},
+			finish: OpenAIFinishLength,
+			usage:  OpenAIUsage{PromptTokens: 52, CompletionTokens: 16, TotalTokens: 68},
+		},
+		{
+			// The stop string is not streamed but its token is counted.
+			fixture: "llamacpp_text_stop.sse",
+			want: []string{
+				`text-delta@` + lcStop + ` {"text":"alph"}`,
+				`text-delta@` + lcStop + ` {"text":" Ana"}`,
+				`text-delta@` + lcStop + ` {"text":"нове"}`,
+				`text-delta@` + lcStop + ` {"text":" Bool"}`,
+			},
+			finish: OpenAIFinishStop,
+			usage:  OpenAIUsage{PromptTokens: 52, CompletionTokens: 5, TotalTokens: 57},
+		},
+		{
+			// The tool call's id has no "call_" prefix and is kept as sent;
+			// eight argument fragments assemble into {"city" :"{"}.
+			fixture: "llamacpp_tool_call.sse",
+			want: []string{
+				`tool-input-start@` + lcTool + ` {"toolCallId":"0VelHYnJjwkUexTakHk8e9nQzM9C4mBn","toolName":"get_weather"}`,
+				`tool-call@` + lcTool + ` {"toolCallId":"0VelHYnJjwkUexTakHk8e9nQzM9C4mBn","toolName":"get_weather","args":{"city":"{"}}`,
+			},
+			finish: OpenAIFinishToolCalls,
+			usage:  OpenAIUsage{PromptTokens: 136, CompletionTokens: 33, TotalTokens: 169},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(strings.TrimSuffix(tc.fixture, ".sse"), func(t *testing.T) {
@@ -207,6 +260,10 @@ func TestOpenAITranslatorChunkErrors(t *testing.T) {
 		{"choices of the wrong type", `{"id":"x","choices":"nope"}`, "malformed chunk"},
 		{"JSON null", `null`, "want a JSON object"},
 		{"server error object", `{"error":{"message":"model overloaded","type":"server_error","code":503}}`, "server error: model overloaded (code 503)"},
+		// llama-server's shape when generation fails after the stream has
+		// begun (format_error_response in tools/server/server-common.cpp):
+		// an integer code and no param.
+		{"llama-server error object", `{"error":{"code":500,"message":"Failed to decode","type":"server_error"}}`, "server error: Failed to decode (code 500)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,6 +488,11 @@ func FuzzOpenAITranslator(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, e := range entries {
+		// The directory also holds recorded HTTP error bodies (.json) and a
+		// README; only the streams are seeds.
+		if !strings.HasSuffix(e.Name(), ".sse") {
+			continue
+		}
 		f.Add(bytes.Join(openaiFixture(f, e.Name()), []byte("\n")), uint8(3))
 	}
 	f.Add([]byte("<think>a</think>b<th"), uint8(1))

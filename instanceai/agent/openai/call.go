@@ -188,7 +188,9 @@ func (a *Agent) badStatus(ctx context.Context, resp *http.Response, withStreamOp
 		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), streamOptions: true}
 	case status == http.StatusTooManyRequests || status >= 500:
 		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), after: retryAfter(resp.Header)}
-	case status == http.StatusNotFound:
+	case status == http.StatusNotFound || (status == http.StatusBadRequest && upstreamMessage(body).modelMissing()):
+		// The model list makes a better hint; llama-server's router
+		// answers an unknown model with 400, not 404.
 		models, _, _ := a.listModels(ctx, a.cfg.HealthTimeout)
 		if len(models) > 20 {
 			models = append(models[:20:20], "…")

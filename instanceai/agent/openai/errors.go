@@ -49,35 +49,81 @@ func excerpt(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// upstreamMessage extracts the human message of an error body: OpenAI's and
-// Ollama's {"error":{"message"}}, {"error":"…"} (LM Studio, llama.cpp), or
-// vLLM's {"object":"error","message"}. "" when none is found.
-func upstreamMessage(body []byte) (msg, code string) {
+// upstreamError is what an error body says, as far as it can be read.
+type upstreamError struct {
+	msg string
+	// code is the error's code as sent, quotes dropped: a string from
+	// OpenAI ("model_not_found"), a number from llama-server and vLLM
+	// (the HTTP status again). "" when absent or null.
+	code string
+	// typ is the error's type ("invalid_request_error", llama-server's
+	// "exceed_context_size_error").
+	typ string
+}
+
+// upstreamMessage extracts the human message of an error body: OpenAI's,
+// Ollama's and llama-server's {"error":{"message"}}, {"error":"…"} (LM
+// Studio, older llama.cpp), or vLLM's {"object":"error","message"}. Zero
+// when none is found.
+func upstreamMessage(body []byte) upstreamError {
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
 	}
 	if json.Unmarshal(body, &v) != nil {
-		return "", ""
+		return upstreamError{}
 	}
 	if len(v.Error) > 0 {
 		var s string
 		if json.Unmarshal(v.Error, &s) == nil {
-			return s, ""
+			return upstreamError{msg: s}
 		}
 		var o struct {
 			Message string          `json:"message"`
+			Type    string          `json:"type"`
 			Code    json.RawMessage `json:"code"`
 		}
 		if json.Unmarshal(v.Error, &o) == nil {
-			c := strings.Trim(string(o.Code), `"`)
-			if c == "null" {
-				c = ""
-			}
-			return o.Message, c
+			return upstreamError{msg: o.Message, code: rawCode(o.Code), typ: o.Type}
 		}
 	}
-	return v.Message, ""
+	return upstreamError{msg: v.Message, code: rawCode(v.Code), typ: v.Type}
+}
+
+// rawCode renders an error code sent as a string or a number.
+func rawCode(raw json.RawMessage) string {
+	c := strings.Trim(strings.TrimSpace(string(raw)), `"`)
+	if c == "null" {
+		return ""
+	}
+	return c
+}
+
+// contextExceeded reports whether an error says the prompt does not fit the
+// model's context: OpenAI's code, llama-server's type, or the wording of
+// servers that send neither (vLLM: "maximum context length", llama-server:
+// "exceeds the available context size").
+func (u upstreamError) contextExceeded() bool {
+	if u.code == CodeContextLength || u.typ == "exceed_context_size_error" {
+		return true
+	}
+	m := strings.ToLower(u.msg)
+	return strings.Contains(m, "context length") || strings.Contains(m, "maximum context") ||
+		strings.Contains(m, "context size") || strings.Contains(m, "context window")
+}
+
+// modelMissing reports whether an error says the requested model does not
+// exist. OpenAI answers 404 with code model_not_found; llama-server in
+// router mode answers 400 "model 'x' not found", and Ollama 404
+// "model \"x\" not found".
+func (u upstreamError) modelMissing() bool {
+	if u.code == CodeModelNotFound {
+		return true
+	}
+	m := strings.ToLower(u.msg)
+	return strings.Contains(m, "model") && strings.Contains(m, "not found")
 }
 
 // failure builds the ProviderError of a call, with the API key scrubbed
@@ -103,7 +149,8 @@ func (a *Agent) scrub(s string) string {
 
 // statusFailure turns a non-200 answer into a ProviderError with guidance.
 func (a *Agent) statusFailure(status int, header http.Header, body []byte, models []string) *instanceai.ProviderError {
-	msg, upCode := upstreamMessage(body)
+	up := upstreamMessage(body)
+	msg := up.msg
 	details := fmt.Sprintf("HTTP %d from POST %s: %s", status, a.chatURL, string(body))
 	said := ""
 	if msg != "" {
@@ -117,21 +164,20 @@ func (a *Agent) statusFailure(status int, header http.Header, body []byte, model
 			hint = "No API key is configured for this agent; this server needs one."
 		}
 		return a.failure(CodeUnauthorized, status, fmt.Sprintf("The model server at %s refused the request (HTTP %d).%s %s", where, status, said, hint), details)
-	case status == http.StatusNotFound:
-		lower := strings.ToLower(string(body))
-		if upCode == CodeModelNotFound || strings.Contains(lower, strings.ToLower(a.cfg.Model)) {
-			hint := "Check the model name, or load/pull the model on the server."
-			if len(models) > 0 {
-				hint = fmt.Sprintf("Check the model name; the server lists: %s.", strings.Join(models, ", "))
-			}
-			return a.failure(CodeModelNotFound, status, fmt.Sprintf("The model %q is not available at %s (HTTP 404).%s %s", a.cfg.Model, where, said, hint), details)
+	case status == http.StatusNotFound && (up.modelMissing() || strings.Contains(strings.ToLower(string(body)), strings.ToLower(a.cfg.Model))),
+		status == http.StatusBadRequest && up.modelMissing():
+		hint := "Check the model name, or load/pull the model on the server."
+		if len(models) > 0 {
+			hint = fmt.Sprintf("Check the model name; the server lists: %s.", strings.Join(models, ", "))
 		}
+		return a.failure(CodeModelNotFound, status, fmt.Sprintf("The model %q is not available at %s (HTTP %d).%s %s", a.cfg.Model, where, status, said, hint), details)
+	case status == http.StatusNotFound:
 		return a.failure(CodeNotFound, status, fmt.Sprintf("%s answered 404 Not Found.%s Check the base URL: it must end at the API root (for example http://localhost:11434/v1), so that %s exists.", a.chatURL, said, a.chatURL), details)
 	case status == http.StatusTooManyRequests:
 		return a.failure(CodeRateLimited, status, fmt.Sprintf("The model server at %s is rate limiting requests (HTTP 429) and retries did not get through.%s Wait a moment and try again, or check the account's quota.", where, said), details)
 	case status >= 500:
 		return a.failure(CodeUpstreamError, status, fmt.Sprintf("The model server at %s failed (HTTP %d) and retries did not help.%s Try again in a minute; if it keeps failing, check the server's logs or status page.", where, status, said), details)
-	case upCode == CodeContextLength || strings.Contains(strings.ToLower(msg), "context length") || strings.Contains(strings.ToLower(msg), "maximum context"):
+	case up.contextExceeded():
 		return a.failure(CodeContextLength, status, fmt.Sprintf("The conversation is too long for the model's context window.%s Start a new thread, or use a model with a larger context.", said), details)
 	default:
 		return a.failure(CodeBadRequest, status, fmt.Sprintf("The model server at %s rejected the request (HTTP %d).%s Check the model name and that the server supports streaming chat completions with tools.", where, status, said), details)

@@ -98,7 +98,7 @@ func (a *Agent) listModels(ctx context.Context, timeout time.Duration) (ids []st
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return nil, false, fmt.Errorf("the LLM service at %s refused the API key (HTTP %d)", a.cfg.BaseURL, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
-		msg, _ := upstreamMessage(body)
+		msg := upstreamMessage(body).msg
 		if msg != "" {
 			msg = ": " + excerpt(msg, 200)
 		}
