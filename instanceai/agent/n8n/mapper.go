@@ -276,11 +276,15 @@ func (m *mapper) chunk(c mapping.N8NChunk, emit func(instanceai.Event) error) er
 		}
 		msg := c.Content
 		if strings.TrimSpace(msg) == "" {
+			// n8n leaves content out when the node error has no
+			// description; n8n 1.123 does so when the agent's model server
+			// refuses the connection (testdata/real/stream-model-down.ndjson).
+			where := "the workflow"
 			if c.Metadata.NodeName != "" {
-				msg = "n8n reported an error in node " + c.Metadata.NodeName
-			} else {
-				msg = "n8n reported an error in the workflow"
+				where = "node " + c.Metadata.NodeName
 			}
+			msg = "n8n reported an error in " + where + " without a description. Open the workflow's executions in n8n " +
+				"to see it; a model or tool the node could not reach fails this way."
 		}
 		details := "error chunk"
 		if c.Metadata.NodeName != "" || c.Metadata.NodeID != "" {
@@ -375,7 +379,9 @@ func (m *mapper) finishEOF(rec *recorder, stats mapping.N8NReaderStats, emit fun
 
 // nonStreaming handles a body without a single chunk: a webhook in "When
 // Last Node Finishes" mode answers with the last node's JSON, which for an
-// AI Agent is {"output": "..."} (or an array of such items). Its text is
+// AI Agent is {"output": "..."} (n8n 1.123 sends that object,
+// testdata/real/lastnode.json; arrays of such items are accepted too, as
+// the "All Entries" response data option returns them). Its text is
 // still the agent's text, so it goes through the capture layer like a
 // streamed item.
 func (m *mapper) nonStreaming(rec *recorder, stats mapping.N8NReaderStats, emit func(instanceai.Event) error) error {
@@ -391,9 +397,20 @@ func (m *mapper) nonStreaming(rec *recorder, stats mapping.N8NReaderStats, emit 
 		body = nil
 	}
 	if len(body) == 0 {
+		// A streaming webhook in front of an AI Agent whose own streaming is
+		// off answers 200 with an empty body: the agent's answer is lost
+		// (testdata/real/stream-agent-streaming-off.ndjson).
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeEmptyResponse,
-			Message: "n8n answered with an empty stream: the workflow produced no text. Turn on streaming in the AI Agent node, " +
-				"and check the workflow's execution in n8n."}
+			Message: "n8n answered with an empty stream: the workflow streamed no text. This is what n8n does when the Webhook " +
+				"node streams but the AI Agent node does not: enable streaming in the AI Agent node options (Enable Streaming). " +
+				"Otherwise check the workflow's execution in n8n."}
+	}
+	if !ok && startedMessage(body) {
+		// Response mode "Immediately" (testdata/real/onreceived.json).
+		return &instanceai.ProviderError{Provider: Provider, Code: CodeUnexpectedResponse,
+			Message: "n8n only confirmed that the workflow started: the Webhook node answers Immediately. Set its Response mode " +
+				"to Streaming and enable streaming in the AI Agent node options.",
+			Details: "body: " + prefix(body, logPrefix)}
 	}
 	if !ok {
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeUnexpectedResponse,
@@ -410,6 +427,17 @@ func (m *mapper) nonStreaming(rec *recorder, stats mapping.N8NReaderStats, emit 
 		return err
 	}
 	return m.outputs(it, it.layer.Flush(), emit)
+}
+
+// startedMessage reports whether body is the answer of a Webhook node in
+// Response mode "Immediately": {"message":"Workflow was started"}.
+func startedMessage(body []byte) bool {
+	var v map[string]any
+	if json.Unmarshal(body, &v) != nil || len(v) != 1 {
+		return false
+	}
+	s, _ := v["message"].(string)
+	return s == "Workflow was started"
 }
 
 // outputText extracts the agent's text from a non-streaming answer: a JSON

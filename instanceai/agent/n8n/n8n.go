@@ -30,7 +30,11 @@
 // (packages/frontend/@n8n/chat/src/types/streaming.ts). Newer n8n writes
 // {"type":"keepalive"} every 30 s while the stream is open
 // (packages/cli/src/webhooks/streaming-webhook-response-heartbeat.ts). The
-// unmerged n8n PR 20499 adds tool-call-start / tool-call-end chunks. The
+// unmerged n8n PR 20499 adds tool-call-start / tool-call-end chunks.
+// Recordings of n8n 1.123 (testdata/real/) show neither: only begin, item,
+// end and error; error chunks carry no timestamp, may lack content and are
+// not followed by the open item's end; a tool call shows only as an extra,
+// empty begin/end pair of the agent's item, which yields no event. The
 // chat widget's own reader (message.ts, createLineParser) splits on
 // newlines across reads the same way mapping.N8NChunkReader does.
 //
@@ -90,7 +94,10 @@ type Config struct {
 	// DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 	// IdleTimeout bounds the silence on the body (keepalives count); 0
-	// means DefaultIdleTimeout.
+	// means DefaultIdleTimeout. n8n 1.123 sends no keepalives: it stays
+	// silent from the begin chunk until the model's first token
+	// (testdata/real/stream-stall35s.ndjson), so this must exceed the
+	// model's longest pause on such releases.
 	IdleTimeout time.Duration
 	// MaxObject bounds one captured object; 0 means
 	// mapping.CaptureDefaultMaxObject.
@@ -263,7 +270,8 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 	if errors.As(err, &pe) && pe.Code == CodeStreamInterrupted && errors.Is(context.Cause(reqCtx), errIdleTimeout) {
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeTimeout,
 			Message: fmt.Sprintf("n8n sent nothing for %s, not even a keepalive, so the run was stopped; the text received so far is kept. "+
-				"Check the workflow's execution in n8n.", a.idleTimeout),
+				"Check the workflow's execution in n8n. n8n releases without the streaming heartbeat (1.123 and older) stay silent "+
+				"while the model thinks, so a slow model may need a longer idle timeout.", a.idleTimeout),
 			Details: pe.Details}
 	}
 	return err
@@ -274,15 +282,35 @@ func acceptedType(ct string) bool {
 	return ct == "application/json" || ct == "application/x-ndjson" || ct == "text/plain"
 }
 
+// n8nError is the JSON body of n8n's webhook errors: {code, message, hint,
+// stacktrace} for an unknown webhook (testdata/real/webhook-404.json),
+// {message} for a failed workflow (testdata/real/lastnode-model-500.json).
+type n8nError struct {
+	Message string `json:"message"`
+	Hint    string `json:"hint"`
+}
+
 // statusError explains a non-2xx answer.
 func statusError(wh Webhook, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	details := fmt.Sprintf("POST %s: HTTP %d", redact(wh.URL), resp.StatusCode)
-	if s := strings.TrimSpace(string(b)); s != "" {
+	var ne n8nError
+	if json.Unmarshal(b, &ne) == nil && ne.Message != "" {
+		// Only message and hint: the stacktrace n8n adds outside production
+		// mode names its install paths and helps no one here.
+		details += ": " + prefix([]byte(ne.Message), 512)
+		if ne.Hint != "" {
+			details += " (hint: " + prefix([]byte(ne.Hint), 512) + ")"
+		}
+	} else if s := strings.TrimSpace(string(b)); s != "" {
 		details += ": " + prefix([]byte(s), 1024)
 	}
 	pe := &instanceai.ProviderError{Provider: Provider, StatusCode: resp.StatusCode, Details: validText(details)}
 	switch code := resp.StatusCode; {
+	case code == http.StatusNotFound && strings.Contains(wh.URL, "/webhook-test/"):
+		pe.Code = CodeWebhookNotFound
+		pe.Message = fmt.Sprintf("n8n has no webhook at the URL of %q (HTTP 404). It is a test URL (/webhook-test/), which only "+
+			"answers once after \"Execute workflow\" is clicked in the editor: use the production URL (/webhook/) of the active workflow.", wh.Name)
 	case code == http.StatusNotFound:
 		pe.Code = CodeWebhookNotFound
 		pe.Message = fmt.Sprintf("n8n has no webhook at the URL of %q (HTTP 404). Activate the workflow in n8n "+
@@ -291,6 +319,13 @@ func statusError(wh Webhook, resp *http.Response) error {
 		pe.Code = CodeUnauthorized
 		pe.Message = fmt.Sprintf("n8n refused the request to %q (HTTP %d). Check the webhook's authentication: the header "+
 			"configured for this agent must match the Webhook node's Header Auth credential.", wh.Name, code)
+	case code >= 500 && ne.Message == "Error in workflow":
+		// A Webhook node in "When Last Node Finishes" mode says no more
+		// than this when a node fails, e.g. the agent's model answering 500.
+		pe.Code = CodeUpstreamError
+		pe.Message = fmt.Sprintf("A node of the workflow behind %q failed, and n8n said only \"Error in workflow\" (HTTP %d). "+
+			"Open the workflow's executions in n8n to see which node and why. With the Webhook node's Response mode set to "+
+			"Streaming, n8n reports the failing node's own message instead.", wh.Name, code)
 	case code >= 500:
 		pe.Code = CodeUpstreamError
 		pe.Message = fmt.Sprintf("n8n failed to run the workflow behind %q (HTTP %d). Open the workflow's executions in n8n to see what went wrong.", wh.Name, code)

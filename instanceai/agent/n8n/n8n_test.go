@@ -246,6 +246,10 @@ func readFixture(t *testing.T, path string) []byte {
 	return b
 }
 
+// noDescription is the error an error chunk without content becomes.
+const noDescription = "error n8n/workflow_error/0 n8n reported an error in node AI Agent without a description. " +
+	"Open the workflow's executions in n8n to see it; a model or tool the node could not reach fails this way."
+
 func TestFixtures(t *testing.T) {
 	cases := []struct {
 		file      string
@@ -266,7 +270,7 @@ func TestFixtures(t *testing.T) {
 				`result #2 {"status":"announced"}`,
 				`text r1 " done."`,
 				`text r2 "Ünïcode ✓"`,
-				"error n8n/workflow_error/0 n8n reported an error in node AI Agent",
+				noDescription,
 				"run-finish error",
 			},
 			objects: []string{"tool_call", "regular_message"},
@@ -310,7 +314,7 @@ func TestFixtures(t *testing.T) {
 			want: []string{
 				"run-start",
 				`text r1 "Partial answer"`,
-				"error n8n/workflow_error/0 n8n reported an error in node AI Agent",
+				noDescription,
 				"run-finish error",
 			},
 		},

@@ -64,6 +64,8 @@ type call struct {
 	body   any // nil: no body
 	// notFound says what a 404 means for this call.
 	notFound string
+	// notAllowed, when set, says what a 405 means for this call.
+	notAllowed string
 }
 
 // do performs c and returns the response body, which is JSON. The request is
@@ -184,6 +186,10 @@ func (cl *client) statusError(c call, resp *http.Response, data []byte) error {
 		hint = "the API key is valid but lacks the scope for this operation, or its user may not access this workflow; grant the scope in Settings > n8n API"
 	case code == http.StatusNotFound:
 		hint = c.notFound
+	case code == http.StatusMethodNotAllowed && c.notAllowed != "":
+		hint = c.notAllowed
+	case code == http.StatusMethodNotAllowed:
+		hint = "this n8n release does not offer that operation in its public API; upgrading n8n may add it"
 	case code == http.StatusConflict:
 		hint = "the workflow's state conflicts with the request; read it with get_workflow and retry"
 	case code == http.StatusTooManyRequests:

@@ -19,6 +19,14 @@
 //     for a key the security handler refuses, 404 "not found" for an unknown
 //     route: packages/cli/src/public-api/index.ts and
 //     packages/cli/src/services/public-api-key.service.ts.
+//
+// Where recordings of a real n8n 1.123.81 (testdata/real/) show otherwise,
+// the fake follows them, and real_test.go checks that it does: execution ids
+// are strings and execution cursors base64 JSON {lastId, limit}; the status
+// filter's allowed values and message are 1.123's; create answers 200
+// without tags or shared, activate and deactivate without tags; and a
+// release without the archive endpoint answers 405 "POST method not
+// allowed".
 
 package n8napi_test
 
@@ -48,7 +56,8 @@ type fakeN8N struct {
 	t   *testing.T
 	key string
 	// noArchive makes the fake an n8n release without the public archive
-	// endpoint: the route is unknown.
+	// endpoint, as 1.123 is: its POST matches the GET
+	// /workflows/{id}/{versionId} route and is answered 405.
 	noArchive bool
 
 	mu         sync.Mutex
@@ -92,16 +101,14 @@ func newFake(t *testing.T) *fakeN8N {
 		"nodes": []any{}, "connections": map[string]any{}, "settings": map[string]any{},
 		"tags": []any{},
 	})
+	// Newest first, as n8n lists them.
 	f.executions = []map[string]any{
-		{"id": 1001, "finished": true, "mode": "webhook", "retryOf": nil, "retrySuccessId": nil,
-			"startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowA, "waitTill": nil,
-			"customData": map[string]any{}, "status": "success"},
-		{"id": 1002, "finished": false, "mode": "trigger", "retryOf": nil, "retrySuccessId": nil,
-			"startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowA, "waitTill": nil,
-			"customData": map[string]any{}, "status": "error"},
-		{"id": 1003, "finished": true, "mode": "manual", "retryOf": nil, "retrySuccessId": nil,
-			"startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowB, "waitTill": nil,
-			"customData": map[string]any{}, "status": "success"},
+		{"id": "1003", "finished": true, "mode": "manual", "retryOf": nil, "retrySuccessId": nil,
+			"status": "success", "startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowB, "waitTill": nil},
+		{"id": "1002", "finished": false, "mode": "trigger", "retryOf": nil, "retrySuccessId": nil,
+			"status": "error", "startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowA, "waitTill": nil},
+		{"id": "1001", "finished": true, "mode": "webhook", "retryOf": nil, "retrySuccessId": nil,
+			"status": "success", "startedAt": createdAt, "stoppedAt": createdAt, "workflowId": workflowA, "waitTill": nil},
 	}
 	return f
 }
@@ -174,7 +181,6 @@ func (f *fakeN8N) handler() http.Handler {
 		id := fmt.Sprintf("NewWorkflow%05d", f.nextID)
 		wf["id"], wf["active"], wf["isArchived"] = id, false, false
 		wf["createdAt"], wf["updatedAt"], wf["versionId"] = createdAt, createdAt, "v-new"
-		wf["tags"], wf["shared"] = []any{}, []any{}
 		f.put(wf)
 		writeJSON(w, 200, wf)
 	})
@@ -218,12 +224,20 @@ func (f *fakeN8N) handler() http.Handler {
 				return
 			}
 			apply(wf)
-			writeJSON(w, 200, wf)
+			// n8n 1.123 answers activate and deactivate without tags
+			// (testdata/real/rest-activate-workflow.json).
+			out := clone(wf)
+			delete(out, "tags")
+			writeJSON(w, 200, out)
 		})
 	}
 	action("activate", func(wf map[string]any) { wf["active"] = true }, "Not Found")
 	action("deactivate", func(wf map[string]any) { wf["active"] = false }, "Not Found")
-	if !f.noArchive {
+	if f.noArchive {
+		route("POST /api/v1/workflows/{id}/archive", func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+			message(w, 405, "POST method not allowed")
+		})
+	} else {
 		action("archive", func(wf map[string]any) { wf["active"], wf["isArchived"] = false, true }, "Workflow Not Found")
 	}
 	route("GET /api/v1/executions", f.listExecutions)
@@ -328,7 +342,8 @@ func (f *fakeN8N) listWorkflows(w http.ResponseWriter, r *http.Request, _ []byte
 		if tags := q.Get("tags"); tags != "" {
 			want := strings.Split(tags, ",")
 			var have []string
-			for _, t := range wf["tags"].([]any) {
+			tagList, _ := wf["tags"].([]any)
+			for _, t := range tagList {
 				have = append(have, t.(map[string]any)["name"].(string))
 			}
 			if !slices.ContainsFunc(want, func(t string) bool { return slices.Contains(have, t) }) {
@@ -355,11 +370,38 @@ func (f *fakeN8N) listWorkflows(w http.ResponseWriter, r *http.Request, _ []byte
 
 func (f *fakeN8N) listExecutions(w http.ResponseWriter, r *http.Request, _ []byte) {
 	q := r.URL.Query()
-	if s := q.Get("status"); s != "" && !slices.Contains([]string{"canceled", "crashed", "error", "new", "running", "success", "unknown", "waiting"}, s) {
-		message(w, 400, "request/query/status must be equal to one of the allowed values: canceled, crashed, error, new, running, success, unknown, waiting")
+	if s := q.Get("status"); s != "" && !slices.Contains([]string{"canceled", "error", "running", "success", "waiting"}, s) {
+		message(w, 400, "request/query/status must be equal to one of the allowed values: canceled, error, running, success, waiting")
 		return
 	}
+	limit, lastID := 100, ""
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n > 250 {
+			message(w, 400, "request/query/limit must be <= 250")
+			return
+		}
+		limit = n
+	}
+	if s := q.Get("cursor"); s != "" {
+		var c struct {
+			LastID string `json:"lastId"`
+			Limit  int    `json:"limit"`
+		}
+		raw, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || json.Unmarshal(raw, &c) != nil {
+			message(w, 400, "An invalid cursor was provided")
+			return
+		}
+		limit, lastID = c.Limit, c.LastID
+	}
+	older := func(id string) bool {
+		a, _ := strconv.Atoi(id)
+		b, _ := strconv.Atoi(lastID)
+		return a < b
+	}
 	data := []map[string]any{}
+	var next any
 	for _, e := range f.executions {
 		if id := q.Get("workflowId"); id != "" && e["workflowId"] != id {
 			continue
@@ -367,7 +409,15 @@ func (f *fakeN8N) listExecutions(w http.ResponseWriter, r *http.Request, _ []byt
 		if s := q.Get("status"); s != "" && e["status"] != s {
 			continue
 		}
+		if lastID != "" && !older(e["id"].(string)) {
+			continue
+		}
+		if len(data) == limit {
+			b, _ := json.Marshal(map[string]any{"lastId": data[len(data)-1]["id"], "limit": limit})
+			next = base64.StdEncoding.EncodeToString(b)
+			break
+		}
 		data = append(data, e)
 	}
-	writeJSON(w, 200, map[string]any{"data": data, "nextCursor": nil})
+	writeJSON(w, 200, map[string]any{"data": data, "nextCursor": next})
 }

@@ -44,8 +44,10 @@
 // Archive: recent n8n has POST /workflows/{id}/archive in the public API, a
 // soft delete — the workflow is deactivated and hidden, and can be restored
 // (POST /workflows/{id}/unarchive, or from the UI). archive_workflow calls
-// exactly that. On an n8n release that predates the endpoint the request is a
-// 404 and the tool says so; it never falls back to DELETE, which destroys the
+// exactly that. On an n8n release that predates the endpoint the request
+// fails — n8n 1.123 answers 405 "POST method not allowed"
+// (testdata/real/rest-archive-workflow.json), others may answer 404 — and
+// the tool says so; it never falls back to DELETE, which destroys the
 // workflow and its execution history rather than archiving it. It still needs
 // a person's approval, because it takes a running workflow out of service.
 //

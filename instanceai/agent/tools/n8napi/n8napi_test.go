@@ -451,8 +451,8 @@ func TestActions(t *testing.T) {
 	}
 }
 
-// TestArchiveOnOldN8N: a release without the public archive endpoint answers
-// 404 for the route; the tool says so and sends nothing else (no DELETE).
+// TestArchiveOnOldN8N: a release without the public archive endpoint (1.123)
+// answers 405; the tool says so and sends nothing else (no DELETE).
 func TestArchiveOnOldN8N(t *testing.T) {
 	f := newFake(t)
 	f.noArchive = true
@@ -460,7 +460,7 @@ func TestArchiveOnOldN8N(t *testing.T) {
 	defer srv.Close()
 	m := toolMap(t, n8napi.Config{BaseURL: srv.URL, APIKey: testKey})
 	_, err := m["archive_workflow"].Execute(context.Background(), json.RawMessage(`{"id":"`+workflowA+`"}`))
-	wantErr(t, err, "404", "not found", "predates the public archive endpoint")
+	wantErr(t, err, "405", "POST method not allowed", "no archive endpoint in its public API", "archive the workflow in the n8n UI")
 	if n := f.count(); n != 1 {
 		t.Errorf("%d requests, want 1", n)
 	}
@@ -468,12 +468,13 @@ func TestArchiveOnOldN8N(t *testing.T) {
 
 func TestListExecutions(t *testing.T) {
 	f, m := setup(t)
-	res := mustRun(t, m["list_executions"], `{"workflowId":"`+workflowA+`","status":"error","limit":250,"cursor":"eyJsYXN0SWQiOjEwMDIsImxpbWl0IjoxMDB9"}`)
+	// The cursor is n8n's {"lastId":"1003","limit":100}, passed on verbatim.
+	res := mustRun(t, m["list_executions"], `{"workflowId":"`+workflowA+`","status":"error","limit":250,"cursor":"eyJsYXN0SWQiOiIxMDAzIiwibGltaXQiOjEwMH0="}`)
 	checkRequest(t, f.last(), "GET", "/api/v1/executions", url.Values{
-		"workflowId": {workflowA}, "status": {"error"}, "limit": {"250"}, "cursor": {"eyJsYXN0SWQiOjEwMDIsImxpbWl0IjoxMDB9"},
+		"workflowId": {workflowA}, "status": {"error"}, "limit": {"250"}, "cursor": {"eyJsYXN0SWQiOiIxMDAzIiwibGltaXQiOjEwMH0="},
 	})
 	data := res["data"].([]any)
-	if len(data) != 1 || data[0].(map[string]any)["id"] != 1002.0 {
+	if len(data) != 1 || data[0].(map[string]any)["id"] != "1002" {
 		t.Errorf("data = %v", data)
 	}
 	if _, ok := res["nextCursor"]; !ok {

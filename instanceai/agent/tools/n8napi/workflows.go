@@ -13,8 +13,9 @@ import (
 const maxLimit = 250
 
 // executionStatuses are the status filters of list_executions: the values
-// every public-API release accepts (newer ones add canceled, crashed, new,
-// running and unknown).
+// every public-API release accepts (1.123 also takes canceled and running,
+// testdata/real/rest-list-executions-badstatus.json; newer ones add
+// crashed, new and unknown).
 var executionStatuses = []string{"success", "error", "waiting"}
 
 func notFoundWorkflow(id string) string {
@@ -187,22 +188,30 @@ func (cl *client) updateWorkflow(ctx context.Context, raw json.RawMessage) (json
 var emptyObject = struct{}{}
 
 func (cl *client) activateWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	return cl.workflowAction(ctx, raw, "activate_workflow", "/activate", emptyObject, "")
+	return cl.workflowAction(ctx, raw, "activate_workflow", "/activate", emptyObject, "", "")
 }
 
 func (cl *client) deactivateWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	return cl.workflowAction(ctx, raw, "deactivate_workflow", "/deactivate", nil, "")
+	return cl.workflowAction(ctx, raw, "deactivate_workflow", "/deactivate", nil, "", "")
 }
+
+// noArchiveEndpoint is what archive_workflow says when the release has no
+// public archive endpoint.
+const noArchiveEndpoint = "this n8n version has no archive endpoint in its public API " +
+	"(POST /api/v1/workflows/{id}/archive; n8n added it after 1.123): archive the workflow in the n8n UI, or upgrade n8n"
 
 // archiveWorkflow calls POST /workflows/{id}/archive, n8n's soft delete. It
 // never falls back to DELETE /workflows/{id}, which destroys the workflow
 // and its executions: on a release without the endpoint the call fails.
+// n8n 1.123 answers that POST with 405 {"message":"POST method not allowed"},
+// whatever the id, because the path matches its GET
+// /workflows/{id}/{versionId} route (testdata/real/rest-archive-*.json);
+// other releases without the endpoint may answer 404.
 func (cl *client) archiveWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	return cl.workflowAction(ctx, raw, "archive_workflow", "/archive", nil,
-		"; or this n8n release predates the public archive endpoint (POST /api/v1/workflows/{id}/archive): upgrade n8n, or archive the workflow in the n8n UI")
+	return cl.workflowAction(ctx, raw, "archive_workflow", "/archive", nil, "; or "+noArchiveEndpoint, noArchiveEndpoint)
 }
 
-func (cl *client) workflowAction(ctx context.Context, raw json.RawMessage, tool, suffix string, body any, notFoundExtra string) (json.RawMessage, error) {
+func (cl *client) workflowAction(ctx context.Context, raw json.RawMessage, tool, suffix string, body any, notFoundExtra, notAllowed string) (json.RawMessage, error) {
 	a, err := decodeArgs(raw)
 	if err != nil {
 		return nil, fail(tool, err)
@@ -213,7 +222,7 @@ func (cl *client) workflowAction(ctx context.Context, raw json.RawMessage, tool,
 	}
 	return cl.do(ctx, call{
 		tool: tool, method: http.MethodPost, path: "/workflows/" + url.PathEscape(id) + suffix,
-		body: body, notFound: notFoundWorkflow(id) + notFoundExtra,
+		body: body, notFound: notFoundWorkflow(id) + notFoundExtra, notAllowed: notAllowed,
 	})
 }
 
