@@ -3,6 +3,7 @@
 //
 //	threadline serve     run the server
 //	threadline migrate   apply the storage schema and exit
+//	threadline conformance   check an agent server against the protocol rules
 package main
 
 import (
@@ -24,6 +25,9 @@ Usage:
 Commands:
   serve     run the HTTP server (applies the schema first)
   migrate   apply the storage schema and exit
+  conformance
+            check an agent server (this one or any other) against the
+            AG-UI and Instance AI protocol rules
 
 Run 'threadline <command> -h' for the flags of a command. Every flag can also
 be set by the environment variable shown in its help; a flag on the command
@@ -66,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stdout, stderr)
+	case "conformance":
+		return conformanceCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

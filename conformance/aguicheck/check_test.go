@@ -1,0 +1,270 @@
+package aguicheck_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/aguicheck"
+	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/storage"
+)
+
+// unexercisable lists the rules the reference agent's streams cannot pass,
+// with why; every other rule must pass on at least one scenario, so a rule
+// that silently never runs is noticed.
+var unexercisable = map[string]string{
+	// The reference agent has no step source: mapping/instance_to_agui.go
+	// never emits STEP_STARTED or STEP_FINISHED.
+	aguicheck.StepStartUnique:   "the reference agent emits no STEP_* events",
+	aguicheck.StepFinishStarted: "the reference agent emits no STEP_* events",
+	aguicheck.StepClosed:        "the reference agent emits no STEP_* events",
+	// Its background agents are all children of the main agent, so no
+	// SUBAGENT_STARTED carries a parentSubagentRunId.
+	aguicheck.SubParentStarted: "the reference agent never nests sub-agents",
+}
+
+type scenario struct {
+	name    string
+	message string
+	extra   map[string]any
+}
+
+var scenarios = []scenario{
+	{"simple", "simple hi", nil},
+	{"tools", "tools", nil},
+	{"tasks", "tasks", nil},
+	{"error", "error", nil},
+	{"confirm", "confirm", nil},
+	{"background", "background", nil},
+	{"frontend-tool", "frontend-tool", map[string]any{"tools": []any{map[string]any{
+		"name": "pickColor", "description": "Asks the user for a color",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{}}}}}},
+	{"long", "long 50", nil},
+}
+
+func startServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	store, err := storage.Open(context.Background(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	app := server.New(store, &script.Agent{}, server.Config{})
+	srv := httptest.NewServer(app.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := app.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		srv.Close()
+	})
+	return srv
+}
+
+func record(t *testing.T, url, thread string, sc scenario) *conformance.Recording {
+	t.Helper()
+	in := map[string]any{
+		"threadId": thread, "runId": "run-" + sc.name,
+		"messages": []any{map[string]any{"id": "u1", "role": "user", "content": sc.message}},
+	}
+	for k, v := range sc.extra {
+		in[k] = v
+	}
+	body, _ := json.Marshal(in)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/run-agent", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%s: status %d", sc.name, res.StatusCode)
+	}
+	rec, err := conformance.Record(ctx, res, nil)
+	if err != nil {
+		t.Fatalf("%s: record: %v", sc.name, err)
+	}
+	return rec
+}
+
+// TestReferenceServerConforms runs every scenario of the reference agent
+// through the real server and requires each rule to pass or be skipped.
+func TestReferenceServerConforms(t *testing.T) {
+	srv := startServer(t)
+	passed := map[string]bool{}
+	for _, sc := range scenarios {
+		rec := record(t, srv.URL, "conf-"+sc.name, sc)
+		for _, f := range aguicheck.Check(rec) {
+			switch f.Status {
+			case conformance.Fail:
+				t.Errorf("%s: %s fails: %s\nstream:\n%s", sc.name, f.Rule, f.Detail, rec.Body)
+			case conformance.Pass:
+				passed[f.Rule] = true
+			}
+		}
+	}
+	for _, r := range aguicheck.Rules {
+		why, excused := unexercisable[r.ID]
+		switch {
+		case passed[r.ID] && excused:
+			t.Errorf("%s passes on the reference server: drop it from unexercisable", r.ID)
+		case !passed[r.ID] && !excused:
+			t.Errorf("%s never passes on the reference server's scenarios", r.ID)
+		case excused && why == "":
+			t.Errorf("%s is excused without a reason", r.ID)
+		}
+	}
+}
+
+// TestBadFixtures checks that each fixture under testdata/bad fails the rule
+// it is named after, and only that rule.
+func TestBadFixtures(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("testdata", "bad", "*.sse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, r := range aguicheck.Rules {
+		known[r.ID] = true
+	}
+	covered := map[string]bool{}
+	for _, p := range paths {
+		id := strings.TrimSuffix(filepath.Base(p), ".sse")
+		t.Run(id, func(t *testing.T) {
+			if !known[id] {
+				t.Fatalf("fixture %s names no rule of aguicheck.Rules", p)
+			}
+			covered[id] = true
+			body, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(body), "\n")
+			if !strings.HasPrefix(first, ": breaks "+id+": ") {
+				t.Errorf("first line %q should be \": breaks %s: <why>\"", first, id)
+			}
+			header := http.Header{"Content-Type": {"text/event-stream"}}
+			if raw, err := os.ReadFile(strings.TrimSuffix(p, ".sse") + ".headers"); err == nil {
+				mh, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(raw, '\n')))).ReadMIMEHeader()
+				if err != nil {
+					t.Fatalf("headers: %v", err)
+				}
+				header = http.Header(mh)
+			}
+			rec, err := conformance.ParseRecording(header, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hit bool
+			for _, f := range aguicheck.Check(rec) {
+				if f.Status != conformance.Fail {
+					continue
+				}
+				if f.Rule == id {
+					hit = true
+					t.Logf("%s: %s", id, f.Detail)
+				} else {
+					t.Errorf("also fails %s: %s", f.Rule, f.Detail)
+				}
+			}
+			if !hit {
+				t.Errorf("does not fail %s", id)
+			}
+		})
+	}
+	for _, r := range aguicheck.Rules {
+		if !covered[r.ID] {
+			t.Errorf("rule %s has no fixture testdata/bad/%s.sse", r.ID, r.ID)
+		}
+	}
+}
+
+// TestRules checks the rule list itself: unique, well-formed ids with a
+// title and a source, accepted by the catalog.
+func TestRules(t *testing.T) {
+	if _, err := conformance.NewCatalog(aguicheck.Rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range aguicheck.Rules {
+		if !strings.HasPrefix(r.ID, "agui.") || strings.Count(r.ID, ".") != 2 {
+			t.Errorf("id %q is not agui.<area>.<name>", r.ID)
+		}
+		if strings.Contains(r.Title, "\n") {
+			t.Errorf("%s: title spans lines", r.ID)
+		}
+	}
+}
+
+// TestDump prints what each scenario exercises, for -v runs.
+func TestDump(t *testing.T) {
+	if !testing.Verbose() {
+		t.Skip("only with -v")
+	}
+	srv := startServer(t)
+	for _, sc := range scenarios {
+		rec := record(t, srv.URL, "dump-"+sc.name, sc)
+		var types []string
+		for _, f := range rec.Data() {
+			var m struct{ Type string }
+			_ = json.Unmarshal([]byte(f.Data), &m)
+			types = append(types, m.Type)
+		}
+		t.Logf("%s: %v", sc.name, types)
+		for _, f := range aguicheck.Check(rec) {
+			t.Logf("  %s %s %s", f.Status, f.Rule, f.Detail)
+		}
+	}
+}
+
+// TestGoodFixture checks a hand-written valid stream that reaches what the
+// reference agent never sends, including the rules it cannot exercise.
+func TestGoodFixture(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join("testdata", "good", "full.sse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := conformance.ParseRecording(http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]conformance.Status{}
+	for _, f := range aguicheck.Check(rec) {
+		status[f.Rule] = f.Status
+		if f.Status == conformance.Fail {
+			t.Errorf("%s fails: %s", f.Rule, f.Detail)
+		}
+	}
+	for id := range unexercisable {
+		if status[id] != conformance.Pass {
+			t.Errorf("%s is %s on the fixture, want pass", id, status[id])
+		}
+	}
+	for _, id := range []string{aguicheck.StateDeltaApplies, aguicheck.StateDeltaShape, aguicheck.RunAfterFinished, aguicheck.RunNoNested} {
+		if status[id] != conformance.Pass {
+			t.Errorf("%s is %s on the fixture, want pass", id, status[id])
+		}
+	}
+}

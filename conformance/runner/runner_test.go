@@ -1,0 +1,176 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/aguicheck"
+	"github.com/threadline/threadline/conformance/runner"
+	"github.com/threadline/threadline/conformance/ssecheck"
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/internal/testpg"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/storage"
+)
+
+func openStore(t *testing.T, spec string) instanceai.Store {
+	t.Helper()
+	s, err := storage.Open(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("open %s: %v", spec, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startThreadline serves the reference agent on store with a short
+// heartbeat, as `threadline serve` wires it.
+func startThreadline(t *testing.T, store instanceai.Store, heartbeat time.Duration) string {
+	t.Helper()
+	app := server.New(store, &script.Agent{}, server.Config{Heartbeat: heartbeat, AgentName: "script"})
+	srv := httptest.NewServer(app.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = app.Shutdown(ctx)
+		srv.Close()
+	})
+	return srv.URL
+}
+
+func failures(rep *conformance.Report) string {
+	var b strings.Builder
+	for _, v := range rep.Rules {
+		for _, f := range v.Failures {
+			fmt.Fprintf(&b, "%s %s: %s\n", v.ID, f.Scenario, f.Detail)
+		}
+	}
+	for _, sc := range rep.Scenarios {
+		if sc.Error != "" {
+			fmt.Fprintf(&b, "scenario %s/%s: %s\n", sc.Protocol, sc.Name, sc.Error)
+		}
+	}
+	return b.String()
+}
+
+// TestThreadlineConforms runs the whole suite, both protocols and the
+// heartbeat rule, against Threadline on each store.
+func TestThreadlineConforms(t *testing.T) {
+	stores := []struct {
+		name string
+		open func(t *testing.T) instanceai.Store
+	}{
+		{"memory", func(t *testing.T) instanceai.Store { return openStore(t, "memory") }},
+		{"sqlite", func(t *testing.T) instanceai.Store {
+			return openStore(t, "sqlite:"+filepath.Join(t.TempDir(), "c.db"))
+		}},
+		{"postgres", func(t *testing.T) instanceai.Store { return openStore(t, testpg.FreshDSN(t)) }},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			url := startThreadline(t, st.open(t), 300*time.Millisecond)
+			var progress strings.Builder
+			rep, err := runner.Run(context.Background(), runner.Config{Target: url, Heartbeat: 300 * time.Millisecond,
+				MaxCursors: 12, Timeout: 30 * time.Second, Progress: &progress})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Passed {
+				t.Fatalf("Threadline failed its own suite:\n%s\nprogress:\n%s", failures(rep), progress.String())
+			}
+			// Every scenario ran on its protocols, each reported once.
+			if got := strings.Count(progress.String(), "\n"); got != len(rep.Scenarios) || len(rep.Scenarios) < 2*len(runner.Scenarios)-1 {
+				t.Fatalf("%d progress lines for %d scenarios:\n%s", got, len(rep.Scenarios), progress.String())
+			}
+			passed := 0
+			for _, v := range rep.Rules {
+				if v.Status == conformance.Pass {
+					passed++
+				}
+			}
+			if passed < len(rep.Rules)*3/4 {
+				t.Fatalf("only %d of %d rules were exercised", passed, len(rep.Rules))
+			}
+		})
+	}
+}
+
+// brokenAGUI serves /run-agent with CRLF line ends and a text message that
+// is never ended.
+func brokenAGUI() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /run-agent", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Accel-Buffering", "no")
+		for _, ev := range []string{
+			`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+			`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"Hi"}`,
+			`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+		} {
+			fmt.Fprintf(w, "data: %s\r\n\r\n", ev)
+		}
+	})
+	return mux
+}
+
+func TestBrokenServerIsReportedByRule(t *testing.T) {
+	srv := httptest.NewServer(brokenAGUI())
+	defer srv.Close()
+	rep, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Protocols: []string{runner.ProtocolAGUI}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Passed {
+		t.Fatal("a broken server passed")
+	}
+	failed := map[string]bool{}
+	for _, v := range rep.Rules {
+		if v.Status == conformance.Fail {
+			failed[v.ID] = true
+		}
+	}
+	for _, id := range []string{ssecheck.RuleLF, aguicheck.TextClosed} {
+		if !failed[id] {
+			t.Errorf("%s not reported; failures:\n%s", id, failures(rep))
+		}
+	}
+	// A generic server gets the generic scenario only.
+	if len(rep.Scenarios) != 1 || rep.Scenarios[0].Name != "hello" {
+		t.Fatalf("scenarios %+v", rep.Scenarios)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	url := startThreadline(t, openStore(t, "memory"), time.Second)
+	for _, c := range []struct {
+		cfg  runner.Config
+		want string
+	}{
+		{runner.Config{Target: "localhost:8080"}, "absolute http(s) URL"},
+		{runner.Config{Target: url, Protocols: []string{"grpc"}}, `protocol "grpc"`},
+		{runner.Config{Target: url, Scenarios: []string{"nope"}}, `unknown scenario "nope"`},
+		{runner.Config{Target: "http://127.0.0.1:1"}, "target http://127.0.0.1:1"},
+	} {
+		if _, err := runner.Run(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", c.cfg, err, c.want)
+		}
+	}
+	generic := httptest.NewServer(brokenAGUI())
+	defer generic.Close()
+	if _, err := runner.Run(context.Background(), runner.Config{Target: generic.URL, Scenarios: []string{"tools"}}); err == nil || !strings.Contains(err.Error(), "needs the reference agent") {
+		t.Errorf("reference scenario on a generic server: %v", err)
+	}
+}

@@ -1,0 +1,205 @@
+package ssecheck_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/ssecheck"
+	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/ssestream"
+	"github.com/threadline/threadline/storage"
+)
+
+const goodBody = ": connected\n\nid: 1\ndata: {\"type\":\"run-start\"}\n\n"
+
+func goodHeader() http.Header {
+	h := http.Header{}
+	h.Set("Content-Type", "text/event-stream; charset=UTF-8")
+	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("X-Accel-Buffering", "no")
+	return h
+}
+
+func assertOnlyFails(t *testing.T, rule string, findings []conformance.Finding) {
+	t.Helper()
+	failed := false
+	for _, f := range findings {
+		if f.Status != conformance.Fail {
+			continue
+		}
+		if f.Rule == rule {
+			failed = true
+			t.Logf("%s: %s", f.Rule, f.Detail)
+		} else {
+			t.Errorf("%s also fails: %s", f.Rule, f.Detail)
+		}
+	}
+	if !failed {
+		t.Errorf("%s does not fail: %+v", rule, findings)
+	}
+}
+
+// badFiles loads testdata/bad/<rule>.sse with <rule>.headers when present
+// (the good headers otherwise).
+func badFiles(t *testing.T) map[string]*conformance.Recording {
+	paths, err := filepath.Glob("testdata/bad/*.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*conformance.Recording{}
+	for _, p := range paths {
+		body, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header := goodHeader()
+		if raw, err := os.ReadFile(strings.TrimSuffix(p, ".sse") + ".headers"); err == nil {
+			mh, err := textproto.NewReader(bufio.NewReader(strings.NewReader(string(raw) + "\n"))).ReadMIMEHeader()
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			header = http.Header(mh)
+		}
+		rec, err := conformance.ParseRecording(header, body)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".sse")] = rec
+	}
+	return out
+}
+
+// timed builds a recording with arrival times: frames at the given times,
+// read for elapsed.
+func timed(elapsed time.Duration, at ...time.Duration) *conformance.Recording {
+	rec := &conformance.Recording{Status: http.StatusOK, Header: goodHeader(), Elapsed: elapsed}
+	for _, a := range at {
+		rec.Body = append(rec.Body, ": ping\n\n"...)
+		rec.Frames = append(rec.Frames, conformance.TimedFrame{Frame: ssestream.Frame{Comments: []string{"ping"}}, At: a})
+	}
+	return rec
+}
+
+// goBad are the failing cases that need what a fixture file cannot hold: a
+// status, or arrival times.
+var goBad = map[string]func() (*conformance.Recording, ssecheck.Options){
+	ssecheck.RuleStatus: func() (*conformance.Recording, ssecheck.Options) {
+		rec := timed(0)
+		rec.Status = http.StatusInternalServerError
+		return rec, ssecheck.Options{}
+	},
+	ssecheck.RuleFirstFrame: func() (*conformance.Recording, ssecheck.Options) {
+		return timed(3*time.Second, 2*time.Second), ssecheck.Options{}
+	},
+	ssecheck.RuleHeartbeat: func() (*conformance.Recording, ssecheck.Options) {
+		return timed(2*time.Second, 0, 200*time.Millisecond, 1500*time.Millisecond), ssecheck.Options{Heartbeat: 200 * time.Millisecond}
+	},
+}
+
+func TestBadCases(t *testing.T) {
+	for rule, rec := range badFiles(t) {
+		t.Run(rule, func(t *testing.T) { assertOnlyFails(t, rule, ssecheck.Check(rec, ssecheck.Options{})) })
+	}
+	for rule, build := range goBad {
+		t.Run(rule, func(t *testing.T) {
+			rec, opts := build()
+			assertOnlyFails(t, rule, ssecheck.Check(rec, opts))
+		})
+	}
+}
+
+func TestEveryRuleHasAFailingCase(t *testing.T) {
+	files := badFiles(t)
+	for _, r := range ssecheck.Rules {
+		_, inFile := files[r.ID]
+		_, inGo := goBad[r.ID]
+		if !inFile && !inGo {
+			t.Errorf("rule %s has no failing case", r.ID)
+		}
+		if !strings.HasPrefix(r.ID, "sse.") || r.Title == "" || r.Source == "" {
+			t.Errorf("rule %+v: want an sse.* id, a title and a source", r)
+		}
+	}
+	if _, err := conformance.NewCatalog(ssecheck.Rules); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestGoodFixture(t *testing.T) {
+	rec, err := conformance.ParseRecording(goodHeader(), []byte(goodBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range ssecheck.Check(rec, ssecheck.Options{Heartbeat: time.Second}) {
+		if f.Status == conformance.Fail {
+			t.Errorf("%s: %s", f.Rule, f.Detail)
+		}
+	}
+}
+
+// A frame the client stopped reading in the middle is not judged.
+func TestCutTailIsNotAFault(t *testing.T) {
+	rec, _ := conformance.ParseRecording(goodHeader(), []byte(goodBody+"id: 2\ndata: {\"ty"))
+	for _, f := range ssecheck.Check(rec, ssecheck.Options{}) {
+		if f.Status == conformance.Fail {
+			t.Errorf("%s: %s", f.Rule, f.Detail)
+		}
+	}
+}
+
+// TestServerStream: an idle thread of the real server, with a short
+// heartbeat, passes every rule, each judged.
+func TestServerStream(t *testing.T) {
+	ctx := context.Background()
+	store, err := storage.Open(ctx, "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const heartbeat = 200 * time.Millisecond
+	app := server.New(store, &script.Agent{Delay: 0}, server.Config{Heartbeat: heartbeat})
+	srv := httptest.NewServer(app.Handler())
+	defer srv.Close()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = app.Shutdown(ctx)
+	}()
+	res, err := http.Post(srv.URL+"/instance-ai/threads", "application/json", strings.NewReader(`{"id":"idle"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL+"/instance-ai/events/idle", nil)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	rec, err := conformance.Record(rctx, res, nil)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	for _, f := range ssecheck.Check(rec, ssecheck.Options{Heartbeat: heartbeat}) {
+		if f.Status != conformance.Pass {
+			t.Errorf("%s: %s %s", f.Rule, f.Status, f.Detail)
+		}
+	}
+}
