@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,5 +173,22 @@ func TestConfigErrors(t *testing.T) {
 	defer generic.Close()
 	if _, err := runner.Run(context.Background(), runner.Config{Target: generic.URL, Scenarios: []string{"tools"}}); err == nil || !strings.Contains(err.Error(), "needs the reference agent") {
 		t.Errorf("reference scenario on a generic server: %v", err)
+	}
+}
+
+// TestEveryRuleIsDocumented keeps conformance/README.md's rule table true.
+func TestEveryRuleIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := runner.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range c.Rules() {
+		if !strings.Contains(string(doc), "| `"+r.ID+"` |") {
+			t.Errorf("conformance/README.md does not list %s", r.ID)
+		}
 	}
 }
