@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/aguicheck"
 	"github.com/threadline/threadline/conformance/runner"
@@ -190,5 +191,32 @@ func TestEveryRuleIsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "| `"+r.ID+"` |") {
 			t.Errorf("conformance/README.md does not list %s", r.ID)
 		}
+	}
+}
+
+// TestToken runs the suite against a server with authentication on.
+func TestToken(t *testing.T) {
+	entries, err := auth.ParseList("tok-conformance-0123456789=alice", "tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := server.New(openStore(t, "memory"), &script.Agent{}, server.Config{Auth: authn, AgentName: "script"})
+	srv := httptest.NewServer(app.Handler())
+	defer srv.Close()
+	cfg := runner.Config{Target: srv.URL, Scenarios: []string{"hello", "tools"}, Timeout: 10 * time.Second}
+	rep, err := runner.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Passed || !strings.Contains(failures(rep), "401") {
+		t.Fatalf("without the token: %s", failures(rep))
+	}
+	cfg.Token = "tok-conformance-0123456789"
+	if rep, err = runner.Run(context.Background(), cfg); err != nil || !rep.Passed {
+		t.Fatalf("with the token: %v\n%s", err, failures(rep))
 	}
 }
