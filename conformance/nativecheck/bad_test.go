@@ -2,51 +2,23 @@ package nativecheck_test
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/conformancetest"
 	"github.com/threadline/threadline/conformance/nativecheck"
 )
 
-// goodHeader is the header every fixture is judged with; the native checker
-// does not read headers, but a recording always has them.
-func goodHeader() http.Header {
-	h := http.Header{}
-	h.Set("Content-Type", "text/event-stream; charset=UTF-8")
-	return h
-}
-
 func parse(t *testing.T, body string) *conformance.Recording {
 	t.Helper()
-	rec, err := conformance.ParseRecording(goodHeader(), []byte(body))
+	rec, err := conformance.ParseRecording(conformancetest.GoodHeader(), []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rec
-}
-
-// assertOnlyFails checks that rule fails and no other rule does.
-func assertOnlyFails(t *testing.T, rule string, findings []conformance.Finding) {
-	t.Helper()
-	failed := false
-	for _, f := range findings {
-		if f.Status != conformance.Fail {
-			continue
-		}
-		if f.Rule == rule {
-			failed = true
-			t.Logf("%s: %s", f.Rule, f.Detail)
-		} else {
-			t.Errorf("%s also fails: %s", f.Rule, f.Detail)
-		}
-	}
-	if !failed {
-		t.Errorf("%s does not fail: %+v", rule, findings)
-	}
 }
 
 // badFiles returns the connection fixtures by rule id.
@@ -73,7 +45,7 @@ func TestBadFixtures(t *testing.T) {
 	}
 	for rule, body := range files {
 		t.Run(rule, func(t *testing.T) {
-			assertOnlyFails(t, rule, nativecheck.CheckConnection(parse(t, body)))
+			conformancetest.AssertOnlyFails(t, rule, nativecheck.CheckConnection(parse(t, body)))
 		})
 	}
 }
@@ -183,7 +155,7 @@ func TestBadReplays(t *testing.T) {
 		t.Run(rule, func(t *testing.T) {
 			c := goodReplay()
 			breakIt(&c)
-			assertOnlyFails(t, rule, c.check(t))
+			conformancetest.AssertOnlyFails(t, rule, c.check(t))
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/conformancetest"
 	"github.com/threadline/threadline/conformance/ssecheck"
 	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/server"
@@ -22,33 +23,6 @@ import (
 )
 
 const goodBody = ": connected\n\nid: 1\ndata: {\"type\":\"run-start\"}\n\n"
-
-func goodHeader() http.Header {
-	h := http.Header{}
-	h.Set("Content-Type", "text/event-stream; charset=UTF-8")
-	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("X-Accel-Buffering", "no")
-	return h
-}
-
-func assertOnlyFails(t *testing.T, rule string, findings []conformance.Finding) {
-	t.Helper()
-	failed := false
-	for _, f := range findings {
-		if f.Status != conformance.Fail {
-			continue
-		}
-		if f.Rule == rule {
-			failed = true
-			t.Logf("%s: %s", f.Rule, f.Detail)
-		} else {
-			t.Errorf("%s also fails: %s", f.Rule, f.Detail)
-		}
-	}
-	if !failed {
-		t.Errorf("%s does not fail: %+v", rule, findings)
-	}
-}
 
 // badFiles loads testdata/bad/<rule>.sse with <rule>.headers when present
 // (the good headers otherwise).
@@ -63,7 +37,7 @@ func badFiles(t *testing.T) map[string]*conformance.Recording {
 		if err != nil {
 			t.Fatal(err)
 		}
-		header := goodHeader()
+		header := conformancetest.GoodHeader()
 		if raw, err := os.ReadFile(strings.TrimSuffix(p, ".sse") + ".headers"); err == nil {
 			mh, err := textproto.NewReader(bufio.NewReader(strings.NewReader(string(raw) + "\n"))).ReadMIMEHeader()
 			if err != nil {
@@ -83,7 +57,7 @@ func badFiles(t *testing.T) map[string]*conformance.Recording {
 // timed builds a recording with arrival times: frames at the given times,
 // read for elapsed.
 func timed(elapsed time.Duration, at ...time.Duration) *conformance.Recording {
-	rec := &conformance.Recording{Status: http.StatusOK, Header: goodHeader(), Elapsed: elapsed}
+	rec := &conformance.Recording{Status: http.StatusOK, Header: conformancetest.GoodHeader(), Elapsed: elapsed}
 	for _, a := range at {
 		rec.Body = append(rec.Body, ": ping\n\n"...)
 		rec.Frames = append(rec.Frames, conformance.TimedFrame{Frame: ssestream.Frame{Comments: []string{"ping"}}, At: a})
@@ -109,12 +83,12 @@ var goBad = map[string]func() (*conformance.Recording, ssecheck.Options){
 
 func TestBadCases(t *testing.T) {
 	for rule, rec := range badFiles(t) {
-		t.Run(rule, func(t *testing.T) { assertOnlyFails(t, rule, ssecheck.Check(rec, ssecheck.Options{})) })
+		t.Run(rule, func(t *testing.T) { conformancetest.AssertOnlyFails(t, rule, ssecheck.Check(rec, ssecheck.Options{})) })
 	}
 	for rule, build := range goBad {
 		t.Run(rule, func(t *testing.T) {
 			rec, opts := build()
-			assertOnlyFails(t, rule, ssecheck.Check(rec, opts))
+			conformancetest.AssertOnlyFails(t, rule, ssecheck.Check(rec, opts))
 		})
 	}
 }
@@ -137,7 +111,7 @@ func TestEveryRuleHasAFailingCase(t *testing.T) {
 }
 
 func TestGoodFixture(t *testing.T) {
-	rec, err := conformance.ParseRecording(goodHeader(), []byte(goodBody))
+	rec, err := conformance.ParseRecording(conformancetest.GoodHeader(), []byte(goodBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +124,7 @@ func TestGoodFixture(t *testing.T) {
 
 // A frame the client stopped reading in the middle is not judged.
 func TestCutTailIsNotAFault(t *testing.T) {
-	rec, _ := conformance.ParseRecording(goodHeader(), []byte(goodBody+"id: 2\ndata: {\"ty"))
+	rec, _ := conformance.ParseRecording(conformancetest.GoodHeader(), []byte(goodBody+"id: 2\ndata: {\"ty"))
 	for _, f := range ssecheck.Check(rec, ssecheck.Options{}) {
 		if f.Status == conformance.Fail {
 			t.Errorf("%s: %s", f.Rule, f.Detail)
