@@ -275,6 +275,15 @@ func (r *runner) do(ctx context.Context, method, path string, body any, header h
 	return r.client.Do(req)
 }
 
+// statusError is a refused request.
+type statusError struct {
+	path string
+	code int
+	body string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("POST %s: %d %s", e.path, e.code, e.body) }
+
 // postJSON sends a JSON request and decodes a JSON answer into out.
 func (r *runner) postJSON(ctx context.Context, path string, body, out any) error {
 	res, err := r.do(ctx, http.MethodPost, path, body, nil)
@@ -284,7 +293,7 @@ func (r *runner) postJSON(ctx context.Context, path string, body, out any) error
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if res.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %d %s", path, res.StatusCode, bytes.TrimSpace(raw))
+		return &statusError{path: path, code: res.StatusCode, body: string(bytes.TrimSpace(raw))}
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
@@ -388,10 +397,17 @@ type nativeEvent struct {
 // run, then the thread replayed in full and after a spread of cursors.
 func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioResult {
 	thread := r.prefix + "-native-" + sc.Name
-	// Opening the stream first needs the thread; a server that creates
-	// threads on first chat only answers 404 here, so create it.
+	// Opening the stream before the chat needs the thread to exist. A
+	// server without the threads endpoint (404/405) creates threads on the
+	// first chat: then the chat goes first and the stream, opened without
+	// a cursor, replays the run's start before going live.
+	chatFirst := false
 	if err := r.postJSON(ctx, "/instance-ai/threads", map[string]string{"id": thread}, nil); err != nil {
-		return conformance.ScenarioResult{Error: "create the thread: " + err.Error()}
+		var se *statusError
+		if !errors.As(err, &se) || (se.code != http.StatusNotFound && se.code != http.StatusMethodNotAllowed) {
+			return conformance.ScenarioResult{Error: "create the thread: " + err.Error()}
+		}
+		chatFirst = true
 	}
 	// The recording ends when the run and every agent it spawned are done
 	// (background agents outlive the orchestrator's run-finish). The run's
@@ -403,6 +419,7 @@ func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioRe
 	answered := map[string]bool{}
 	spawned := map[string]bool{}
 	over := func() bool { return runID != "" && finishedRuns[runID] && len(spawned) == 0 }
+	var endRecording context.CancelCauseFunc // set once the recording runs
 	stop := func(f conformance.TimedFrame) bool {
 		if f.Data == "" || f.Event != "" {
 			return false
@@ -430,8 +447,28 @@ func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioRe
 		}
 		return over()
 	}
-	// The stream is open once its headers are in; the chat is sent only
-	// then, so the recording holds the whole run.
+	sendChat := func() error {
+		var chat struct {
+			RunID string `json:"runId"`
+		}
+		if err := r.postJSON(ctx, "/instance-ai/chat/"+url.PathEscape(thread), map[string]string{"message": sc.Message}, &chat); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		runID = chat.RunID
+		if over() && endRecording != nil {
+			endRecording(errRunOver)
+		}
+		return nil
+	}
+	if chatFirst {
+		if err := sendChat(); err != nil {
+			return conformance.ScenarioResult{Error: err.Error()}
+		}
+	}
+	// The stream is open once its headers are in; the chat, unless it went
+	// first, is sent only then, so the recording holds the whole run.
 	path := "/instance-ai/events/" + url.PathEscape(thread)
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
@@ -449,8 +486,11 @@ func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioRe
 		err error
 	}
 	done := make(chan result, 1)
-	rctx, endRecording := context.WithCancelCause(sctx)
-	defer endRecording(nil)
+	rctx, cancelRecording := context.WithCancelCause(sctx)
+	defer cancelRecording(nil)
+	mu.Lock()
+	endRecording = cancelRecording
+	mu.Unlock()
 	go func() {
 		rec, err := conformance.Record(rctx, res, stop)
 		if errors.Is(context.Cause(rctx), errRunOver) {
@@ -461,18 +501,11 @@ func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioRe
 		}
 		done <- result{rec, err}
 	}()
-	var chat struct {
-		RunID string `json:"runId"`
+	if !chatFirst {
+		if err := sendChat(); err != nil {
+			return conformance.ScenarioResult{Error: err.Error()}
+		}
 	}
-	if err := r.postJSON(ctx, "/instance-ai/chat/"+url.PathEscape(thread), map[string]string{"message": sc.Message}, &chat); err != nil {
-		return conformance.ScenarioResult{Error: err.Error()}
-	}
-	mu.Lock()
-	runID = chat.RunID
-	if over() {
-		endRecording(errRunOver)
-	}
-	mu.Unlock()
 	live := <-done
 	if live.err != nil {
 		return conformance.ScenarioResult{Error: live.err.Error()}

@@ -220,3 +220,26 @@ func TestToken(t *testing.T) {
 		t.Fatalf("with the token: %v\n%s", err, failures(rep))
 	}
 }
+
+// TestServerWithoutThreadsEndpoint checks the native scenarios against a
+// server that creates threads on the first chat only: the chat goes first
+// and the stream replays the run from the start.
+func TestServerWithoutThreadsEndpoint(t *testing.T) {
+	app := server.New(openStore(t, "memory"), &script.Agent{}, server.Config{AgentName: "script"})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/instance-ai/threads" {
+			http.NotFound(w, r)
+			return
+		}
+		app.Handler().ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	rep, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Protocols: []string{runner.ProtocolNative},
+		Scenarios: []string{"hello", "tools", "background"}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed || len(rep.Scenarios) != 3 {
+		t.Fatalf("chat-first: %s", failures(rep))
+	}
+}
