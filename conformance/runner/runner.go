@@ -506,11 +506,31 @@ func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioRe
 			return conformance.ScenarioResult{Error: err.Error()}
 		}
 	}
+	// A second client joins while the run may still be going: its replay →
+	// live handoff (and run-sync, if the run is live) is checked too.
+	joined := make(chan result, 1)
+	go func() {
+		rec, err := r.record(ctx, http.MethodGet, path, nil, nil, func(f conformance.TimedFrame) bool {
+			var ev nativeEvent
+			if f.Event != "" || json.Unmarshal([]byte(f.Data), &ev) != nil {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return ev.Type == "run-finish" && ev.RunID == runID
+		})
+		joined <- result{rec, err}
+	}()
 	live := <-done
 	if live.err != nil {
 		return conformance.ScenarioResult{Error: live.err.Error()}
 	}
 	findings := append(nativecheck.CheckConnection(live.rec), ssecheck.Check(live.rec, ssecheck.Options{})...)
+	join := <-joined
+	if join.err != nil {
+		return conformance.ScenarioResult{Findings: findings, Error: "a client joining mid-run: " + join.err.Error()}
+	}
+	findings = append(findings, nativecheck.CheckConnection(join.rec)...)
 
 	last := lastID(live.rec)
 	if last == 0 {
