@@ -107,6 +107,11 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		RecordMessage: native.RecordMessage,
 	}).Register(authed, router)
 	authed.Handle("/agui/threads/{threadId}/events", aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
+	// Only the root router gets these: the authed subrouter matches every
+	// path, so a handler of its own would shadow the public routes
+	// registered after it.
+	router.NotFoundHandler = unmatched(router)
+	router.MethodNotAllowedHandler = router.NotFoundHandler
 	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s

@@ -1,0 +1,35 @@
+package server_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestUnmatchedRoutes checks that a wrong method is a JSON 405 naming the
+// allowed ones, and an unknown path a JSON 404.
+func TestUnmatchedRoutes(t *testing.T) {
+	h := start(t, openStore(t, "memory"), options{tokens: "tok-routes-0123456789=alice"})
+	for _, c := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{http.MethodGet, "/instance-ai/chat/t1", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPost, "/instance-ai/events/t1", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodPut, "/instance-ai/threads/t1", http.StatusMethodNotAllowed, "PATCH, DELETE"},
+		{http.MethodGet, "/run-agent", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/health", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodGet, "/no/such/endpoint", http.StatusNotFound, ""},
+	} {
+		req, _ := http.NewRequest(c.method, h.srv.URL+c.path, strings.NewReader("{}"))
+		res, err := h.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _ := readJSONError(t, res)
+		if res.StatusCode != c.code || res.Header.Get("Allow") != c.allow || code == "" {
+			t.Errorf("%s %s: %d Allow %q code %q, want %d Allow %q", c.method, c.path, res.StatusCode, res.Header.Get("Allow"), code, c.code, c.allow)
+		}
+	}
+}
