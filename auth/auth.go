@@ -154,6 +154,23 @@ type Authenticator struct {
 	// content shapes the time a comparison takes.
 	digests [][sha256.Size]byte
 	users   []string
+	// queryToken accepts ?access_token= on GET requests (AllowQueryToken).
+	queryToken bool
+}
+
+// QueryTokenParam is the query parameter that may carry the token.
+const QueryTokenParam = "access_token"
+
+// AllowQueryToken makes GET requests without an Authorization header
+// authenticate with ?access_token=<token>. A browser EventSource cannot
+// send headers, so this is how it follows an event stream with auth on. It
+// is off by default: a token in a URL can end up in proxy and browser
+// history logs. The parameter is removed from the request before the API
+// sees it.
+func (a *Authenticator) AllowQueryToken() {
+	if a != nil {
+		a.queryToken = true
+	}
 }
 
 // New checks entries (no token twice) and returns their authenticator.
@@ -225,6 +242,20 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
+// queryToken takes the token from ?access_token= and removes it from the
+// request's URL, so nothing downstream logs or echoes it.
+func queryToken(r *http.Request) (string, bool) {
+	q := r.URL.Query()
+	token := strings.TrimSpace(q.Get(QueryTokenParam))
+	if token == "" {
+		return "", false
+	}
+	q.Del(QueryTokenParam)
+	r.URL.RawQuery = q.Encode()
+	r.RequestURI = r.URL.RequestURI()
+	return token, true
+}
+
 // Middleware authenticates every request before next: the caller's user id
 // goes into the request context (httpapi.WithUser). A request without a
 // bearer token, or with one that matches none, gets 401 with
@@ -238,10 +269,17 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearerToken(r)
+		if !ok && a.queryToken && r.Method == http.MethodGet {
+			token, ok = queryToken(r)
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline"`)
+			how := "send an Authorization: Bearer <token> header"
+			if a.queryToken {
+				how += " (GET requests may pass ?" + QueryTokenParam + "=<token> instead)"
+			}
 			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "unauthorized", "",
-				"authentication required: send an Authorization: Bearer <token> header"))
+				"authentication required: %s", how))
 			return
 		}
 		user, ok := a.Match(token)

@@ -300,3 +300,38 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+func TestQueryToken(t *testing.T) {
+	a, err := New([]Entry{{Token: "tok-alice", User: "alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen string
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = r.URL.RawQuery + " " + r.RequestURI
+		_, _ = w.Write([]byte(httpapi.UserFrom(r.Context())))
+	})
+	serve := func(method, target string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		a.Middleware(echo).ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+		return rec
+	}
+	// Off by default.
+	if rec := serve(http.MethodGet, "/instance-ai/events/t?access_token=tok-alice"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("query token accepted while off: %d", rec.Code)
+	}
+	a.AllowQueryToken()
+	rec := serve(http.MethodGet, "/instance-ai/events/t?lastEventId=4&access_token=tok-alice")
+	if rec.Code != http.StatusOK || rec.Body.String() != "alice" {
+		t.Fatalf("GET with a query token: %d %q", rec.Code, rec.Body.String())
+	}
+	if strings.Contains(seen, "tok-alice") || !strings.Contains(seen, "lastEventId=4") {
+		t.Fatalf("the handler saw %q", seen)
+	}
+	if rec := serve(http.MethodGet, "/instance-ai/events/t?access_token=tok-carol"); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "invalid_token") {
+		t.Fatalf("a wrong query token: %d %s", rec.Code, rec.Body.String())
+	}
+	if rec := serve(http.MethodPost, "/instance-ai/chat/t?access_token=tok-alice"); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "access_token") {
+		t.Fatalf("POST with a query token: %d %s", rec.Code, rec.Body.String())
+	}
+}

@@ -89,6 +89,8 @@ type options struct {
 	tokens string
 	// logs, if set, receives the server's log.
 	logs io.Writer
+	// queryToken accepts ?access_token= on GET requests.
+	queryToken bool
 	// metrics and llmHealth are passed to the server as they are.
 	metrics   *metrics.Metrics
 	llmHealth http.Handler
@@ -104,6 +106,9 @@ func start(t *testing.T, store instanceai.Store, o options) *harness {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.queryToken {
+			authn.AllowQueryToken()
 		}
 	}
 	var logger *slog.Logger

@@ -33,6 +33,7 @@ type serveConfig struct {
 	tokens          string
 	tokensFile      string
 	insecureNoAuth  bool
+	queryToken      bool
 	allowedOrigins  string
 	agents          agentConfig
 }
@@ -57,6 +58,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 			"a command line is visible to other local users); none configured = single-user mode, no authentication")
 	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
 		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
+	f.Bool(&c.queryToken, "query-token", "THREADLINE_QUERY_TOKEN", false,
+		"also accept the bearer token as ?access_token= on GET requests, for browser EventSource clients, which cannot send headers (a token in a URL may end up in proxy logs)")
 	f.Bool(&c.insecureNoAuth, "insecure-no-auth", "THREADLINE_INSECURE_NO_AUTH", false,
 		"allow serving a non-loopback address without authentication")
 	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
@@ -132,6 +135,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	authn, entries, err := loadAuth(c)
 	if err != nil {
 		return err
+	}
+	if c.queryToken {
+		authn.AllowQueryToken()
 	}
 	if err := auth.CheckListen(c.addr, authn, c.insecureNoAuth); err != nil {
 		return usageError{err.Error()}
