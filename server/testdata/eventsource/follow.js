@@ -1,8 +1,8 @@
 // Follows a native event stream with the `eventsource` package (the
 // WHATWG EventSource, as browsers implement it: no custom headers, so the
 // token rides in the URL) and prints every message as a JSON line until a
-// run-finish of the given run, or until the given number of reconnects
-// when the server ends the stream.
+// run-finish of the given run. An error event (a refused connection, say)
+// is printed to stderr and exits with status 3.
 //
 //   node follow.js <url> <runId>
 const { EventSource } = require("eventsource");
