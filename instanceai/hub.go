@@ -35,7 +35,12 @@ func NewFrame(seq int64, ev *Event) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	return Frame{Seq: seq, Event: ev, Data: data, Wire: ssestream.DataFrame(data), Hidden: DurabilityOf(ev.Type) == Coalesced}, nil
+	return EncodedFrame(seq, ev, data), nil
+}
+
+// EncodedFrame is the frame of an event whose JSON encoding is data.
+func EncodedFrame(seq int64, ev *Event, data []byte) Frame {
+	return Frame{Seq: seq, Event: ev, Data: data, Wire: ssestream.DataFrame(data), Hidden: DurabilityOf(ev.Type) == Coalesced}
 }
 
 // ErrSubscriberDropped is reported by a subscription whose queue overflowed.

@@ -40,6 +40,14 @@ type EventLog interface {
 	NextSeq(ctx context.Context, threadID string) (int64, error)
 }
 
+// EncodedAppender is implemented by logs that store events the caller has
+// already encoded (every built-in store): the writer encodes each event
+// once, for the log and for the live frame alike. data[i] is the JSON
+// encoding of events[i]; the log may keep the slices.
+type EncodedAppender interface {
+	AppendEncoded(ctx context.Context, threadID string, events []Event, data [][]byte) (firstSeq int64, err error)
+}
+
 // ThreadStore keeps threads with their owner and title.
 type ThreadStore interface {
 	// EnsureThread creates the thread if it does not exist and returns the

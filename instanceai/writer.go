@@ -2,6 +2,7 @@ package instanceai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -402,12 +403,25 @@ func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
 }
 
 // commit persists the stored items in one append (retrying with backoff),
-// then publishes every item in order.
+// then publishes every item in order. Each event is encoded once: the same
+// bytes go to the log (when it takes encoded rows) and to the live frame.
 func (d *threadDrain) commit(items []batchItem) {
+	data := make([][]byte, len(items))
 	var rows []Event
-	for _, it := range items {
-		if it.stored {
-			rows = append(rows, it.ev)
+	var rowData [][]byte
+	for i := range items {
+		b, err := json.Marshal(&items[i].ev)
+		if err != nil {
+			// Validated events always encode; one that does not is dropped
+			// rather than allowed to fail the whole batch.
+			d.w.cfg.Logger.Error("encode event", "thread", d.threadID, "type", items[i].ev.Type, "err", err)
+			items[i].stored = false
+			continue
+		}
+		data[i] = b
+		if items[i].stored {
+			rows = append(rows, items[i].ev)
+			rowData = append(rowData, b)
 		}
 	}
 	var first int64
@@ -415,7 +429,7 @@ func (d *threadDrain) commit(items []batchItem) {
 	if len(rows) > 0 {
 		start := time.Now()
 		var err error
-		first, err = d.appendWithRetry(rows)
+		first, err = d.appendWithRetry(rows, rowData)
 		if err != nil {
 			d.fail(items, err)
 			return
@@ -425,23 +439,22 @@ func (d *threadDrain) commit(items []batchItem) {
 	frames := make([]Frame, 0, len(items))
 	seq := first
 	for i := range items {
+		if data[i] == nil {
+			continue
+		}
 		var s int64
 		if items[i].stored {
 			s = seq
 			seq++
 		}
-		f, err := NewFrame(s, &items[i].ev)
-		if err != nil {
-			d.w.cfg.Logger.Error("encode event", "thread", d.threadID, "type", items[i].ev.Type, "err", err)
-			continue
-		}
-		frames = append(frames, f)
+		frames = append(frames, EncodedFrame(s, &items[i].ev, data[i]))
 		obs.EventPublished(items[i].ev.Type)
 	}
 	d.w.hub.Publish(d.threadID, frames)
 }
 
-func (d *threadDrain) appendWithRetry(rows []Event) (int64, error) {
+func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error) {
+	encoded, _ := d.w.log.(EncodedAppender)
 	backoff := d.w.cfg.RetryBackoff
 	var err error
 	for attempt := 0; attempt <= d.w.cfg.Retries; attempt++ {
@@ -450,7 +463,11 @@ func (d *threadDrain) appendWithRetry(rows []Event) (int64, error) {
 			backoff = min(backoff*2, d.w.cfg.MaxBackoff)
 		}
 		var first int64
-		first, err = d.w.log.Append(context.Background(), d.threadID, rows)
+		if encoded != nil {
+			first, err = encoded.AppendEncoded(context.Background(), d.threadID, rows, data)
+		} else {
+			first, err = d.w.log.Append(context.Background(), d.threadID, rows)
+		}
 		if err == nil {
 			return first, nil
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/records"
 )
 
 // Defaults of the per-thread window, as the native protocol specifies for
@@ -132,15 +133,23 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
 	}
-	data := make([][]byte, len(events))
-	for i := range events {
-		b, err := json.Marshal(&events[i])
-		if err != nil {
-			return 0, fmt.Errorf("memory: append to thread %q: encode event %d (%s): %w", threadID, i, events[i].Type, err)
-		}
-		data[i] = b
+	data, err := records.EncodeEvents(events)
+	if err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
 	}
+	return s.AppendEncoded(ctx, threadID, events, data)
+}
 
+// AppendEncoded stores events whose JSON encodings the caller made
+// (instanceai.EncodedAppender): the writer encodes each event once. The
+// store keeps the slices.
+func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
+	}
+	if err := records.CheckEncoded(events, data); err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.threads[threadID]

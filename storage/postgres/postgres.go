@@ -24,6 +24,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/migrate"
+	"github.com/threadline/threadline/storage/internal/records"
 )
 
 //go:embed migrations/*.sql
@@ -102,14 +103,24 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 		}
 		return next, nil
 	}
-	// Encode before the transaction: the row lock is held for as short a
-	// time as possible.
-	data := make([]string, len(events))
-	for i := range events {
-		b, err := json.Marshal(&events[i])
-		if err != nil {
-			return 0, fmt.Errorf("postgres: append to thread %q: encode event %d (%s): %w", threadID, i, events[i].Type, err)
-		}
+	data, err := records.EncodeEvents(events)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+	}
+	return s.AppendEncoded(ctx, threadID, events, data)
+}
+
+// AppendEncoded stores events whose JSON encodings the caller made
+// (instanceai.EncodedAppender): the writer encodes each event once.
+func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, encoded [][]byte) (int64, error) {
+	if err := records.CheckEncoded(events, encoded); err != nil {
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+	}
+	if len(events) == 0 {
+		return s.Append(ctx, threadID, nil)
+	}
+	data := make([]string, len(encoded))
+	for i, b := range encoded {
 		data[i] = string(b)
 	}
 	first, err := s.append(ctx, threadID, events, data)

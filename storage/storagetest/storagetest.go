@@ -53,6 +53,7 @@ func Run(t *testing.T, open Opener) {
 		{"UnfinishedRuns", testUnfinishedRuns},
 		{"RunEvents", testRunEvents},
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
+		{"AppendEncoded", testAppendEncoded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -762,5 +763,49 @@ func testCancelledContext(t *testing.T, s instanceai.Store) {
 	checkTexts(t, s, "cc", 0, 1, 2)
 	if first := appendTexts(t, s, "cc", 2, 1); first != 3 {
 		t.Fatalf("Append after the cancelled one got seq %d, want 3", first)
+	}
+}
+
+// testAppendEncoded checks the writer's path: rows stored from encodings
+// the caller made read back exactly like rows stored by Append, and a
+// count mismatch is refused without storing anything.
+func testAppendEncoded(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	enc, ok := s.(instanceai.EncodedAppender)
+	if !ok {
+		t.Fatalf("%T does not take encoded rows", s)
+	}
+	ensure(t, s, "enc", "owner")
+	events := []instanceai.Event{textEvent("a", 0), textEvent("a", 1)}
+	data := make([][]byte, len(events))
+	for i := range events {
+		b, err := json.Marshal(&events[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[i] = b
+	}
+	if _, err := enc.AppendEncoded(ctx, "enc", events, data[:1]); err == nil {
+		t.Fatal("one encoding for two events was accepted")
+	}
+	first, err := enc.AppendEncoded(ctx, "enc", events, data)
+	if err != nil || first != 1 {
+		t.Fatalf("AppendEncoded: first %d, %v", first, err)
+	}
+	if first, err := enc.AppendEncoded(ctx, "enc", nil, nil); err != nil || first != 3 {
+		t.Fatalf("empty AppendEncoded: %d %v", first, err)
+	}
+	rows, err := s.ReadAfter(ctx, "enc", 0, 0)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("ReadAfter: %d rows, %v", len(rows), err)
+	}
+	for i, row := range rows {
+		got, _ := json.Marshal(&row.Event)
+		if row.Seq != int64(i+1) || string(got) != string(data[i]) {
+			t.Fatalf("row %d: seq %d %s, want %s", i, row.Seq, got, data[i])
+		}
+	}
+	if _, err := enc.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("append to a missing thread: %v", err)
 	}
 }

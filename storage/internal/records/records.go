@@ -1,6 +1,7 @@
 // Package records checks the messages and confirmations a backend is asked
 // to store, so that every backend refuses the same malformed input with the
-// same words before it touches its storage.
+// same words before it touches its storage, and encodes events as every
+// backend's rows hold them.
 package records
 
 import (
@@ -48,6 +49,27 @@ func Answer(status string, answer json.RawMessage) error {
 		return fmt.Errorf("answer status %q: an answer moves a confirmation out of %s", status, instanceai.ConfirmationPending)
 	case len(answer) > 0 && !json.Valid(answer):
 		return errors.New("answer is not valid JSON")
+	}
+	return nil
+}
+
+// EncodeEvents encodes events as the log's rows hold them.
+func EncodeEvents(events []instanceai.Event) ([][]byte, error) {
+	data := make([][]byte, len(events))
+	for i := range events {
+		b, err := json.Marshal(&events[i])
+		if err != nil {
+			return nil, fmt.Errorf("encode event %d (%s): %w", i, events[i].Type, err)
+		}
+		data[i] = b
+	}
+	return data, nil
+}
+
+// CheckEncoded checks that there is one encoding per event.
+func CheckEncoded(events []instanceai.Event, data [][]byte) error {
+	if len(data) != len(events) {
+		return fmt.Errorf("%d encodings for %d events", len(data), len(events))
 	}
 	return nil
 }
