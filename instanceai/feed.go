@@ -159,9 +159,12 @@ func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 		if r.Seq <= f.last {
 			continue
 		}
-		data, err := json.Marshal(&r.Event)
-		if err != nil {
-			continue
+		data := []byte(r.Data)
+		if len(data) == 0 {
+			var err error
+			if data, err = json.Marshal(&r.Event); err != nil {
+				continue
+			}
 		}
 		f.last = r.Seq
 		out = append(out, Delivery{ID: r.Seq, Event: &r.Event, Data: data, Wire: ssestream.DataFrame(data)})

@@ -15,6 +15,10 @@ var ErrNotFound = errors.New("not found")
 type StoredEvent struct {
 	Seq   int64
 	Event Event
+	// Data is the event's JSON as the log holds it, when the log returns
+	// it (every built-in store does): replay sends these bytes instead of
+	// encoding the event again.
+	Data json.RawMessage
 }
 
 // Thread is a conversation: the unit of ordering and replay.

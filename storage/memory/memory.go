@@ -221,7 +221,7 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 	}
 	out := make([]instanceai.StoredEvent, len(window))
 	for i, e := range window {
-		out[i].Seq = e.seq
+		out[i].Seq, out[i].Data = e.seq, e.data
 		if err := json.Unmarshal(e.data, &out[i].Event); err != nil {
 			return nil, fmt.Errorf("memory: read thread %q: decode event %d: %w", threadID, e.seq, err)
 		}

@@ -223,7 +223,7 @@ func (s *Store) RunEvents(_ context.Context, threadID, runID string) ([]instance
 	s.mu.Unlock()
 	var out []instanceai.StoredEvent
 	for _, e := range matched {
-		se := instanceai.StoredEvent{Seq: e.seq}
+		se := instanceai.StoredEvent{Seq: e.seq, Data: e.data}
 		if err := json.Unmarshal(e.data, &se.Event); err != nil {
 			return nil, fmt.Errorf("memory: read run %q of thread %q: decode event %d: %w", runID, threadID, e.seq, err)
 		}

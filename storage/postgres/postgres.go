@@ -11,7 +11,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -215,7 +214,7 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows)
+	out, err := records.ScanEvents(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -226,24 +225,6 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 		}
 	}
 	return out, nil
-}
-
-// scanEvents reads (seq, data) rows and closes them.
-func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
-	defer rows.Close()
-	var out []instanceai.StoredEvent
-	var data sql.RawBytes
-	for rows.Next() {
-		var se instanceai.StoredEvent
-		if err := rows.Scan(&se.Seq, &data); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(data, &se.Event); err != nil {
-			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
-		}
-		out = append(out, se)
-	}
-	return out, rows.Err()
 }
 
 // NextSeq implements instanceai.EventLog. It reads the log itself rather

@@ -249,7 +249,7 @@ func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instan
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows)
+	out, err := records.ScanEvents(rows)
 	if err != nil {
 		return nil, err
 	}

@@ -282,7 +282,7 @@ func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instan
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows)
+	out, err := records.ScanEvents(rows)
 	if err != nil {
 		return nil, err
 	}

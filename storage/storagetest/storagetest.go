@@ -804,6 +804,10 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 		if row.Seq != int64(i+1) || string(got) != string(data[i]) {
 			t.Fatalf("row %d: seq %d %s, want %s", i, row.Seq, got, data[i])
 		}
+		// Replay sends the stored bytes: they must be the encoding given.
+		if string(row.Data) != string(data[i]) {
+			t.Fatalf("row %d: stored bytes %s, want %s", i, row.Data, data[i])
+		}
 	}
 	if _, err := enc.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("append to a missing thread: %v", err)

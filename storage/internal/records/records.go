@@ -5,6 +5,7 @@
 package records
 
 import (
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,4 +73,24 @@ func CheckEncoded(events []instanceai.Event, data [][]byte) error {
 		return fmt.Errorf("%d encodings for %d events", len(data), len(events))
 	}
 	return nil
+}
+
+// ScanEvents reads (seq, data) rows into stored events, keeping each row's
+// bytes, and closes the rows.
+func ScanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
+	defer rows.Close()
+	var out []instanceai.StoredEvent
+	for rows.Next() {
+		var se instanceai.StoredEvent
+		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
+		if err := rows.Scan(&se.Seq, &data); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &se.Event); err != nil {
+			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
+		}
+		se.Data = data
+		out = append(out, se)
+	}
+	return out, rows.Err()
 }
