@@ -123,6 +123,16 @@ type StartRequest struct {
 	// client holds it (AG-UI input.messages): agents send it to their model
 	// instead of the thread's stored conversation.
 	History []HistoryMessage
+	// Context is what the client's UI shares about its state (AG-UI
+	// input.context, e.g. CopilotKit's useCopilotReadable): LLM agents show
+	// it to their model.
+	Context []ContextItem
+}
+
+// ContextItem is one piece of client context.
+type ContextItem struct {
+	Description string
+	Value       string
 }
 
 // ToolSpec is a tool the client offers a run.
@@ -202,7 +212,7 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{
 		ID: NewID("run_"), ThreadID: req.ThreadID, UserID: req.UserID, Message: req.Message,
-		Tools: req.Tools, ToolResult: req.ToolResult, AgentName: req.AgentName, History: req.History,
+		Tools: req.Tools, ToolResult: req.ToolResult, AgentName: req.AgentName, History: req.History, Context: req.Context,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
@@ -414,6 +424,8 @@ type Run struct {
 	// History is StartRequest.History: nil means the agent reads the
 	// thread's stored conversation itself.
 	History []HistoryMessage
+	// Context is StartRequest.Context.
+	Context []ContextItem
 
 	runs   *Runs
 	ctx    context.Context

@@ -227,11 +227,13 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 			map[string]any{"id": "m1", "role": "user", "content": "My name is Ada."},
 			map[string]any{"id": "m2", "role": "assistant", "content": "Hello Ada."},
 			map[string]any{"id": "m3", "role": "user", "content": "Remember it."},
-		}})
+		}, "context": []any{map[string]any{"description": "Open workflow", "value": "wf-42"}}})
 		if evs := h.runAgentBody(body); evs[len(evs)-1].typ != "RUN_FINISHED" {
 			t.Fatalf("history run ended %s", evs[len(evs)-1].raw)
 		}
-		if got := strings.Join(llm.messages(6), " | "); got != `user:My name is Ada. | assistant:Hello Ada. | user:Remember it.` {
+		// AG-UI input.context reaches the model as a system message.
+		if got := strings.Join(llm.messages(6), " | "); got != "system:Context shared by the user's application:\n- Open workflow: wf-42 | "+
+			`user:My name is Ada. | assistant:Hello Ada. | user:Remember it.` {
 			t.Fatalf("AG-UI history sent %s", got)
 		}
 

@@ -269,7 +269,8 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		return source{}, err
 	}
 	run, err := h.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
-		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages)})
+		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages),
+		Context: clientContext(req.input.Context)})
 	var unknown *instanceai.UnknownAgentError
 	if errors.As(err, &unknown) {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "unknown_agent", "forwardedProps.agent", "%s", unknown.Error())

@@ -55,3 +55,15 @@ func history(msgs []agui.Message) []instanceai.HistoryMessage {
 	}
 	return out
 }
+
+// clientContext is AG-UI input.context as the core carries it.
+func clientContext(in []agui.Context) []instanceai.ContextItem {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]instanceai.ContextItem, len(in))
+	for i, c := range in {
+		out[i] = instanceai.ContextItem{Description: c.Description, Value: c.Value}
+	}
+	return out
+}

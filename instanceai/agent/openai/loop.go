@@ -37,6 +37,9 @@ func (a *Agent) newLoop(run *instanceai.Run, history []instanceai.HistoryMessage
 	if a.cfg.SystemPrompt != "" {
 		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleSystem, Content: a.cfg.SystemPrompt})
 	}
+	if c := contextMessage(run.Context); c != "" {
+		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleSystem, Content: c})
+	}
 	l.msgs = append(l.msgs, history...)
 	for _, m := range history {
 		for _, c := range m.ToolCalls {
@@ -378,4 +381,24 @@ func functionTool(name, description string, params json.RawMessage) wireTool {
 		params = json.RawMessage(`{"type":"object","properties":{}}`)
 	}
 	return wireTool{Type: "function", Function: wireFunction{Name: name, Description: description, Parameters: params}}
+}
+
+// contextMessage renders the client's context (AG-UI input.context) as a
+// system message: what the user's screen shows, which the model should
+// take into account.
+func contextMessage(items []instanceai.ContextItem) string {
+	if len(items) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("Context shared by the user's application:")
+	for _, c := range items {
+		b.WriteString("\n- ")
+		if c.Description != "" {
+			b.WriteString(c.Description)
+			b.WriteString(": ")
+		}
+		b.WriteString(c.Value)
+	}
+	return b.String()
 }
