@@ -101,6 +101,15 @@ func (t *Tally) Fail(rule, format string, args ...any) {
 	f.Status, f.Detail = Fail, fmt.Sprintf(format, args...)
 }
 
+// Expect records pass when ok, else a failure with the formatted detail.
+func (t *Tally) Expect(rule string, ok bool, format string, args ...any) {
+	if ok {
+		t.Pass(rule)
+	} else {
+		t.Fail(rule, format, args...)
+	}
+}
+
 // Check records pass when err is nil, else a failure with err's text.
 func (t *Tally) Check(rule string, err error) {
 	if err != nil {

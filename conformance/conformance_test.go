@@ -22,8 +22,9 @@ func TestTally(t *testing.T) {
 	ta.Fail("agui.a", "event %d is wrong", 3)
 	ta.Fail("agui.a", "event %d is wrong too", 4)
 	ta.Pass("agui.a")
+	ta.Expect("agui.a", true, "unused")
 	ta.Skip("agui.b", "no tool calls")
-	ta.Fail("agui.zz", "from a checker bug")
+	ta.Expect("agui.zz", false, "from a %s bug", "checker")
 	got := ta.Findings()
 	want := []Finding{
 		{Rule: "agui.a", Status: Fail, Detail: "event 3 is wrong (and 1 more)"},

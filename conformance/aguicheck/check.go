@@ -238,30 +238,18 @@ func (c *checker) sequence(e *event) {
 	}
 	if !c.seenFirst {
 		c.seenFirst = true
-		if typ != agui.TypeRunStarted && typ != agui.TypeRunError {
-			t.Fail(RunFirst, "the first event is %s, not RUN_STARTED", e)
-		} else {
-			t.Pass(RunFirst)
-		}
+		t.Expect(RunFirst, typ == agui.TypeRunStarted || typ == agui.TypeRunError, "the first event is %s, not RUN_STARTED", e)
 	}
 
 	switch typ {
 	case agui.TypeRunStarted:
-		if c.runActive && !c.finished && !c.errored {
-			t.Fail(RunNoNested, "%s while run %q is active", e, c.runID)
-		} else {
-			t.Pass(RunNoNested)
-		}
+		t.Expect(RunNoNested, !c.runActive || c.finished || c.errored, "%s while run %q is active", e, c.runID)
 		if c.finished || c.errored {
 			c.reset()
 		}
 		c.runActive = true
 		c.threadID, c.runID, c.haveIDs = e.str("threadId"), e.str("runId"), true
-		if c.threadID == "" || c.runID == "" {
-			t.Fail(RunStartedIDs, "%s: threadId %q, runId %q", e, c.threadID, c.runID)
-		} else {
-			t.Pass(RunStartedIDs)
-		}
+		t.Expect(RunStartedIDs, c.threadID != "" && c.runID != "", "%s: threadId %q, runId %q", e, c.threadID, c.runID)
 		if in, ok := e.m["input"].(map[string]any); ok {
 			if s, ok := in["state"]; ok && s != nil {
 				c.setState(s)
@@ -285,21 +273,13 @@ func (c *checker) sequence(e *event) {
 	case agui.TypeTextMessageStart:
 		c.usedText = true
 		id := e.str("messageId")
-		if c.text[id] {
-			t.Fail(TextStartUnique, "%s: message %q is already open", e, id)
-		} else {
-			t.Pass(TextStartUnique)
-		}
+		t.Expect(TextStartUnique, !c.text[id], "%s: message %q is already open", e, id)
 		c.owned(e, "message", id, c.msgOwner, sub)
 		c.text[id] = true
 	case agui.TypeTextMessageContent, agui.TypeTextMessageEnd:
 		c.usedText = true
 		id := e.str("messageId")
-		if !c.text[id] {
-			t.Fail(TextOpenBeforeUse, "%s: no open text message %q", e, id)
-		} else {
-			t.Pass(TextOpenBeforeUse)
-		}
+		t.Expect(TextOpenBeforeUse, c.text[id], "%s: no open text message %q", e, id)
 		c.owned(e, "message", id, c.msgOwner, sub)
 		if typ == agui.TypeTextMessageEnd {
 			delete(c.text, id)
@@ -309,11 +289,7 @@ func (c *checker) sequence(e *event) {
 		c.usedTools = true
 		id := e.str("toolCallId")
 		c.announced[id] = true
-		if c.tools[id] {
-			t.Fail(ToolStartUnique, "%s: tool call %q is already open", e, id)
-		} else {
-			t.Pass(ToolStartUnique)
-		}
+		t.Expect(ToolStartUnique, !c.tools[id], "%s: tool call %q is already open", e, id)
 		if p := e.str("parentMessageId"); p != "" && sub != "" {
 			if o, ok := c.msgOwner[p]; ok && o != sub {
 				t.Fail(SubAttribution, "%s: subagentRunId %q differs from parent message %q's %q", e, sub, p, o)
@@ -324,22 +300,14 @@ func (c *checker) sequence(e *event) {
 	case agui.TypeToolCallArgs, agui.TypeToolCallEnd:
 		c.usedTools = true
 		id := e.str("toolCallId")
-		if !c.tools[id] {
-			t.Fail(ToolOpenBeforeUse, "%s: no open tool call %q", e, id)
-		} else {
-			t.Pass(ToolOpenBeforeUse)
-		}
+		t.Expect(ToolOpenBeforeUse, c.tools[id], "%s: no open tool call %q", e, id)
 		c.owned(e, "tool call", id, c.toolOwner, sub)
 		if typ == agui.TypeToolCallEnd {
 			delete(c.tools, id)
 		}
 	case agui.TypeToolCallResult:
 		id := e.str("toolCallId")
-		if !c.announced[id] {
-			t.Fail(ToolResultKnown, "%s: toolCallId %q was not announced by a TOOL_CALL_START of this stream (or of the run it continues)", e, id)
-		} else {
-			t.Pass(ToolResultKnown)
-		}
+		t.Expect(ToolResultKnown, c.announced[id], "%s: toolCallId %q was not announced by a TOOL_CALL_START of this stream (or of the run it continues)", e, id)
 		if mid := e.str("messageId"); mid != "" {
 			c.msgOwner[mid] = sub
 		}
@@ -351,11 +319,7 @@ func (c *checker) sequence(e *event) {
 			set = c.reasonMsgs
 		}
 		id := e.str("messageId")
-		if set[id] {
-			t.Fail(ReasonStartUnique, "%s: %q is already open", e, id)
-		} else {
-			t.Pass(ReasonStartUnique)
-		}
+		t.Expect(ReasonStartUnique, !set[id], "%s: %q is already open", e, id)
 		c.owned(e, "reasoning message", id, c.rOwner, sub)
 		set[id] = true
 	case agui.TypeReasoningMessageContent, agui.TypeReasoningMessageEnd, agui.TypeReasoningEnd:
@@ -365,11 +329,7 @@ func (c *checker) sequence(e *event) {
 			set = c.spans
 		}
 		id := e.str("messageId")
-		if !set[id] {
-			t.Fail(ReasonOpen, "%s: %q is not open", e, id)
-		} else {
-			t.Pass(ReasonOpen)
-		}
+		t.Expect(ReasonOpen, set[id], "%s: %q is not open", e, id)
 		c.owned(e, "reasoning message", id, c.rOwner, sub)
 		if typ != agui.TypeReasoningMessageContent {
 			delete(set, id)
@@ -381,20 +341,12 @@ func (c *checker) sequence(e *event) {
 		if c.steps[sub] == nil {
 			c.steps[sub] = map[string]bool{}
 		}
-		if c.steps[sub][name] {
-			t.Fail(StepStartUnique, "%s: step %q is already active", e, name)
-		} else {
-			t.Pass(StepStartUnique)
-		}
+		t.Expect(StepStartUnique, !c.steps[sub][name], "%s: step %q is already active", e, name)
 		c.steps[sub][name] = true
 	case agui.TypeStepFinished:
 		c.usedSteps = true
 		name := e.str("stepName")
-		if !c.steps[sub][name] {
-			t.Fail(StepFinishStarted, "%s: step %q is not active%s", e, name, forSub(sub))
-		} else {
-			t.Pass(StepFinishStarted)
-		}
+		t.Expect(StepFinishStarted, c.steps[sub][name], "%s: step %q is not active%s", e, name, forSub(sub))
 		delete(c.steps[sub], name)
 
 	case agui.TypeSubagentStarted:
@@ -409,21 +361,13 @@ func (c *checker) sequence(e *event) {
 			t.Pass(SubStartUnique)
 		}
 		if p := e.str("parentSubagentRunId"); p != "" {
-			if !c.activeSubs[p] && !c.doneSubs[p] {
-				t.Fail(SubParentStarted, "%s: parent sub-agent %q was not started in this run", e, p)
-			} else {
-				t.Pass(SubParentStarted)
-			}
+			t.Expect(SubParentStarted, c.activeSubs[p] || c.doneSubs[p], "%s: parent sub-agent %q was not started in this run", e, p)
 		}
 		c.activeSubs[id] = true
 	case agui.TypeSubagentFinished, agui.TypeSubagentError:
 		c.usedSubs = true
 		id := e.str("subagentRunId")
-		if !c.activeSubs[id] {
-			t.Fail(SubEndActive, "%s: no active sub-agent %q", e, id)
-		} else {
-			t.Pass(SubEndActive)
-		}
+		t.Expect(SubEndActive, c.activeSubs[id], "%s: no active sub-agent %q", e, id)
 		delete(c.activeSubs, id)
 		c.doneSubs[id] = true
 

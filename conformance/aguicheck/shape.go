@@ -262,16 +262,8 @@ func (c *checker) shape(e *event) {
 
 	var badKey, nullAt string
 	walk(e.m, "", &badKey, &nullAt)
-	if badKey != "" {
-		t.Fail(EventCamelCase, "%s: field %s is not camelCase", e, badKey)
-	} else {
-		t.Pass(EventCamelCase)
-	}
-	if nullAt != "" {
-		t.Fail(EventNoNull, "%s: %s is null (omit an absent optional field)", e, nullAt)
-	} else {
-		t.Pass(EventNoNull)
-	}
+	t.Expect(EventCamelCase, badKey == "", "%s: field %s is not camelCase", e, badKey)
+	t.Expect(EventNoNull, nullAt == "", "%s: %s is null (omit an absent optional field)", e, nullAt)
 
 	if ts, ok := e.m["timestamp"]; ok && ts != nil {
 		n, isNum := ts.(json.Number)
@@ -303,11 +295,7 @@ func (c *checker) shape(e *event) {
 		}
 	case agui.TypeTextMessageContent:
 		if d, ok := e.m["delta"].(string); ok {
-			if d == "" {
-				t.Fail(TextDeltaNonEmpty, "%s: empty delta", e)
-			} else {
-				t.Pass(TextDeltaNonEmpty)
-			}
+			t.Expect(TextDeltaNonEmpty, d != "", "%s: empty delta", e)
 		}
 	case agui.TypeStateDelta:
 		c.patchShape(e, "delta")

@@ -178,17 +178,9 @@ func judge(rec *conformance.Recording) *connection {
 		switch instanceai.DurabilityOf(ev.Type) {
 		case instanceai.Ephemeral:
 			live = true
-			if f.HasID {
-				t.Fail(RuleEphemeralNoID, "%s: %s carries id %q", where, ev.Type, f.ID)
-			} else {
-				t.Pass(RuleEphemeralNoID)
-			}
+			t.Expect(RuleEphemeralNoID, !f.HasID, "%s: %s carries id %q", where, ev.Type, f.ID)
 		case instanceai.Coalesced:
-			if live {
-				t.Fail(RuleBlocksNotLive, "%s: %s after the connection went live", where, ev.Type)
-			} else {
-				t.Pass(RuleBlocksNotLive)
-			}
+			t.Expect(RuleBlocksNotLive, !live, "%s: %s after the connection went live", where, ev.Type)
 			switch {
 			case !f.HasID:
 				t.Fail(RuleStoredCarryID, "%s: %s without an id (blocks come from the log only)", where, ev.Type)
