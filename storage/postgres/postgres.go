@@ -210,21 +210,8 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 		q += ` LIMIT $3`
 		args = append(args, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := records.ScanEvents(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		// Only an empty answer needs telling apart from a missing thread.
-		if err := s.threadExists(ctx, threadID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
+	return records.QueryEvents(ctx, s.db, exists, q, args...)
 }
 
 // NextSeq implements instanceai.EventLog. It reads the log itself rather

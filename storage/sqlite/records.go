@@ -274,22 +274,10 @@ func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instan
 }
 
 func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	rows, err := s.rdb.QueryContext(ctx,
+	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
+	return records.QueryEvents(ctx, s.rdb, exists,
 		`SELECT seq, data FROM events
 		 WHERE thread_id = ?1 AND run_id = ?2 AND seq >= COALESCE(
 		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ?1 AND run_id = ?2), 0)
 		 ORDER BY seq`, threadID, runID)
-	if err != nil {
-		return nil, err
-	}
-	out, err := records.ScanEvents(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		if err := s.threadExists(ctx, threadID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

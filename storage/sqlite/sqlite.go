@@ -295,21 +295,8 @@ func (s *Store) readAfter(ctx context.Context, threadID string, after int64, lim
 		q += ` LIMIT ?`
 		args = append(args, limit)
 	}
-	rows, err := s.rdb.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := records.ScanEvents(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		// Only an empty answer needs telling apart from a missing thread.
-		if err := s.threadExists(ctx, threadID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
+	return records.QueryEvents(ctx, s.rdb, exists, q, args...)
 }
 
 func (s *Store) threadExists(ctx context.Context, id string) error {
