@@ -96,13 +96,20 @@ func summariseWorkflows(tool string, body json.RawMessage) (json.RawMessage, err
 	return out, nil
 }
 
-func (cl *client) getWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	const tool = "get_workflow"
+// workflowArgs decodes the arguments of a tool on one workflow and its
+// required id.
+func workflowArgs(raw json.RawMessage) (args, string, error) {
 	a, err := decodeArgs(raw)
 	if err != nil {
-		return nil, fail(tool, err)
+		return nil, "", err
 	}
 	id, err := a.id("id", true)
+	return a, id, err
+}
+
+func (cl *client) getWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	const tool = "get_workflow"
+	_, id, err := workflowArgs(raw)
 	if err != nil {
 		return nil, fail(tool, err)
 	}
@@ -165,11 +172,7 @@ func (cl *client) createWorkflow(ctx context.Context, raw json.RawMessage) (json
 
 func (cl *client) updateWorkflow(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 	const tool = "update_workflow"
-	a, err := decodeArgs(raw)
-	if err != nil {
-		return nil, fail(tool, err)
-	}
-	id, err := a.id("id", true)
+	a, id, err := workflowArgs(raw)
 	if err != nil {
 		return nil, fail(tool, err)
 	}
@@ -212,11 +215,7 @@ func (cl *client) archiveWorkflow(ctx context.Context, raw json.RawMessage) (jso
 }
 
 func (cl *client) workflowAction(ctx context.Context, raw json.RawMessage, tool, suffix string, body any, notFoundExtra, notAllowed string) (json.RawMessage, error) {
-	a, err := decodeArgs(raw)
-	if err != nil {
-		return nil, fail(tool, err)
-	}
-	id, err := a.id("id", true)
+	_, id, err := workflowArgs(raw)
 	if err != nil {
 		return nil, fail(tool, err)
 	}
