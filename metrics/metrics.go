@@ -29,6 +29,10 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	events        *prometheus.CounterVec
+	// byType holds the events counter of every known type, made once: the
+	// writer counts each event it publishes, and a map read is cheaper
+	// than the vector's label hashing. Read-only after New.
+	byType map[instanceai.EventType]prometheus.Counter
 	batchRows     prometheus.Histogram
 	commitSeconds prometheus.Histogram
 	firstText     prometheus.Histogram
@@ -76,6 +80,10 @@ func New() *Metrics {
 		Name: "threadline_capture_malformed_total",
 		Help: "Captured objects released as plain text, by reason (invalid, other_shape, oversize, unclosed).",
 	}, []string{"reason"})
+	m.byType = make(map[instanceai.EventType]prometheus.Counter, len(instanceai.AllTypes))
+	for _, t := range instanceai.AllTypes {
+		m.byType[t] = m.events.WithLabelValues(string(t))
+	}
 	m.reg.MustRegister(m.events, m.batchRows, m.commitSeconds, m.firstText, m.toolSeconds, m.captured, m.malformed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -106,6 +114,10 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // EventPublished implements instanceai.Observer.
 func (m *Metrics) EventPublished(t instanceai.EventType) {
+	if c, ok := m.byType[t]; ok {
+		c.Inc()
+		return
+	}
 	m.events.WithLabelValues(string(t)).Inc()
 }
 
