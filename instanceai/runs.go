@@ -202,7 +202,7 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 		return nil, err
 	}
 	if suspended != nil {
-		return &Run{ID: suspended.RunID, ThreadID: req.ThreadID}, ErrRunActive
+		return &Run{ID: suspended.RunID, StartRequest: StartRequest{ThreadID: req.ThreadID}}, ErrRunActive
 	}
 	m.mu.Lock()
 	if r := m.active[req.ThreadID]; r != nil {
@@ -211,8 +211,7 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{
-		ID: NewID("run_"), ThreadID: req.ThreadID, UserID: req.UserID, Message: req.Message,
-		Tools: req.Tools, ToolResult: req.ToolResult, AgentName: req.AgentName, History: req.History, Context: req.Context,
+		ID: NewID("run_"), StartRequest: req,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
@@ -278,7 +277,7 @@ func (m *Runs) Cancel(threadID, reason string) *Run {
 			if err := m.finishSuspended(c, reason); err != nil {
 				m.log.Error("could not cancel a suspended run", "thread", threadID, "run", c.RunID, "err", err)
 			}
-			return &Run{ID: c.RunID, ThreadID: threadID}
+			return &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: threadID}}
 		}
 		return nil
 	}
@@ -408,24 +407,13 @@ func (m *Runs) callAgent(r *Run, body func(ctx context.Context) error) (err erro
 
 // Run is one active run: what agents emit through.
 type Run struct {
-	ID       string
-	ThreadID string
-	UserID   string
-	Message  string
+	ID string
+	// StartRequest is what started the run: its thread, user, message,
+	// client tools, tool result, agent name, history and context. A run
+	// resumed after a restart has its thread and user only.
+	StartRequest
 	// AgentID is the orchestrator's agent id (orchestrator-<runId>).
 	AgentID string
-	// Tools are the client's tools offered to the run (StartRequest.Tools).
-	Tools []ToolSpec
-	// ToolResult is the client tool result the run continues from, if any
-	// (StartRequest.ToolResult).
-	ToolResult *ClientToolResult
-	// AgentName is StartRequest.AgentName.
-	AgentName string
-	// History is StartRequest.History: nil means the agent reads the
-	// thread's stored conversation itself.
-	History []HistoryMessage
-	// Context is StartRequest.Context.
-	Context []ContextItem
 
 	runs   *Runs
 	ctx    context.Context

@@ -64,7 +64,7 @@ func (m *Runs) resume(c *Confirmation, a Answer) error {
 		return ErrRunActive
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	r := &Run{ID: c.RunID, ThreadID: c.ThreadID, UserID: c.OwnerID, AgentID: OrchestratorAgentID(c.RunID),
+	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		// The call awaiting the answer is in flight again: a cancel settles it.
 		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}

@@ -373,7 +373,7 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 			return source{}, err
 		}
 	}
-	src := source{run: &instanceai.Run{ID: runID, ThreadID: id}, after: after}
+	src := source{run: &instanceai.Run{ID: runID, StartRequest: instanceai.StartRequest{ThreadID: id}}, after: after}
 	return src.resumed(id, req.input.RunID, stored), nil
 }
 

@@ -463,7 +463,7 @@ func TestRequest(t *testing.T) {
 		t.Errorf("unknown name: %v", err)
 	}
 	// Called directly, the agent names the known webhooks as well.
-	run := &instanceai.Run{ID: "r", AgentName: "nope"}
+	run := &instanceai.Run{ID: "r", StartRequest: instanceai.StartRequest{AgentName: "nope"}}
 	if err := agent.Run(context.Background(), run); err == nil || !strings.Contains(err.Error(), "first, second") {
 		t.Errorf("Run with an unknown name: %v", err)
 	}
