@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -13,8 +15,10 @@ import (
 )
 
 // The live tests run the real agents against real upstreams when they are
-// named in the environment, and skip otherwise (CI has neither a model
-// server nor an n8n instance):
+// named in the environment. Without them (CI has neither a model server nor
+// an n8n instance) they run against httptest servers replaying recordings
+// of real ones: llama.cpp's llama-server (mapping/testdata/openai) and
+// n8n 1.123 (instanceai/agent/n8n/testdata/real).
 //
 //	THREADLINE_LIVE_OPENAI_BASE_URL=http://localhost:11434/v1 THREADLINE_LIVE_OPENAI_MODEL=llama3.2 \
 //	THREADLINE_LIVE_OPENAI_API_KEY=… THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS='{"max_tokens":64}' go test -run TestLive ./server/
@@ -52,12 +56,15 @@ func liveRun(t *testing.T, h *harness, thread string) {
 }
 
 func TestLiveOpenAI(t *testing.T) {
-	base := os.Getenv("THREADLINE_LIVE_OPENAI_BASE_URL")
+	base, model := os.Getenv("THREADLINE_LIVE_OPENAI_BASE_URL"), os.Getenv("THREADLINE_LIVE_OPENAI_MODEL")
 	if base == "" {
-		t.Skip("set THREADLINE_LIVE_OPENAI_BASE_URL and THREADLINE_LIVE_OPENAI_MODEL to run against a real model server")
+		base, model = replayServer(t, "application/json", map[string]string{
+			"/v1/chat/completions": "../mapping/testdata/openai/llamacpp_text_stop.sse",
+			"/v1/models":           "../mapping/testdata/openai/llamacpp_models.json",
+		})+"/v1", "tiny"
 	}
 	store := openStore(t, "memory")
-	agent, err := openai.New(openai.Config{BaseURL: base, Model: os.Getenv("THREADLINE_LIVE_OPENAI_MODEL"),
+	agent, err := openai.New(openai.Config{BaseURL: base, Model: model,
 		APIKey: os.Getenv("THREADLINE_LIVE_OPENAI_API_KEY"), Store: store,
 		RequestOptions: json.RawMessage(os.Getenv("THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS"))})
 	if err != nil {
@@ -73,11 +80,53 @@ func TestLiveOpenAI(t *testing.T) {
 func TestLiveN8N(t *testing.T) {
 	url := os.Getenv("THREADLINE_LIVE_N8N_WEBHOOK")
 	if url == "" {
-		t.Skip("set THREADLINE_LIVE_N8N_WEBHOOK to a streaming webhook's production URL to run against a real n8n")
+		url = replayServer(t, "application/json; charset=utf-8", map[string]string{
+			"/webhook/threadline-agent": "../instanceai/agent/n8n/testdata/real/stream-normal.ndjson",
+		}) + "/webhook/threadline-agent"
 	}
 	agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "live", URL: url}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	liveRun(t, start(t, openStore(t, "memory"), options{agent: agent}), "live-n8n")
+}
+
+// replayServer answers each path with a recorded body (SSE recordings
+// without their '#' provenance lines), whatever the request; the content
+// type of .sse files is text/event-stream, of the others contentType.
+func replayServer(t *testing.T, contentType string, bodies map[string]string) string {
+	t.Helper()
+	recorded := map[string][]byte{}
+	for path, file := range bodies {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(file, ".sse") {
+			var kept []string
+			for _, line := range strings.SplitAfter(string(raw), "\n") {
+				if !strings.HasPrefix(line, "#") {
+					kept = append(kept, line)
+				}
+			}
+			raw = []byte(strings.Join(kept, ""))
+		}
+		recorded[path] = raw
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := recorded[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		ct := contentType
+		if strings.HasSuffix(bodies[r.URL.Path], ".sse") {
+			ct = "text/event-stream"
+		}
+		w.Header().Set("Content-Type", ct)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
