@@ -218,27 +218,6 @@ func TestRules(t *testing.T) {
 	}
 }
 
-// TestDump prints what each scenario exercises, for -v runs.
-func TestDump(t *testing.T) {
-	if !testing.Verbose() {
-		t.Skip("only with -v")
-	}
-	srv := startServer(t)
-	for _, sc := range scenarios {
-		rec := record(t, srv.URL, "dump-"+sc.name, sc)
-		var types []string
-		for _, f := range rec.Data() {
-			var m struct{ Type string }
-			_ = json.Unmarshal([]byte(f.Data), &m)
-			types = append(types, m.Type)
-		}
-		t.Logf("%s: %v", sc.name, types)
-		for _, f := range aguicheck.Check(rec) {
-			t.Logf("  %s %s %s", f.Status, f.Rule, f.Detail)
-		}
-	}
-}
-
 // TestGoodFixture checks a hand-written valid stream that reaches what the
 // reference agent never sends, including the rules it cannot exercise.
 func TestGoodFixture(t *testing.T) {
