@@ -80,19 +80,25 @@ func (r *interopRun) succeeded(t *testing.T, what string) {
 	}
 }
 
-// interopNode returns the node binary, skipping the test (failing it on CI)
-// when node or the pinned client is missing.
+// interopNode returns the node binary for the @ag-ui/client interop tests.
 func interopNode(t *testing.T) string {
+	t.Helper()
+	return nodeWith(t, interopDir, filepath.Join("@ag-ui", "client"))
+}
+
+// nodeWith returns the node binary, skipping the test (failing it on CI)
+// when node or the pinned package pkg in dir is missing.
+func nodeWith(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err == nil {
-		_, err = os.Stat(filepath.Join(interopDir, "node_modules", "@ag-ui", "client"))
+		_, err = os.Stat(filepath.Join(dir, "node_modules", pkg))
 	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("interop needs node and the pinned packages (npm ci in %s): %v", interopDir, err)
+			t.Fatalf("needs node and the pinned packages (npm ci in %s): %v", dir, err)
 		}
-		t.Skipf("skipping the AG-UI client interop test: %v (run `make node-deps`)", err)
+		t.Skipf("skipping: %v (run `make node-deps`)", err)
 	}
 	return node
 }

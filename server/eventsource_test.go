@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,16 +19,7 @@ const eventSourceDir = "testdata/eventsource"
 // which cannot send headers: with --query-token the token rides in the
 // URL, and a wrong one is refused.
 func TestBrowserEventSource(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(eventSourceDir, "node_modules", "eventsource"))
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("needs node and the pinned eventsource package (npm ci in %s): %v", eventSourceDir, err)
-		}
-		t.Skipf("skipping: %v (run `make node-deps`)", err)
-	}
+	node := nodeWith(t, eventSourceDir, "eventsource")
 	const token = "tok-eventsource-0123456789"
 	h := start(t, openStore(t, "memory"), options{tokens: token + "=alice", queryToken: true}).as(token)
 	runID := h.chat("es", "tools")
