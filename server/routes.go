@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gorilla/mux"
 
@@ -17,26 +18,23 @@ import (
 // route with its plain-text 404, so the decision is made here, from the
 // routes' own path patterns and methods.
 func unmatched(router *mux.Router) http.Handler {
+	// The routes are all registered before the first request: their
+	// patterns are compiled once, then.
+	var once sync.Once
+	var routes []routeMethods
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { routes = collectRoutes(router) })
 		var allow []string
-		_ = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
-			pattern, err := route.GetPathRegexp()
-			if err != nil {
-				return nil // a route without a path (a subrouter)
+		for _, rt := range routes {
+			if !rt.path.MatchString(r.URL.Path) {
+				continue
 			}
-			methods, err := route.GetMethods()
-			if err != nil {
-				return nil
-			}
-			if re, err := regexp.Compile(pattern); err == nil && re.MatchString(r.URL.Path) {
-				for _, m := range methods {
-					if m != r.Method && m != http.MethodOptions && !slices.Contains(allow, m) {
-						allow = append(allow, m)
-					}
+			for _, m := range rt.methods {
+				if m != r.Method && m != http.MethodOptions && !slices.Contains(allow, m) {
+					allow = append(allow, m)
 				}
 			}
-			return nil
-		})
+		}
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			httpjson.WriteError(w, httpjson.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "",
@@ -45,4 +43,30 @@ func unmatched(router *mux.Router) http.Handler {
 		}
 		httpjson.WriteError(w, httpjson.NewError(http.StatusNotFound, "not_found", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
+}
+
+// routeMethods is a route's path pattern and methods.
+type routeMethods struct {
+	path    *regexp.Regexp
+	methods []string
+}
+
+// collectRoutes lists the routes that have both a path and methods.
+func collectRoutes(router *mux.Router) []routeMethods {
+	var out []routeMethods
+	_ = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		pattern, err := route.GetPathRegexp()
+		if err != nil {
+			return nil // a route without a path (a subrouter)
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			return nil
+		}
+		if re, err := regexp.Compile(pattern); err == nil {
+			out = append(out, routeMethods{path: re, methods: methods})
+		}
+		return nil
+	})
+	return out
 }
