@@ -30,10 +30,13 @@ import (
 type fakeLLM struct {
 	mu       sync.Mutex
 	streams  [][]string // SSE data payloads per request
-	requests []struct {
-		Messages []map[string]any `json:"messages"`
-		Tools    []map[string]any `json:"tools"`
-	}
+	requests []llmRequest
+}
+
+// llmRequest is the part of a chat completion request the tests read.
+type llmRequest struct {
+	Messages []map[string]any `json:"messages"`
+	Tools    []map[string]any `json:"tools"`
 }
 
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -46,11 +49,9 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	f.requests = append(f.requests, struct {
-		Messages []map[string]any `json:"messages"`
-		Tools    []map[string]any `json:"tools"`
-	}{})
-	err := json.NewDecoder(r.Body).Decode(&f.requests[len(f.requests)-1])
+	var req llmRequest
+	err := json.NewDecoder(r.Body).Decode(&req)
+	f.requests = append(f.requests, req)
 	var stream []string
 	if len(f.streams) > 0 {
 		stream, f.streams = f.streams[0], f.streams[1:]
