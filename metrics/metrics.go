@@ -28,11 +28,11 @@ const otherTool = "other"
 type Metrics struct {
 	reg *prometheus.Registry
 
-	events        *prometheus.CounterVec
+	events *prometheus.CounterVec
 	// byType holds the events counter of every known type, made once: the
 	// writer counts each event it publishes, and a map read is cheaper
 	// than the vector's label hashing. Read-only after New.
-	byType map[instanceai.EventType]prometheus.Counter
+	byType        map[instanceai.EventType]prometheus.Counter
 	batchRows     prometheus.Histogram
 	commitSeconds prometheus.Histogram
 	firstText     prometheus.Histogram
