@@ -150,7 +150,8 @@ type BackgroundInfo struct {
 }
 
 // Status reports the thread's activity: the live run and background agents
-// of this process, or a run suspended on a stored confirmation.
+// of this process, or else the thread's active run as the claims table
+// knows it (run by another instance, or suspended with no process).
 func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
 	m.mu.Lock()
 	r := m.active[threadID]
@@ -164,8 +165,8 @@ func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
 		r.mu.Unlock()
 	}
 	if r == nil {
-		if c, err := m.suspendedRun(ctx, threadID); err == nil && c != nil {
-			st.HasActiveRun, st.IsSuspended, st.RunID = true, true, c.RunID
+		if row, err := m.claims.ActiveRun(ctx, threadID); err == nil {
+			st.HasActiveRun, st.IsSuspended, st.RunID = true, row.Suspended, row.RunID
 		}
 	}
 	for _, t := range tasks {

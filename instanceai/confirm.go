@@ -86,22 +86,36 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}
 	r.mu.Lock()
 	r.suspended++
+	first := r.suspended == 1
 	r.awaiting = append(r.awaiting, req.RequestID)
 	r.mu.Unlock()
+	if first {
+		m.markSuspended(r, true)
+	}
 	defer func() {
 		r.mu.Lock()
 		r.suspended--
+		last := r.suspended == 0
 		r.awaiting = slices.DeleteFunc(r.awaiting, func(id string) bool { return id == req.RequestID })
 		r.mu.Unlock()
+		if last && ctx.Err() == nil {
+			m.markSuspended(r, false)
+		}
 	}()
 	select {
 	case a := <-wait:
+		if !r.retake() {
+			// Another instance took the run while it waited (it got the
+			// answer, or a cancel) and goes on with it.
+			return Answer{}, errLeaseLost
+		}
 		return a, nil
 	case <-ctx.Done():
-		if !errors.Is(context.Cause(ctx), errSuspendedAtShutdown) {
+		cause := context.Cause(ctx)
+		if !errors.Is(cause, errSuspendedAtShutdown) && !errors.Is(cause, errLeaseLost) {
 			m.closeConfirmation(req.RequestID)
 		}
-		return Answer{}, context.Cause(ctx)
+		return Answer{}, cause
 	}
 }
 
@@ -114,11 +128,64 @@ func (m *Runs) closeConfirmation(requestID string) {
 	}
 }
 
-// Answer records a person's answer and hands it to the waiting run. An
-// unknown request, or one of another user, is ErrNotFound; a second answer
-// is ErrAlreadyAnswered; a request whose run stopped waiting (it was
-// cancelled, or the server restarted) is ErrConfirmationClosed. It returns
-// the request's run id.
+// markSuspended records in the run's claim whether it waits for a person,
+// so that no sweep takes a waiting run for a dead one. A run the agent can
+// resume is also disowned while it waits: it is owned by no process, so
+// that whichever instance gets the answer (or a cancel) takes it with a
+// conditional update, even after this process died. The waiting goroutine
+// here must retake it to go on (see retake).
+func (m *Runs) markSuspended(r *Run, suspended bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, suspended)
+	if err == nil && suspended && m.agentResumes() {
+		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, m.instance); err == nil {
+			r.mu.Lock()
+			r.disowned = true
+			r.mu.Unlock()
+		}
+	}
+	if err != nil {
+		m.log.Error("could not record a run's suspension", "thread", r.ThreadID, "run", r.ID, "err", err)
+	}
+}
+
+// retake makes a disowned run this process's again before it goes on or
+// finishes. When another instance took it first, the run is abandoned here
+// and retake reports false.
+func (r *Run) retake() bool {
+	r.mu.Lock()
+	disowned := r.disowned
+	r.mu.Unlock()
+	if !disowned {
+		return true
+	}
+	m := r.runs
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	if err != nil {
+		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
+	}
+	if !won {
+		m.abandon(r)
+		return false
+	}
+	r.mu.Lock()
+	r.disowned = false
+	r.mu.Unlock()
+	return true
+}
+
+// Answer records a person's answer and hands it to the waiting run,
+// wherever it runs: in this process directly, on another instance through
+// a control message (the answer is stored first, so the owner reads it
+// from the database), and when no live process runs it (suspended across a
+// restart, or its instance died) by taking the run and resuming it here.
+// An unknown request, or one of another user, is ErrNotFound; a second
+// answer is ErrAlreadyAnswered; a request whose run stopped waiting (it was
+// cancelled, or its agent cannot resume) is ErrConfirmationClosed. It
+// returns the request's run id.
 func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (string, error) {
 	if m.confirms == nil {
 		return "", ErrNotFound
@@ -137,7 +204,18 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	wait := m.waiters[requestID]
 	live := m.active[c.ThreadID] != nil && m.active[c.ThreadID].ID == c.RunID
 	m.mu.Unlock()
-	if wait == nil && (live || !m.agentResumes()) {
+	remote, free := false, false
+	if wait == nil && !live {
+		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return c.RunID, err
+		}
+		if err == nil && row.RunID == c.RunID {
+			free = row.Free(m.now())
+			remote = !free
+		}
+	}
+	if wait == nil && !remote && (!free || !m.agentResumes()) {
 		m.closeConfirmation(requestID)
 		return c.RunID, ErrConfirmationClosed
 	}
@@ -152,20 +230,34 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	if err := m.confirms.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
 		return c.RunID, err
 	}
-	if wait == nil {
-		// Suspended across a restart: continue the run in this process.
-		return c.RunID, m.resume(&c, a)
-	}
-	select {
-	case wait <- a:
-	default: // cannot happen: one answer wins the store's compare-and-set
+	switch {
+	case wait != nil:
+		select {
+		case wait <- a:
+		default: // cannot happen: one answer wins the store's compare-and-set
+		}
+	case remote:
+		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
+	default:
+		// A process that still waits for it in memory wakes, fails to
+		// retake the run and lets go of it.
+		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
+		won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
+		if err != nil {
+			return c.RunID, err
+		}
+		if won {
+			return c.RunID, m.resume(&c, a)
+		}
+		// Another instance took the run first; the stored answer is what
+		// it resumes with.
 	}
 	return c.RunID, nil
 }
 
 // Awaited returns the thread's pending confirmations that a run waits for:
-// in this process, or suspended across a restart with an agent that can
-// resume it. Oldest first.
+// in this process, on another live instance, or suspended with no process
+// when the agent can resume it. Oldest first.
 func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
 	if m.confirms == nil {
 		return nil, nil
@@ -177,14 +269,20 @@ func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, er
 	if err != nil {
 		return nil, err
 	}
+	row, rowErr := m.claims.ActiveRun(ctx, threadID)
+	if rowErr != nil && !errors.Is(rowErr, ErrNotFound) {
+		return nil, rowErr
+	}
 	resumes := m.agentResumes()
+	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Confirmation
 	for _, c := range pending {
 		_, waiting := m.waiters[c.RequestID]
 		live := m.active[threadID] != nil && m.active[threadID].ID == c.RunID
-		if waiting || (!live && resumes) {
+		elsewhere := !live && rowErr == nil && row.RunID == c.RunID && row.Suspended && (!row.Free(now) || resumes)
+		if waiting || elsewhere {
 			out = append(out, c)
 		}
 	}

@@ -137,13 +137,43 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				case <-ch:
 				}
 			}
-			frames, err := f.sub.Next(ctx)
+			frames, resync, err := f.sub.take()
 			if err != nil {
 				return nil, err
 			}
-			if out := f.admit(frames); len(out) > 0 {
+			var out []Delivery
+			if resync {
+				if out, err = f.catchUp(ctx, 0); err != nil {
+					return nil, err
+				}
+			}
+			more, err := f.admit(ctx, frames)
+			if err != nil {
+				return nil, err
+			}
+			if out = append(out, more...); len(out) > 0 {
 				return out, nil
 			}
+		}
+	}
+}
+
+// catchUp delivers what the log holds after the cursor, up to upTo when
+// it is set: the rows a live connection missed because their frames were
+// lost (a bus outage) or arrived out of order (another instance wrote
+// them). Blocks among them are delivered too: their deltas were likely
+// lost with them, and the reducer's REPLACE rule makes a block harmless
+// where they were not.
+func (f *Feed) catchUp(ctx context.Context, upTo int64) ([]Delivery, error) {
+	var out []Delivery
+	for {
+		rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f.replayed(rows, upTo)...)
+		if len(rows) < replayPage || (upTo > 0 && f.last >= upTo) {
+			return out, nil
 		}
 	}
 }
@@ -173,13 +203,23 @@ func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 }
 
 // admit applies the cursor rule to live frames: an id already accounted for
-// is skipped; the next id is delivered with its id; a later id is delivered
-// without one, so the client's cursor never jumps over a row it has not
-// seen (it will get that row on its next replay).
-func (f *Feed) admit(frames []Frame) []Delivery {
+// is skipped; the next id is delivered with its id. A later id means rows
+// in between reached this hub late or not at all (another instance wrote
+// them, or the bus lost them): they are committed, since seqs are handed
+// out in commit order, so they are read from the log first. Should the log
+// not have them (a memory store evicted them), the frame goes out without
+// its id, so the client's cursor never jumps over a row it has not seen.
+func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
 	out := make([]Delivery, 0, len(frames))
 	for i := range frames {
 		fr := &frames[i]
+		if fr.Seq > f.last+1 {
+			missed, err := f.catchUp(ctx, fr.Seq-1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, missed...)
+		}
 		var id int64
 		switch {
 		case fr.Seq == 0:
@@ -194,5 +234,5 @@ func (f *Feed) admit(frames []Frame) []Delivery {
 		}
 		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
 	}
-	return out
+	return out, nil
 }

@@ -168,6 +168,61 @@ func (h *Hub) Forget(threadID string) {
 	}
 }
 
+// Resync tells the subscribers of a thread, or of every thread when
+// threadID is "", that frames may have been lost before they reached this
+// hub: each re-reads the log after its cursor, so a durable event the bus
+// missed is delivered anyway.
+func (h *Hub) Resync(threadID string) {
+	h.mu.Lock()
+	var topics []*topic
+	if threadID == "" {
+		for _, t := range h.topics {
+			topics = append(topics, t)
+		}
+	} else if t := h.topics[threadID]; t != nil {
+		topics = append(topics, t)
+	}
+	h.mu.Unlock()
+	for _, t := range topics {
+		t.mu.Lock()
+		for s := range t.subs {
+			s.markResync()
+		}
+		t.mu.Unlock()
+	}
+}
+
+func (s *Subscription) markResync() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.resync = true
+	wake := s.parked
+	s.parked = false
+	s.mu.Unlock()
+	if wake {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take returns, without waiting, the queued frames and whether a resync was
+// asked for since the last take.
+func (s *Subscription) take() (frames []Frame, resync bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false, s.err
+	}
+	frames, resync = s.queue, s.resync
+	s.queue, s.resync = nil, false
+	return frames, resync, nil
+}
+
 // Subscribers returns the number of live subscribers across all threads.
 func (h *Hub) Subscribers() int {
 	h.mu.Lock()
@@ -197,6 +252,10 @@ type Subscription struct {
 	// parked is set by a subscriber about to wait for notify, so that
 	// publishers signal only subscribers that are actually waiting.
 	parked bool
+	// resync is set when frames may have been lost on their way to this
+	// hub (the bus dropped its connection, or a frame was too large for
+	// it): the subscriber re-reads the log after its cursor.
+	resync bool
 	err    error
 	closed bool
 }
@@ -270,7 +329,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 func (s *Subscription) wait() (ready bool, ch <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) > 0 || s.closed {
+	if len(s.queue) > 0 || s.closed || s.resync {
 		return true, nil
 	}
 	s.parked = true

@@ -2,6 +2,7 @@ package instanceai
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -87,32 +88,58 @@ func TestHubForgetClosesSubscribers(t *testing.T) {
 	}
 }
 
-func TestFeedAdmitStripsIDsAfterAGap(t *testing.T) {
-	f := &Feed{last: 3}
-	status := func(seq int64) Frame {
-		return mustFrame(t, seq, &Event{Type: TypeToolCall, RunID: "r", AgentID: "a",
-			Payload: &ToolCall{ToolCallID: "c", ToolName: "n", Args: []byte(`{}`)}})
+// rowsLog is an EventLog that holds the given rows and nothing else.
+type rowsLog []StoredEvent
+
+func (l rowsLog) Append(context.Context, string, []Event) (int64, error) { return 0, nil }
+func (l rowsLog) NextSeq(context.Context, string) (int64, error)         { return 0, nil }
+func (l rowsLog) ReadAfter(_ context.Context, _ string, after int64, limit int) ([]StoredEvent, error) {
+	var out []StoredEvent
+	for _, r := range l {
+		if r.Seq > after && (limit <= 0 || len(out) < limit) {
+			out = append(out, r)
+		}
 	}
+	return out, nil
+}
+
+func admitIDs(t *testing.T, log EventLog) (ids []int64, last int64) {
+	t.Helper()
+	f := &Feed{last: 3, log: log, threadID: "t"}
 	block := mustFrame(t, 5, textEv(TypeTextBlock, "r", "a", "x", "hi"))
 	delta := mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "x", "hi"))
-	got := f.admit([]Frame{status(2), status(3), status(4), delta, block, status(6), status(8), status(9)})
-	var ids []int64
+	got, err := f.admit(context.Background(), []Frame{toolFrame(t, 2), toolFrame(t, 3), toolFrame(t, 4), delta, block,
+		toolFrame(t, 6), toolFrame(t, 8), toolFrame(t, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range got {
 		ids = append(ids, d.ID)
 	}
+	return ids, f.Last()
+}
+
+func toolFrame(t *testing.T, seq int64) Frame {
+	return mustFrame(t, seq, &Event{Type: TypeToolCall, RunID: "r", AgentID: "a",
+		Payload: &ToolCall{ToolCallID: "c", ToolName: "n", Args: []byte(`{}`)}})
+}
+
+func TestFeedAdmitReadsTheLogOnAGap(t *testing.T) {
+	seven := toolFrame(t, 7)
+	ids, last := admitIDs(t, rowsLog{{Seq: 7, Event: *seven.Event, Data: seven.Data}})
 	// 2 and 3 are already seen; 4 is next; the delta has no id; the block is
-	// hidden but moves the cursor to 5; 6 is next; 8 follows a gap (7 unseen),
-	// so it and everything after lose their ids.
-	want := []int64{4, 0, 6, 0, 0}
-	if len(ids) != len(want) {
-		t.Fatalf("ids = %v, want %v", ids, want)
+	// hidden but moves the cursor to 5; 6 is next; 8 follows a gap, so 7 is
+	// read from the log first, and 8 and 9 keep their ids.
+	if want := []int64{4, 0, 6, 7, 8, 9}; !slices.Equal(ids, want) || last != 9 {
+		t.Fatalf("ids = %v cursor %d, want %v cursor 9", ids, last, want)
 	}
-	for i := range want {
-		if ids[i] != want[i] {
-			t.Fatalf("ids = %v, want %v", ids, want)
-		}
-	}
-	if f.Last() != 6 {
-		t.Fatalf("cursor = %d, want 6", f.Last())
+}
+
+func TestFeedAdmitStripsIDsAfterAGapTheLogCannotFill(t *testing.T) {
+	ids, last := admitIDs(t, rowsLog{})
+	// 7 is in no log (a memory store evicted it): 8 and everything after
+	// lose their ids, so the cursor stays at 6.
+	if want := []int64{4, 0, 6, 0, 0}; !slices.Equal(ids, want) || last != 6 {
+		t.Fatalf("ids = %v cursor %d, want %v cursor 6", ids, last, want)
 	}
 }

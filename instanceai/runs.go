@@ -69,7 +69,51 @@ type RunsConfig struct {
 	// Observer is told about first text and tool-call durations (nil:
 	// none).
 	Observer Observer
+	// Index reads runs from the log, for settling the runs of dead
+	// instances (nil: Confirmations, when it is one).
+	Index RunIndex
+	// Claims keeps each thread's active-run row (the store, so that the
+	// rule holds across processes); nil means Confirmations when it is
+	// one, else a table in this process's memory.
+	Claims RunClaims
+	// Instance names this process among those sharing the database (a
+	// random id when empty).
+	Instance string
+	// Lease is how long a run stays claimed without a heartbeat (default
+	// 10 s); Maintain renews it.
+	Lease time.Duration
+	// Control reaches the other instances (nil: this process is alone).
+	Control Controller
 }
+
+// DefaultLease is how long a run's claim lasts without a heartbeat.
+const DefaultLease = 10 * time.Second
+
+// Controller sends a control message to the other instances.
+type Controller interface {
+	SendControl(Control)
+}
+
+// Control kinds.
+const (
+	ControlCancel = "cancel"
+	ControlAnswer = "answer"
+	ControlDelete = "delete"
+)
+
+// Control asks the instance that runs a thread's work to act on it: the
+// database is the source of truth (the answer is stored, the thread is
+// deleted), the message only makes the owner act at once.
+type Control struct {
+	Kind      string `json:"k"`
+	ThreadID  string `json:"t"`
+	RequestID string `json:"q,omitempty"`
+	Reason    string `json:"r,omitempty"`
+}
+
+type noControl struct{}
+
+func (noControl) SendControl(Control) {}
 
 // Runs is the registry of active runs: one per thread, cancel, shutdown.
 type Runs struct {
@@ -79,12 +123,20 @@ type Runs struct {
 	log      *slog.Logger
 	now      func() time.Time
 	obs      Observer
+	claims   RunClaims
+	index    RunIndex
+	instance string
+	lease    time.Duration
+	control  Controller
 
 	mu         sync.Mutex
 	active     map[string]*Run              // by thread id
 	background map[string][]*BackgroundTask // running tasks by thread id
 	waiters    map[string]chan Answer       // open confirmations by request id
-	wg         sync.WaitGroup
+	// strays are rows this instance owns with no live run behind them, by
+	// how many heartbeats in a row they were seen so (see Maintain).
+	strays map[RunRef]int
+	wg     sync.WaitGroup
 }
 
 // NewRuns returns a registry that runs agent and writes through writer.
@@ -98,9 +150,34 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
-	return &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
-		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{}}
+	if cfg.Claims == nil {
+		cfg.Claims, _ = cfg.Confirmations.(RunClaims)
+	}
+	if cfg.Claims == nil {
+		cfg.Claims = NewLocalClaims()
+	}
+	if cfg.Index == nil {
+		cfg.Index, _ = cfg.Confirmations.(RunIndex)
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = NewID("inst_")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Control == nil {
+		cfg.Control = noControl{}
+	}
+	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
+		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
+		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
+		strays: map[RunRef]int{}}
+	writer.onRunFinished(m.runFinished)
+	return m
 }
+
+// Instance returns this process's instance id.
+func (m *Runs) Instance() string { return m.instance }
 
 // StartRequest is what starts a run.
 type StartRequest struct {
@@ -197,13 +274,6 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 			return nil, &UnknownAgentError{Name: req.AgentName, Known: known}
 		}
 	}
-	suspended, err := m.suspendedRun(context.Background(), req.ThreadID)
-	if err != nil {
-		return nil, err
-	}
-	if suspended != nil {
-		return &Run{ID: suspended.RunID, StartRequest: StartRequest{ThreadID: req.ThreadID}}, ErrRunActive
-	}
 	m.mu.Lock()
 	if r := m.active[req.ThreadID]; r != nil {
 		m.mu.Unlock()
@@ -219,6 +289,23 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	m.wg.Add(1)
 	m.mu.Unlock()
 
+	if holder, err := m.claim(r); err != nil {
+		m.release(r)
+		m.wg.Done()
+		cancel(err)
+		return holder, err
+	}
+	m.mu.Lock()
+	r.claimed = true
+	m.mu.Unlock()
+	// abort undoes a start that failed before its run-start was queued.
+	abort := func(err error) {
+		m.release(r)
+		m.releaseClaim(r.ThreadID, r.ID)
+		m.wg.Done()
+		cancel(err)
+	}
+
 	if tr := req.ToolResult; tr != nil {
 		// The result belongs to the call's own run, so that the log folds
 		// the call and its result into the same agent tree.
@@ -229,17 +316,13 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 			err = m.writer.Enqueue(req.ThreadID, ev)
 		}
 		if err != nil {
-			m.release(r)
-			m.wg.Done()
-			cancel(err)
+			abort(err)
 			return nil, fmt.Errorf("store the client's tool result: %w", err)
 		}
 	}
 
 	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
-		m.release(r)
-		m.wg.Done()
-		cancel(err)
+		abort(err)
 		return nil, fmt.Errorf("start run: %w", err)
 	}
 	go m.execute(r, func(ctx context.Context) error { return m.agent.Run(ctx, r) })
@@ -260,11 +343,44 @@ func (m *Runs) Count() int {
 	return len(m.active)
 }
 
-// Cancel stops the thread's active run and its background agents, if any.
-// It is idempotent and does not wait for the agents: the run is finished
-// (cancelled) before it returns; each background agent ends with
-// agent-completed{status:"cancelled"} as soon as it stops.
+// Cancel stops the thread's active run and its background agents, if any,
+// wherever they run. It is idempotent and does not wait for the agents: a
+// run of this process is finished (cancelled) before it returns; each
+// background agent ends with agent-completed{status:"cancelled"} as soon as
+// it stops. A run of another instance is told through the bus, and Cancel
+// waits (a few seconds at most) until its owner has released it, so that a
+// client that saw the cancel answered finds the thread free. A run that no
+// live process holds (suspended on a confirmation, or left by a dead
+// instance) is taken and settled here.
 func (m *Runs) Cancel(threadID, reason string) *Run {
+	m.control.SendControl(Control{Kind: ControlCancel, ThreadID: threadID, Reason: reason})
+	if r := m.cancelLocal(threadID, reason); r != nil {
+		return r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), remoteCancelWait)
+	defer cancel()
+	row, err := m.claims.ActiveRun(ctx, threadID)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			m.log.Error("cancel: could not read the thread's active run", "thread", threadID, "err", err)
+		}
+		return nil
+	}
+	ref := &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: threadID}}
+	if !row.Free(m.now()) {
+		// Its owner got the control message; wait for it to let go.
+		m.waitReleased(ctx, row)
+		return ref
+	}
+	if err := m.settleFree(ctx, row, reason); err != nil {
+		m.log.Error("could not cancel a run no process holds", "thread", threadID, "run", row.RunID, "err", err)
+	}
+	return ref
+}
+
+// cancelLocal stops what this process runs of the thread: its background
+// agents and its active run. It returns the run it stopped, if any.
+func (m *Runs) cancelLocal(threadID, reason string) *Run {
 	m.mu.Lock()
 	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
 	m.mu.Unlock()
@@ -273,12 +389,6 @@ func (m *Runs) Cancel(threadID, reason string) *Run {
 	}
 	r := m.Active(threadID)
 	if r == nil {
-		if c, err := m.suspendedRun(context.Background(), threadID); err == nil && c != nil {
-			if err := m.finishSuspended(c, reason); err != nil {
-				m.log.Error("could not cancel a suspended run", "thread", threadID, "run", c.RunID, "err", err)
-			}
-			return &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: threadID}}
-		}
 		return nil
 	}
 	r.stop(reason)
@@ -306,9 +416,13 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 		suspended := r.suspended > 0
 		r.mu.Unlock()
 		if suspended && m.agentResumes() {
-			// Waiting for a person: keep it suspended for the next process.
+			// Waiting for a person: keep it suspended, owned by no process,
+			// for whichever instance gets the answer.
 			r.cancel(errSuspendedAtShutdown)
 			m.release(r)
+			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, m.instance); err != nil {
+				m.log.Error("could not hand over a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
+			}
 			continue
 		}
 		r.stop(ReasonServiceShutdown)
@@ -344,8 +458,12 @@ type cancelled struct{ reason string }
 
 func (c cancelled) Error() string { return "run cancelled: " + c.reason }
 
-// stop cancels the run's context and finishes it as cancelled.
+// stop cancels the run's context and finishes it as cancelled, unless
+// another instance took it meanwhile.
 func (r *Run) stop(reason string) {
+	if !r.retake() {
+		return
+	}
 	r.cancel(cancelled{reason})
 	r.runs.closeAwaited(r)
 	r.finish(RunCancelled, reason)
@@ -364,8 +482,9 @@ func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 	defer close(r.done)
 	err := m.callAgent(r, body)
 	switch {
-	case errors.Is(context.Cause(r.ctx), errSuspendedAtShutdown):
-		// Left suspended on purpose: no run-finish.
+	case errors.Is(context.Cause(r.ctx), errSuspendedAtShutdown), errors.Is(context.Cause(r.ctx), errLeaseLost):
+		// Left suspended on purpose, or taken over by another instance: no
+		// run-finish from here.
 	case r.ctx.Err() != nil:
 		// Cancelled, or failed by the writer (then already finished).
 		var c cancelled
@@ -419,6 +538,12 @@ type Run struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+	// claimed is set (under Runs.mu) once the run holds its thread's row:
+	// from then on the heartbeat expects to renew it.
+	claimed bool
+	// disowned is set while the run waits for a person with its row
+	// owned by no process (see markSuspended).
+	disowned bool
 
 	mu        sync.Mutex
 	finished  bool       // the orchestrator's run-finish is queued

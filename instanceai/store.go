@@ -72,6 +72,7 @@ type Store interface {
 	MessageStore
 	ConfirmationStore
 	RunIndex
+	RunClaims
 	// Migrate applies the embedded schema migrations.
 	Migrate(ctx context.Context) error
 	Close() error

@@ -20,35 +20,9 @@ type Resumer interface {
 // in the next process once answered.
 var errSuspendedAtShutdown = errors.New("suspended across a shutdown")
 
-// suspendedRun returns the stored pending confirmation of a run of the
-// thread that no process is running: a run suspended across a restart.
-func (m *Runs) suspendedRun(ctx context.Context, threadID string) (*Confirmation, error) {
-	if m.confirms == nil {
-		return nil, nil
-	}
-	pending, err := m.confirms.PendingConfirmations(ctx, threadID)
-	if err != nil || len(pending) == 0 {
-		if errors.Is(err, ErrNotFound) {
-			err = nil
-		}
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i := range pending {
-		c := &pending[i]
-		if r := m.active[threadID]; r != nil && r.ID == c.RunID {
-			continue // live in this process
-		}
-		if _, waiting := m.waiters[c.RequestID]; waiting {
-			continue
-		}
-		return c, nil
-	}
-	return nil, nil
-}
-
-// resume continues a run suspended across a restart with the answer.
+// resume continues, in this process, a suspended run that no live process
+// runs (its process shut down or died) with the answer. The caller has
+// taken the run's claim.
 func (m *Runs) resume(c *Confirmation, a Answer) error {
 	resumer, ok := m.agent.(Resumer)
 	if !ok {
@@ -65,7 +39,7 @@ func (m *Runs) resume(c *Confirmation, a Answer) error {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true,
 		// The call awaiting the answer is in flight again: a cancel settles it.
 		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}
 	m.active[c.ThreadID] = r

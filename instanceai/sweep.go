@@ -2,6 +2,7 @@ package instanceai
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -9,14 +10,23 @@ import (
 // is settled with (n8n's wording).
 const interruptedToolError = "Interrupted by a process restart — effect unverified; verify before retrying."
 
-// Sweep settles the runs a crash left open: every run with a run-start and
-// no run-finish that is not live in this process gets tool-interrupted for
-// each tool call without an outcome, agent-completed{status:"error"} for
-// each background agent that never completed, then
-// run-finish{status:"interrupted", reason:"crash_interrupted"} from
-// orchestrator-<runId>. Pending confirmations of those runs are closed. It
-// returns the number of runs settled, after their events are stored.
+// Sweep settles the runs a crash left open, across all threads: every run
+// with a run-start and no run-finish that no live process holds gets
+// tool-interrupted for each tool call without an outcome,
+// agent-completed{status:"error"} for each background agent that never
+// completed, then run-finish{status:"interrupted",
+// reason:"crash_interrupted"} from orchestrator-<runId>. Pending
+// confirmations of those runs are closed. A run whose claim another
+// instance's heartbeat keeps alive is left alone, and so is a run suspended
+// on a confirmation when the agent can resume it. It returns the number of
+// runs settled, after their events are stored.
+//
+// Serve calls it once after binding its port (a process that cannot bind
+// must change nothing); Maintain then settles expired claims periodically.
 func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
+	if m.index == nil {
+		m.index = index
+	}
 	runs, err := index.UnfinishedRuns(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: list unfinished runs: %w", err)
@@ -27,37 +37,21 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 		if m.isLive(ref) {
 			continue
 		}
-		if m.agentResumes() {
-			// A run suspended on a confirmation is waiting, not orphaned:
-			// it resumes when answered.
-			if c, err := m.suspendedRun(ctx, ref.ThreadID); err != nil {
-				return settled, err
-			} else if c != nil && c.RunID == ref.RunID {
-				continue
-			}
-		}
-		rows, err := index.RunEvents(ctx, ref.ThreadID, ref.RunID)
+		mine, err := m.claimForSweep(ctx, ref)
 		if err != nil {
-			return settled, fmt.Errorf("sweep: read run %s: %w", ref.RunID, err)
+			return settled, fmt.Errorf("sweep: %w", err)
 		}
-		for _, ev := range settleInterrupted(ref.RunID, rows, m.now().UnixMilli()) {
-			if err := ev.Validate(); err != nil {
-				return settled, fmt.Errorf("sweep: run %s: %w", ref.RunID, err)
-			}
-			if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
-				return settled, err
-			}
+		if !mine {
+			continue
 		}
-		if m.confirms != nil {
-			for _, ev := range rows {
-				if p, ok := ev.Event.Payload.(*ConfirmationRequest); ok {
-					m.closeConfirmation(p.RequestID)
-				}
-			}
+		done, err := m.settleRun(ctx, ref)
+		if err != nil {
+			return settled, fmt.Errorf("sweep: %w", err)
 		}
-		threads[ref.ThreadID] = true
-		settled++
-		m.log.Info("settled a run interrupted by a restart", "thread", ref.ThreadID, "run", ref.RunID)
+		if done {
+			threads[ref.ThreadID] = true
+			settled++
+		}
 	}
 	for thread := range threads {
 		if err := m.writer.Sync(ctx, thread); err != nil {
@@ -65,6 +59,66 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 		}
 	}
 	return settled, nil
+}
+
+// claimForSweep decides whether an unfinished run is dead and, if so, makes
+// it this instance's to settle, so that no other sweeper settles it too.
+func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (bool, error) {
+	row, err := m.claims.ActiveRun(ctx, ref.ThreadID)
+	switch {
+	case err == nil && row.RunID == ref.RunID:
+		if row.Suspended && m.agentResumes() {
+			return false, nil // waiting for a person
+		}
+		if !row.Free(m.now()) {
+			return false, nil // its instance is alive
+		}
+		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+	case err == nil:
+		// The thread's row is another run's, so this one holds nothing: no
+		// process can be running it.
+		return true, nil
+	case !errors.Is(err, ErrNotFound):
+		return false, err
+	}
+	// No row at all: a run written before runs were claimed. Claim it now.
+	if _, err := m.claims.ClaimThread(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease); err != nil {
+		if errors.Is(err, ErrRunActive) {
+			return false, nil
+		}
+		return false, err
+	}
+	if m.agentResumes() {
+		// Suspended on a confirmation: keep it so, owned by nobody.
+		if c, err := m.pendingOf(ctx, ref); err != nil {
+			return false, err
+		} else if c != nil {
+			err := errors.Join(m.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, true),
+				m.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, m.instance))
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// pendingOf returns the run's pending confirmation, if any.
+func (m *Runs) pendingOf(ctx context.Context, ref RunRef) (*Confirmation, error) {
+	if m.confirms == nil {
+		return nil, nil
+	}
+	pending, err := m.confirms.PendingConfirmations(ctx, ref.ThreadID)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			err = nil
+		}
+		return nil, err
+	}
+	for i := range pending {
+		if pending[i].RunID == ref.RunID {
+			return &pending[i], nil
+		}
+	}
+	return nil, nil
 }
 
 func (m *Runs) isLive(ref RunRef) bool {

@@ -60,14 +60,25 @@ func (c *WriterConfig) defaults() {
 	}
 }
 
+// Publisher takes frames the writer has committed, in commit order: the
+// hub of this process, or a cluster that also sends them to the other
+// instances.
+type Publisher interface {
+	Publish(threadID string, frames []Frame)
+}
+
 // Writer is the only appender to the log. Each thread has one drain
 // goroutine that takes whatever is queued, coalesces deltas into blocks,
 // persists the batch in one multi-row insert, and only then publishes it.
 // Producers never wait on the database.
 type Writer struct {
 	log EventLog
-	hub *Hub
+	hub Publisher
 	cfg WriterConfig
+	// finished is told, after the commit and before the publish, about
+	// each run whose run-finish was just stored (the run registry frees
+	// the thread's claim there).
+	finished func(threadID, runID string)
 
 	mu      sync.Mutex
 	threads map[string]*threadDrain
@@ -76,9 +87,28 @@ type Writer struct {
 }
 
 // NewWriter returns a writer appending to log and publishing to hub.
-func NewWriter(log EventLog, hub *Hub, cfg WriterConfig) *Writer {
+func NewWriter(log EventLog, hub Publisher, cfg WriterConfig) *Writer {
 	cfg.defaults()
 	return &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
+}
+
+func (w *Writer) onRunFinished(f func(threadID, runID string)) { w.finished = f }
+
+// DropRun discards what is queued of a run and everything it enqueues
+// later: another instance took the run over and settled it.
+func (w *Writer) DropRun(threadID, runID string) {
+	w.mu.Lock()
+	d := w.threads[threadID]
+	w.mu.Unlock()
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	if d.drop == nil {
+		d.drop = map[string]bool{}
+	}
+	d.drop[runID] = true
+	d.mu.Unlock()
 }
 
 // Enqueue hands an event to the thread's drain. It never blocks on storage.
@@ -182,6 +212,7 @@ type threadDrain struct {
 	enqueued int // events taken from the queue so far
 	waiters  []waiter
 	stop     bool
+	drop     map[string]bool // runs to discard, from DropRun
 
 	// Owned by the drain goroutine.
 	segs       map[segKey]*segment
@@ -214,7 +245,17 @@ func (d *threadDrain) run() {
 		d.queue = nil
 		d.enqueued += len(batch)
 		stop := d.stop
+		drop := d.drop
+		d.drop = nil
 		d.mu.Unlock()
+		for runID := range drop {
+			d.failedRuns[runID] = true
+			for k := range d.segs {
+				if k.runID == runID {
+					delete(d.segs, k)
+				}
+			}
+		}
 
 		now := time.Now()
 		if len(batch) > 0 {
@@ -435,6 +476,13 @@ func (d *threadDrain) commit(items []batchItem) {
 			return
 		}
 		obs.BatchCommitted(len(rows), time.Since(start))
+		if d.w.finished != nil {
+			for i := range rows {
+				if rows[i].Type == TypeRunFinish {
+					d.w.finished(d.threadID, rows[i].RunID)
+				}
+			}
+		}
 	}
 	frames := make([]Frame, 0, len(items))
 	seq := first

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -43,7 +44,23 @@ type Config struct {
 	// Metrics collects the server's measurements; nil makes a fresh set.
 	// Pass one to let the agent report to it too.
 	Metrics *metrics.Metrics
+	// Bus carries live frames and control messages between the instances
+	// that share the store; nil when this process is alone.
+	Bus instanceai.Bus
+	// Instance names this process among them (a random id when empty).
+	Instance string
+	// Lease is how long a run stays claimed without a heartbeat, and
+	// LeaseRenew how often the heartbeat renews it and the sweep looks for
+	// runs of dead instances (defaults 10 s and 2 s).
+	Lease      time.Duration
+	LeaseRenew time.Duration
+	// PollInterval is how often subscribers re-read the log while the bus
+	// is down (default 1 s).
+	PollInterval time.Duration
 }
+
+// DefaultLeaseRenew is how often a run's lease is renewed.
+const DefaultLeaseRenew = 2 * time.Second
 
 // Server is the wired application.
 type Server struct {
@@ -51,6 +68,9 @@ type Server struct {
 	Hub    *instanceai.Hub
 	Writer *instanceai.Writer
 	Runs   *instanceai.Runs
+	// Cluster joins this process to the other instances; nil without a
+	// bus.
+	Cluster *instanceai.Cluster
 	// Metrics are served at /metrics; agents report to them too (the n8n
 	// bridge's capture counts).
 	Metrics *metrics.Metrics
@@ -61,6 +81,14 @@ type Server struct {
 	// open SSE streams at shutdown.
 	streams     context.Context
 	stopStreams context.CancelFunc
+
+	leaseRenew time.Duration
+	// background runs the heartbeat and the bus listener once Start was
+	// called; stopBackground ends them, and loops is their group.
+	background     context.Context
+	stopBackground context.CancelFunc
+	started        bool
+	loops          sync.WaitGroup
 }
 
 // New wires an application on store with agent.
@@ -72,13 +100,31 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.Metrics = metrics.New()
 	}
 	s := &Server{Store: store, logger: cfg.Logger, Metrics: cfg.Metrics}
+	if cfg.Instance == "" {
+		cfg.Instance = instanceai.NewID("inst_")
+	}
+	if cfg.LeaseRenew <= 0 {
+		cfg.LeaseRenew = DefaultLeaseRenew
+	}
+	s.leaseRenew = cfg.LeaseRenew
 	s.Hub = instanceai.NewHub(cfg.SubscriberQueue)
+	var publisher instanceai.Publisher = s.Hub
+	var control instanceai.Controller
+	if cfg.Bus != nil {
+		s.Cluster = instanceai.NewCluster(cfg.Bus, s.Hub, instanceai.ClusterConfig{
+			Instance: cfg.Instance, PollInterval: cfg.PollInterval, Logger: cfg.Logger})
+		publisher, control = s.Cluster, s.Cluster
+	}
 	wcfg := cfg.Writer
 	wcfg.Logger = cfg.Logger
 	wcfg.Observer = s.Metrics
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { s.Runs.Fail(threadID, runID, err) }
-	s.Writer = instanceai.NewWriter(store, s.Hub, wcfg)
-	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: s.Metrics})
+	s.Writer = instanceai.NewWriter(store, publisher, wcfg)
+	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: s.Metrics,
+		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control})
+	if s.Cluster != nil {
+		s.Cluster.Attach(s.Runs)
+	}
 	s.Metrics.Gauges(s.Hub.Subscribers, s.Runs.Count)
 
 	router := mux.NewRouter()
@@ -114,11 +160,33 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	router.MethodNotAllowedHandler = router.NotFoundHandler
 	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
+	s.background, s.stopBackground = context.WithCancel(context.Background())
 	return s
 }
 
-// Recover settles the runs a crashed process left open (see Runs.Sweep).
-// Call it once at start, before serving.
+// Start begins the work that runs beside the requests: the heartbeat that
+// renews this instance's run leases and settles the runs of dead instances,
+// and the bus listener. Serve calls it; Shutdown ends it. Calling it again
+// does nothing.
+func (s *Server) Start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	s.loops.Go(func() { s.Runs.Maintain(s.background, s.leaseRenew) })
+	if s.Cluster != nil {
+		s.loops.Go(func() {
+			if err := s.Cluster.Run(s.background); err != nil && s.background.Err() == nil {
+				s.logger.Error("bus listener stopped", "err", err)
+			}
+		})
+	}
+}
+
+// Recover settles the runs a crashed process left open (see Runs.Sweep):
+// those with no live claim. Call it once at start, after binding the
+// listener (a process that cannot bind must not touch runs) and before
+// serving.
 func (s *Server) Recover(ctx context.Context) error {
 	n, err := s.Runs.Sweep(ctx, s.Store)
 	if n > 0 {
@@ -142,6 +210,7 @@ func (s *Server) Handler() http.Handler {
 // Serve serves on ln until ctx ends, then shuts down gracefully within
 // timeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Duration) error {
+	s.Start()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -183,5 +252,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.stopStreams()
+	s.stopBackground()
+	s.loops.Wait()
 	return errors.Join(errs...)
 }

@@ -160,15 +160,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 	})
+	// Bind first: a process that cannot take its port (another one has
+	// it) must leave the runs in the database alone.
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.addr, err)
+	}
 	sweepCtx, cancelSweep := context.WithTimeout(ctx, time.Minute)
 	err = srv.Recover(sweepCtx)
 	cancelSweep()
 	if err != nil {
+		ln.Close()
 		return fmt.Errorf("settle interrupted runs: %w", err)
-	}
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.addr, err)
 	}
 	logAuth(logger, authn, entries, c.addr)
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent)

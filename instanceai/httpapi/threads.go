@@ -285,6 +285,7 @@ func (a *API) delete(r *http.Request) error {
 		return err
 	}
 	a.hub.Forget(t.ID)
+	a.runs.ThreadDeleted(t.ID)
 	return nil
 }
 

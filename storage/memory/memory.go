@@ -53,6 +53,10 @@ func WithMaxBytes(n int64) Option {
 // Store is an in-memory instanceai.Store. The zero value is not usable; call
 // New.
 type Store struct {
+	// The claims table lives beside the threads; a process-local store has
+	// no other process to share it with.
+	*instanceai.LocalClaims
+
 	maxEvents int
 	maxBytes  int64
 
@@ -108,7 +112,7 @@ var _ instanceai.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
+	s := &Store{LocalClaims: instanceai.NewLocalClaims(), maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
 		messageIDs: map[string]string{}, confirmations: map[string]*confirmation{}}
 	for _, o := range opts {
 		o(s)
@@ -339,5 +343,18 @@ func (s *Store) DeleteThread(_ context.Context, id string) error {
 		}
 	}
 	delete(s.threads, id)
+	s.ForgetThread(id)
 	return nil
+}
+
+// ClaimThread implements instanceai.RunClaims; like a database's foreign
+// key, it refuses a thread that does not exist.
+func (s *Store) ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (instanceai.ActiveRun, error) {
+	s.mu.Lock()
+	_, ok := s.threads[threadID]
+	s.mu.Unlock()
+	if !ok {
+		return instanceai.ActiveRun{}, notFound("claim", threadID)
+	}
+	return s.LocalClaims.ClaimThread(ctx, threadID, runID, owner, ttl)
 }

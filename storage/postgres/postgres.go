@@ -19,9 +19,10 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // registers the "postgres" driver
+	"github.com/lib/pq" // also registers the "postgres" driver
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/records"
 )
@@ -42,6 +43,8 @@ const (
 
 // Store is an instanceai.Store on PostgreSQL.
 type Store struct {
+	*claims.Table
+
 	db *sqlx.DB
 	// maxRows is the number of rows per INSERT statement; a larger batch is
 	// split over several statements in the same transaction.
@@ -69,7 +72,17 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	return &Store{db: db, maxRows: (maxParams - sharedParams) / rowParams}, nil
+	return &Store{Table: claims.New(dialect, db.DB, db.DB), db: db, maxRows: (maxParams - sharedParams) / rowParams}, nil
+}
+
+// dialect spells the claims statements for PostgreSQL: leases on the
+// database's clock, which every instance shares.
+var dialect = claims.Dialect{
+	Name: "postgres", DatabaseClock: true, Rebind: claims.RebindDollar,
+	IsForeignKeyViolation: func(err error) bool {
+		var pe *pq.Error
+		return errors.As(err, &pe) && pe.Code == "23503"
+	},
 }
 
 // Migrate applies the embedded schema migrations. Several instances may run

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/records"
 
@@ -55,6 +56,8 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 
 // Store is an instanceai.Store on a SQLite file.
 type Store struct {
+	*claims.Table
+
 	path string
 	// wdb has exactly one connection, which begins transactions IMMEDIATE:
 	// a write transaction holds the file's write lock from its first
@@ -135,6 +138,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.rdb = rdb
+	s.Table = claims.New(dialect, wdb, rdb)
 	return s, nil
 }
 
@@ -143,6 +147,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 func dsn(path string, params ...string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return "file:" + esc + "?" + strings.Join(params, "&")
+}
+
+// dialect spells the claims statements for SQLite: leases in epoch
+// milliseconds from the process clock, which the processes sharing one
+// file share.
+var dialect = claims.Dialect{
+	Name: "sqlite", Rebind: func(q string) string { return q },
+	IsForeignKeyViolation: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 }
 
 // Path returns the database file's path.

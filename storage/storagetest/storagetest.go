@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"RunEvents", testRunEvents},
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
+		{"Claims", testClaims},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,6 +122,8 @@ func RunTwoPools(t *testing.T, openA, openB Opener) {
 	checkConcurrentAppends(t, []instanceai.Store{a, b}, "shared", 8, 40, 20)
 	// Answers racing from both pools: still exactly one wins.
 	checkConcurrentAnswers(t, []instanceai.Store{a, b}, "shared", 3, 8)
+
+	checkClaimsAcrossStores(t, []instanceai.Store{a, b}, "shared")
 
 	// What one pool deletes, the other no longer sees.
 	if err := a.DeleteThread(ctx, "shared"); err != nil {

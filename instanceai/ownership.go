@@ -1,0 +1,360 @@
+package instanceai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// remoteCancelWait bounds how long a cancel waits for another instance to
+// release the run it was told to stop.
+const remoteCancelWait = 5 * time.Second
+
+// claimTimeout bounds one claims-table statement made outside a request.
+const claimTimeout = 10 * time.Second
+
+// strayBeats is how many heartbeats in a row a row this instance owns may
+// have no live run behind it before it is disowned for the sweep: one beat
+// can fall between a run-finish being queued and its commit.
+const strayBeats = 2
+
+// errLeaseLost cancels a run whose claim another instance took: that
+// instance settled it, so nothing more of it may be written from here.
+var errLeaseLost = errors.New("run was taken over by another instance")
+
+// claim makes r the thread's active run in the claims table. When another
+// run holds the thread, it returns that run and ErrRunActive.
+func (m *Runs) claim(r *Run) (*Run, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		row, err := m.claims.ClaimThread(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, ErrRunActive) {
+			return nil, fmt.Errorf("claim thread %q: %w", r.ThreadID, err)
+		}
+		if attempt == 0 && row.Owner == m.instance {
+			// A run of this process whose run-finish is queued but not yet
+			// stored: its row goes with that commit.
+			if err := m.writer.Sync(ctx, r.ThreadID); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: r.ThreadID}}, ErrRunActive
+	}
+}
+
+// releaseClaim deletes the run's row.
+func (m *Runs) releaseClaim(threadID, runID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	if err := m.claims.ReleaseRun(ctx, threadID, runID); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Error("could not release a finished run's claim", "thread", threadID, "run", runID, "err", err)
+	}
+}
+
+// runFinished is the writer's word that a run's run-finish is in the log:
+// the thread is free for the next run, on any instance.
+func (m *Runs) runFinished(threadID, runID string) { m.releaseClaim(threadID, runID) }
+
+// waitReleased waits until row's run no longer holds its thread, or ctx
+// ends.
+func (m *Runs) waitReleased(ctx context.Context, row ActiveRun) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cur, err := m.claims.ActiveRun(ctx, row.ThreadID)
+		if errors.Is(err, ErrNotFound) || (err == nil && cur.RunID != row.RunID) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			m.log.Warn("the instance that runs a cancelled run did not release it in time", "thread", row.ThreadID,
+				"run", row.RunID, "owner", row.Owner)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// settleFree takes a run no live process holds and ends it: cancelled with
+// its waiting call settled when it was suspended on a confirmation,
+// interrupted like a crashed run otherwise.
+func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) error {
+	won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	if err != nil || !won {
+		return err
+	}
+	if row.Suspended && m.confirms != nil {
+		pending, err := m.confirms.PendingConfirmations(ctx, row.ThreadID)
+		if err != nil {
+			return err
+		}
+		for i := range pending {
+			if pending[i].RunID == row.RunID {
+				return m.finishSuspended(&pending[i], reason)
+			}
+		}
+	}
+	_, err = m.settleRun(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID})
+	return err
+}
+
+// settleRun ends a run this instance has claimed and no process runs: its
+// open tool calls are interrupted, its background agents completed with an
+// error, and run-finish{interrupted, crash_interrupted} follows. A run that
+// finished meanwhile only has its row released. It reports whether it
+// settled the run.
+func (m *Runs) settleRun(ctx context.Context, ref RunRef) (bool, error) {
+	rows, err := m.index.RunEvents(ctx, ref.ThreadID, ref.RunID)
+	if err != nil {
+		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
+	}
+	for _, ev := range rows {
+		if ev.Event.Type == TypeRunFinish {
+			m.releaseClaim(ref.ThreadID, ref.RunID)
+			return false, nil
+		}
+	}
+	for _, ev := range settleInterrupted(ref.RunID, rows, m.now().UnixMilli()) {
+		if err := ev.Validate(); err != nil {
+			return false, fmt.Errorf("run %s: %w", ref.RunID, err)
+		}
+		if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
+			return false, err
+		}
+	}
+	if m.confirms != nil {
+		for _, ev := range rows {
+			if p, ok := ev.Event.Payload.(*ConfirmationRequest); ok {
+				m.closeConfirmation(p.RequestID)
+			}
+		}
+	}
+	m.log.Info("settled a run whose process is gone", "thread", ref.ThreadID, "run", ref.RunID)
+	return true, nil
+}
+
+// Maintain keeps this instance's claims alive and settles the runs of dead
+// instances: every interval it renews the leases of the runs it holds and
+// sweeps the runs whose lease expired. It returns when ctx ends.
+func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		m.heartbeat(ctx)
+		if _, err := m.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("sweep of expired runs failed; retrying at the next heartbeat", "err", err)
+		}
+	}
+}
+
+// heartbeat renews this instance's leases. A live run whose row is no
+// longer ours was taken by another instance, which believed us dead: it is
+// abandoned without writing anything more. A row we own with no live run
+// behind it (its run failed to store its finish) is disowned, so that the
+// sweep settles it.
+func (m *Runs) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
+	defer cancel()
+	held, err := m.claims.RenewRuns(hctx, m.instance, m.lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("could not renew run leases", "err", err)
+		}
+		return
+	}
+	holds := make(map[RunRef]bool, len(held))
+	for _, ref := range held {
+		holds[ref] = true
+	}
+	m.mu.Lock()
+	var unheld []*Run
+	for thread, r := range m.active {
+		if r.claimed && !holds[RunRef{ThreadID: thread, RunID: r.ID}] {
+			unheld = append(unheld, r)
+		}
+	}
+	var strays []RunRef
+	for ref := range m.strays {
+		if !holds[ref] {
+			delete(m.strays, ref)
+		}
+	}
+	for ref := range holds {
+		if r := m.active[ref.ThreadID]; r != nil && r.ID == ref.RunID {
+			delete(m.strays, ref)
+			continue
+		}
+		m.strays[ref]++
+		if m.strays[ref] >= strayBeats {
+			delete(m.strays, ref)
+			strays = append(strays, ref)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range unheld {
+		// A run waiting for a person holds no row on purpose.
+		r.mu.Lock()
+		disowned := r.disowned
+		r.mu.Unlock()
+		if !disowned {
+			m.abandon(r)
+		}
+	}
+	for _, ref := range strays {
+		if err := m.claims.DisownRun(hctx, ref.ThreadID, ref.RunID, m.instance); err != nil {
+			m.log.Warn("could not disown a run without a process", "thread", ref.ThreadID, "run", ref.RunID, "err", err)
+		}
+	}
+}
+
+// abandon stops a run another instance took over, writing nothing more.
+func (m *Runs) abandon(r *Run) {
+	m.log.Warn("another instance took over this run (its lease ran out here); stopping it without writing",
+		"thread", r.ThreadID, "run", r.ID)
+	r.cancel(errLeaseLost)
+	r.mu.Lock()
+	r.finished = true
+	r.mu.Unlock()
+	m.release(r)
+	m.writer.DropRun(r.ThreadID, r.ID)
+}
+
+// SweepExpired settles the runs whose owner's lease ran out, which no other
+// instance took first. A run suspended on a confirmation is waiting, not
+// dead, and is left alone when the agent can resume it, unless its
+// confirmation was answered while its process was gone: then it resumes
+// here. It returns the number of runs settled or resumed.
+func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
+	rows, err := m.claims.ExpiredRuns(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list expired runs: %w", err)
+	}
+	n := 0
+	for _, row := range rows {
+		ref := RunRef{ThreadID: row.ThreadID, RunID: row.RunID}
+		if m.isLive(ref) {
+			continue
+		}
+		if row.Suspended && m.agentResumes() {
+			resumed, err := m.resumeAnswered(ctx, row)
+			if err != nil {
+				return n, err
+			}
+			if resumed {
+				n++
+			}
+			continue
+		}
+		won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+		if err != nil {
+			return n, err
+		}
+		if !won {
+			continue
+		}
+		settled, err := m.settleRun(ctx, ref)
+		if err != nil {
+			return n, err
+		}
+		if settled {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// resumeAnswered continues a suspended run whose process is gone if the
+// confirmation it waits for has been answered meanwhile (the answer reached
+// the dead owner only). It reports whether it resumed the run.
+func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (bool, error) {
+	events, err := m.index.RunEvents(ctx, row.ThreadID, row.RunID)
+	if err != nil {
+		return false, err
+	}
+	var requestID string
+	for _, ev := range events {
+		if p, ok := ev.Event.Payload.(*ConfirmationRequest); ok {
+			requestID = p.RequestID
+		}
+	}
+	if requestID == "" {
+		return false, nil
+	}
+	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	if err != nil || (c.Status != ConfirmationApproved && c.Status != ConfirmationDenied) {
+		return false, nil
+	}
+	var a Answer
+	if err := json.Unmarshal(c.Answer, &a); err != nil {
+		return false, fmt.Errorf("stored answer of %s: %w", requestID, err)
+	}
+	won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	if err != nil || !won {
+		return false, err
+	}
+	if err := m.resume(&c, a); err != nil {
+		return false, err
+	}
+	m.log.Info("resumed a run answered while its process was gone", "thread", row.ThreadID, "run", row.RunID)
+	return true, nil
+}
+
+// ThreadDeleted tells the other instances that the thread is gone: they
+// stop what they still run of it and end its open streams.
+func (m *Runs) ThreadDeleted(threadID string) {
+	m.control.SendControl(Control{Kind: ControlDelete, ThreadID: threadID})
+}
+
+// HandleControl acts on a control message from another instance.
+func (m *Runs) HandleControl(c Control) {
+	switch c.Kind {
+	case ControlCancel:
+		m.cancelLocal(c.ThreadID, c.Reason)
+	case ControlDelete:
+		m.cancelLocal(c.ThreadID, ReasonUserCancelled)
+	case ControlAnswer:
+		m.deliverAnswer(c.RequestID)
+	}
+}
+
+// deliverAnswer hands an answer stored by another instance to the run of
+// this process that waits for it.
+func (m *Runs) deliverAnswer(requestID string) {
+	m.mu.Lock()
+	wait := m.waiters[requestID]
+	m.mu.Unlock()
+	if wait == nil || m.confirms == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	if err != nil {
+		m.log.Error("could not read an answer stored by another instance", "request", requestID, "err", err)
+		return
+	}
+	if c.Status != ConfirmationApproved && c.Status != ConfirmationDenied {
+		return
+	}
+	var a Answer
+	if err := json.Unmarshal(c.Answer, &a); err != nil {
+		m.log.Error("stored answer does not decode", "request", requestID, "err", err)
+		return
+	}
+	select {
+	case wait <- a:
+	default: // already delivered
+	}
+}

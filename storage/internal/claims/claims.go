@@ -1,0 +1,257 @@
+// Package claims is the SQL behind instanceai.RunClaims, shared by the
+// SQLite and PostgreSQL backends: the active_runs table with one row per
+// thread that has an active run.
+//
+// The two dialects differ in their clock. PostgreSQL leases are set and
+// compared with the database's now(), so instances on hosts whose clocks
+// disagree still agree on when a lease ran out. SQLite is a file on one
+// machine, whose processes share one clock: leases are epoch milliseconds
+// from the process.
+package claims
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Dialect is how one database spells the claims statements.
+type Dialect struct {
+	// Name prefixes errors ("postgres", "sqlite").
+	Name string
+	// DatabaseClock: leases use the database's now() (in seconds, as a
+	// float parameter for the ttl); otherwise epoch milliseconds passed in.
+	DatabaseClock bool
+	// Rebind turns ? placeholders into the database's.
+	Rebind func(string) string
+	// IsForeignKeyViolation recognises a claim on a thread that does not
+	// exist.
+	IsForeignKeyViolation func(error) bool
+}
+
+// Table implements instanceai.RunClaims on one database.
+type Table struct {
+	d Dialect
+	// w takes the statements that write, r the reads (SQLite keeps one
+	// writer connection apart from its readers; PostgreSQL passes one pool
+	// twice).
+	w, r *sql.DB
+	now  func() time.Time
+}
+
+var _ instanceai.RunClaims = (*Table)(nil)
+
+// New returns the claims table of a database.
+func New(d Dialect, writer, reader *sql.DB) *Table {
+	return &Table{d: d, w: writer, r: reader, now: time.Now}
+}
+
+func (t *Table) q(s string) string { return t.d.Rebind(s) }
+
+// expiry is the SQL for "now + ttl" and its argument.
+func (t *Table) expiry(ttl time.Duration) (string, any) {
+	if t.d.DatabaseClock {
+		return `now() + make_interval(secs => ?)`, ttl.Seconds()
+	}
+	return `?`, t.now().Add(ttl).UnixMilli()
+}
+
+// current is the SQL for "now" and its arguments.
+func (t *Table) current() (string, []any) {
+	if t.d.DatabaseClock {
+		return `now()`, nil
+	}
+	return `?`, []any{t.now().UnixMilli()}
+}
+
+const columns = `thread_id, run_id, owner_id, suspended, lease_expires`
+
+func (t *Table) scan(row interface{ Scan(...any) error }) (instanceai.ActiveRun, error) {
+	var a instanceai.ActiveRun
+	var suspended any
+	var lease any
+	if err := row.Scan(&a.ThreadID, &a.RunID, &a.Owner, &suspended, &lease); err != nil {
+		return a, err
+	}
+	switch v := suspended.(type) {
+	case bool:
+		a.Suspended = v
+	case int64:
+		a.Suspended = v != 0
+	}
+	switch v := lease.(type) {
+	case time.Time:
+		a.LeaseExpires = v.UTC()
+	case int64:
+		a.LeaseExpires = time.UnixMilli(v).UTC()
+	default:
+		return a, fmt.Errorf("unexpected lease_expires value %T", lease)
+	}
+	return a, nil
+}
+
+func (t *Table) wrap(op, threadID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s thread %q: %w", t.d.Name, op, threadID, err)
+}
+
+// ClaimThread implements instanceai.RunClaims.
+func (t *Table) ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (instanceai.ActiveRun, error) {
+	exp, expArg := t.expiry(ttl)
+	// The INSERT makes the row only if the thread has none; otherwise the
+	// existing row is read and reported. It can vanish in between (its run
+	// finished): then the loop tries again.
+	for range 3 {
+		row, err := t.scan(t.w.QueryRowContext(ctx, t.q(
+			`INSERT INTO active_runs (thread_id, run_id, owner_id, suspended, lease_expires)
+			 VALUES (?, ?, ?, `+t.falseValue()+`, `+exp+`)
+			 ON CONFLICT (thread_id) DO NOTHING RETURNING `+columns),
+			threadID, runID, owner, expArg))
+		if err == nil {
+			return row, nil
+		}
+		if t.d.IsForeignKeyViolation(err) {
+			return instanceai.ActiveRun{}, t.wrap("claim", threadID, instanceai.ErrNotFound)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return instanceai.ActiveRun{}, t.wrap("claim", threadID, err)
+		}
+		held, err := t.ActiveRun(ctx, threadID)
+		if err == nil {
+			return held, instanceai.ErrRunActive
+		}
+		if !errors.Is(err, instanceai.ErrNotFound) {
+			return instanceai.ActiveRun{}, err
+		}
+	}
+	return instanceai.ActiveRun{}, t.wrap("claim", threadID, errors.New("its active run kept changing, giving up"))
+}
+
+func (t *Table) falseValue() string {
+	if t.d.DatabaseClock {
+		return "false"
+	}
+	return "0"
+}
+
+// ActiveRun implements instanceai.RunClaims.
+func (t *Table) ActiveRun(ctx context.Context, threadID string) (instanceai.ActiveRun, error) {
+	row, err := t.scan(t.r.QueryRowContext(ctx, t.q(`SELECT `+columns+` FROM active_runs WHERE thread_id = ?`), threadID))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = instanceai.ErrNotFound
+	}
+	return row, t.wrap("read the active run of", threadID, err)
+}
+
+// TakeRun implements instanceai.RunClaims.
+func (t *Table) TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (bool, error) {
+	exp, expArg := t.expiry(ttl)
+	now, nowArg := t.current()
+	res, err := t.w.ExecContext(ctx, t.q(
+		`UPDATE active_runs SET owner_id = ?, lease_expires = `+exp+`
+		 WHERE thread_id = ? AND run_id = ? AND (owner_id = '' OR lease_expires < `+now+`)`),
+		append([]any{owner, expArg, threadID, runID}, nowArg...)...)
+	if err != nil {
+		return false, t.wrap("take the run of", threadID, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, t.wrap("take the run of", threadID, err)
+}
+
+// SuspendRun implements instanceai.RunClaims.
+func (t *Table) SuspendRun(ctx context.Context, threadID, runID string, suspended bool) error {
+	_, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET suspended = ? WHERE thread_id = ? AND run_id = ?`),
+		t.boolValue(suspended), threadID, runID)
+	return t.wrap("suspend the run of", threadID, err)
+}
+
+func (t *Table) boolValue(b bool) any {
+	if t.d.DatabaseClock {
+		return b
+	}
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// DisownRun implements instanceai.RunClaims.
+func (t *Table) DisownRun(ctx context.Context, threadID, runID, owner string) error {
+	_, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET owner_id = '' WHERE thread_id = ? AND run_id = ? AND owner_id = ?`),
+		threadID, runID, owner)
+	return t.wrap("disown the run of", threadID, err)
+}
+
+// ReleaseRun implements instanceai.RunClaims.
+func (t *Table) ReleaseRun(ctx context.Context, threadID, runID string) error {
+	_, err := t.w.ExecContext(ctx, t.q(`DELETE FROM active_runs WHERE thread_id = ? AND run_id = ?`), threadID, runID)
+	return t.wrap("release the run of", threadID, err)
+}
+
+// RenewRuns implements instanceai.RunClaims.
+func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
+	exp, expArg := t.expiry(ttl)
+	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE active_runs SET lease_expires = `+exp+` WHERE owner_id = ? RETURNING thread_id, run_id`),
+		expArg, owner)
+	if err != nil {
+		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+	}
+	defer rows.Close()
+	var out []instanceai.RunRef
+	for rows.Next() {
+		var ref instanceai.RunRef
+		if err := rows.Scan(&ref.ThreadID, &ref.RunID); err != nil {
+			return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+		}
+		out = append(out, ref)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+	}
+	return out, nil
+}
+
+// ExpiredRuns implements instanceai.RunClaims.
+func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error) {
+	now, nowArg := t.current()
+	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+columns+` FROM active_runs
+		WHERE owner_id <> '' AND lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+	}
+	defer rows.Close()
+	var out []instanceai.ActiveRun
+	for rows.Next() {
+		row, err := t.scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+	}
+	return out, nil
+}
+
+// RebindDollar numbers ? placeholders as $1, $2, … for PostgreSQL.
+func RebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
