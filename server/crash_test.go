@@ -67,11 +67,12 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func launch(t *testing.T, store string, delay time.Duration) *process {
+func launch(t *testing.T, store string, delay time.Duration, flags ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
 	p := &process{t: t, url: "http://" + addr, logs: &bytes.Buffer{}}
-	p.cmd = exec.Command(threadlineBinary(t), "serve", "-addr", addr, "-store", store, "-script-delay", delay.String())
+	args := append([]string{"serve", "-addr", addr, "-store", store, "-script-delay", delay.String()}, flags...)
+	p.cmd = exec.Command(threadlineBinary(t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/threadline/threadline/agui/aguihttp"
 	"github.com/threadline/threadline/auth"
+	"github.com/threadline/threadline/bus"
+	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/httpapi"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
@@ -36,6 +39,10 @@ type serveConfig struct {
 	queryToken      bool
 	allowedOrigins  string
 	agents          agentConfig
+	bus             string
+	instance        string
+	lease           time.Duration
+	leaseRenew      time.Duration
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -64,6 +71,14 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"allow serving a non-loopback address without authentication")
 	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
 		"browser origins allowed by CORS, comma-separated (https://app.example.com,http://localhost:3000; * for any); none by default")
+	f.String(&c.bus, "bus", "THREADLINE_BUS", "memory",
+		"live transport between instances on one database: memory (one process), redis://HOST:PORT/DB[?channel=NAME], "+
+			"or postgres (LISTEN/NOTIFY on the -store database)")
+	f.String(&c.instance, "instance-id", "THREADLINE_INSTANCE_ID", "", "this instance's id in run claims and logs (default: host name, pid and a random suffix)")
+	f.Duration(&c.lease, "lease", "THREADLINE_LEASE", instanceai.DefaultLease,
+		"how long a run stays claimed by its instance without a heartbeat; a run whose instance died is settled about this long after")
+	f.Duration(&c.leaseRenew, "lease-renew", "THREADLINE_LEASE_RENEW", server.DefaultLeaseRenew,
+		"how often the heartbeat renews this instance's leases and sweeps the runs of dead instances (keep it well under -lease)")
 	agentFlags(f, &c.agents)
 	return f, c
 }
@@ -142,6 +157,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := auth.CheckListen(c.addr, authn, c.insecureNoAuth); err != nil {
 		return usageError{err.Error()}
 	}
+	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
+		return usageError{fmt.Sprintf("-lease %v must be at least twice -lease-renew %v", c.lease, c.leaseRenew)}
+	}
+	if c.instance == "" {
+		c.instance = defaultInstanceID()
+	}
 	store, err := storage.Open(ctx, c.store)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", storage.Describe(c.store), err)
@@ -149,6 +170,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer store.Close()
 	if err := store.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate %s: %w", storage.Describe(c.store), err)
+	}
+
+	liveBus, err := bus.Open(ctx, c.bus, c.store)
+	if err != nil {
+		return usageError{fmt.Sprintf("-bus: %v", err)}
+	}
+	if liveBus != nil {
+		defer liveBus.Close()
 	}
 
 	m := metrics.New()
@@ -159,6 +188,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
+		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew,
 	})
 	// Bind first: a process that cannot take its port (another one has
 	// it) must leave the runs in the database alone.
@@ -174,8 +204,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("settle interrupted runs: %w", err)
 	}
 	logAuth(logger, authn, entries, c.addr)
-	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent)
+	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent,
+		"bus", describeBus(c.bus), "instance", c.instance)
 	return srv.Serve(ctx, ln, c.shutdownTimeout)
+}
+
+// defaultInstanceID names this process uniquely among those sharing a
+// database, readably in logs and claims.
+func defaultInstanceID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), instanceai.NewID("")[:6])
+}
+
+// describeBus is the bus spec fit for a log line.
+func describeBus(spec string) string {
+	if strings.Contains(spec, "://") {
+		return storage.Describe(spec)
+	}
+	return spec
 }
 
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
