@@ -176,4 +176,3 @@ func Run(t *testing.T, open Opener, kill Killer) {
 		}
 	})
 }
-
