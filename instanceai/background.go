@@ -165,7 +165,9 @@ func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
 		r.mu.Unlock()
 	}
 	if r == nil {
-		if row, err := m.claims.ActiveRun(ctx, threadID); err == nil {
+		// A row can outlive its run-finish by a moment (the writer frees it
+		// right after the commit), so a finished run is not reported.
+		if row, err := m.claims.ActiveRun(ctx, threadID); err == nil && !m.runEnded(ctx, threadID, row.RunID) {
 			st.HasActiveRun, st.IsSuspended, st.RunID = true, row.Suspended, row.RunID
 		}
 	}
@@ -217,4 +219,16 @@ func (m *Runs) Wait(ctx context.Context, threadID string) error {
 		case <-pending[0]:
 		}
 	}
+}
+
+// runEnded reports whether the run's run-finish is in the log.
+func (m *Runs) runEnded(ctx context.Context, threadID, runID string) bool {
+	if m.index == nil {
+		return false
+	}
+	rows, err := m.index.RunEvents(ctx, threadID, runID)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunFinish })
 }

@@ -1,12 +1,18 @@
 // Package postgres is an instanceai.Bus on PostgreSQL's LISTEN/NOTIFY, on
-// the database the store already uses, through github.com/jackc/pgx/v5
-// (lib/pq, which the store uses, is in maintenance mode; its listener is
-// not what new code should rest on).
+// the database the instances already share, through github.com/jackc/pgx/v5
+// (whose connection exposes notifications directly; lib/pq, the store's
+// driver, would need its separate Listener type).
 //
-// NOTIFY payloads are text under 8,000 bytes: MaxPayload says so and the
-// core splits or skips what is larger (a skipped frame makes the other
-// instances re-read their log). Payloads must be UTF-8 without NUL bytes;
-// the core sends JSON, which is.
+// NOTIFY payloads are text shorter than 8,000 bytes. MaxPayload says so,
+// with a margin, and the core splits or sends through the log what is
+// larger. Payloads travel as they are, with no encoding to inflate them:
+// they must therefore be valid UTF-8 without NUL bytes, which the core's
+// JSON is, and Publish refuses anything else. The database should use
+// the UTF8 encoding, so that no payload is converted on the way.
+//
+// The listener holds one session-level connection of its own, so the DSN
+// must reach PostgreSQL directly or through a pooler in session mode: a
+// transaction-mode pooler drops LISTEN between transactions.
 package postgres
 
 import (
@@ -15,63 +21,143 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultChannel is the notification channel when none is named.
+// DefaultChannel is the notification channel when Open is given none.
 const DefaultChannel = "threadline"
 
-// maxPayload is NOTIFY's limit (8,000 bytes) less a margin.
+// ListenApplicationName is the application_name of every bus listener's
+// connection, so that pg_stat_activity shows which backends are buses.
+const ListenApplicationName = "threadline-bus-listen"
+
+// maxPayload is NOTIFY's limit, payloads under 8,000 bytes with the
+// default block size, less a margin for a server built with other sizes.
 const maxPayload = 7900
 
-// healthEvery is how long a quiet listener waits before it pings.
-const healthEvery = 5 * time.Second
+const (
+	// connectTimeout bounds Open's first round trip and each listener
+	// connection (with LISTEN) when the DSN sets no connect_timeout, so
+	// that an unreachable host fails in seconds, not in TCP's minutes.
+	connectTimeout = 10 * time.Second
+	// healthEvery is how long a quiet listener waits before it checks its
+	// connection with a round trip, which must come back within
+	// healthTimeout: a dead connection is noticed within their sum.
+	healthEvery   = 5 * time.Second
+	healthTimeout = 5 * time.Second
+	// The wait before connecting again doubles from minBackoff to
+	// maxBackoff while connecting fails.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
 
-var channelPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+var (
+	// ErrClosed is returned by Publish and Listen once the bus is closed.
+	ErrClosed = errors.New("postgres bus: closed")
+	// ErrTooLarge is returned by Publish for a payload over MaxPayload.
+	ErrTooLarge = errors.New("postgres bus: payload too large")
+	// ErrNotText is returned by Publish for a payload NOTIFY cannot
+	// carry: invalid UTF-8, or a NUL byte.
+	ErrNotText = errors.New("postgres bus: payload is not UTF-8 text without NUL bytes")
+)
 
-// Bus is a LISTEN/NOTIFY bus.
+// channelName is what Open accepts: an identifier PostgreSQL keeps as it
+// is (at most NAMEDATALEN-1 bytes), quoted anyway so that case survives.
+var channelName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Bus is a LISTEN/NOTIFY bus. Its methods are safe for concurrent use.
 type Bus struct {
-	dsn     string
-	channel string
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool   // NOTIFY
+	listen  *pgx.ConnConfig // a template for each listener connection
+	channel string          // as given, for pg_notify
+	ident   string          // quoted, for LISTEN
+	pid     atomic.Uint32   // the backend of the last listener connection
+	done    chan struct{}   // closed by Close
+	once    sync.Once
+	// healthEvery and healthTimeout are the constants of the same names;
+	// tests shorten them.
+	healthEvery, healthTimeout time.Duration
 }
 
-// Open connects to the database at dsn (a postgres:// URL as the store
-// takes it) for notifications on channel ("" for DefaultChannel).
+// Open connects to the database at dsn and checks that it answers.
+// dsn is a postgres:// URL or key=value string as the store takes it;
+// parameters pgx does not know itself (search_path, ...) are sent to the
+// server as run-time parameters, as lib/pq does. One difference: without
+// sslmode, pgx tries TLS and falls back to plain, where lib/pq requires
+// TLS. channel is the notification channel ("" for DefaultChannel): 1 to
+// 63 letters, digits and underscores, not starting with a digit, and
+// case-sensitive.
 func Open(ctx context.Context, dsn, channel string) (*Bus, error) {
 	if channel == "" {
 		channel = DefaultChannel
 	}
-	if !channelPattern.MatchString(channel) {
-		return nil, fmt.Errorf("postgres bus: channel %q: use letters, digits and _ (at most 63, not starting with a digit)", channel)
+	if !channelName.MatchString(channel) {
+		return nil, fmt.Errorf("postgres bus: channel %q: want 1 to 63 letters, digits and _, not starting with a digit", channel)
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	poolCfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres bus: %w", err)
 	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	listenCfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres bus: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	listenCfg.RuntimeParams["application_name"] = ListenApplicationName
+	if listenCfg.ConnectTimeout == 0 {
+		listenCfg.ConnectTimeout = connectTimeout
+	}
+	if poolCfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		poolCfg.ConnConfig.RuntimeParams["application_name"] = "threadline-bus"
+	}
+	// NOTIFY is one short statement: a few connections carry any load.
+	poolCfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres bus: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres bus: connect: %w", err)
+		return nil, fmt.Errorf("postgres bus: %w", err)
 	}
-	return &Bus{dsn: dsn, channel: channel, pool: pool}, nil
+	return &Bus{
+		pool:          pool,
+		listen:        listenCfg,
+		channel:       channel,
+		ident:         pgx.Identifier{channel}.Sanitize(),
+		done:          make(chan struct{}),
+		healthEvery:   healthEvery,
+		healthTimeout: healthTimeout,
+	}, nil
 }
 
-// Publish implements instanceai.Bus.
-func (b *Bus) Publish(ctx context.Context, payload []byte) error {
-	if len(payload) > maxPayload {
-		return fmt.Errorf("postgres bus: payload of %d bytes is over NOTIFY's limit of %d", len(payload), maxPayload)
+func (b *Bus) closed() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
 	}
-	if !utf8.Valid(payload) || bytes.IndexByte(payload, 0) >= 0 {
-		return errors.New("postgres bus: payload must be UTF-8 text without NUL bytes")
+}
+
+// Publish implements instanceai.Bus: one pg_notify in a transaction of its
+// own, so that payloads reach listeners in the order Publish returns.
+func (b *Bus) Publish(ctx context.Context, payload []byte) error {
+	switch {
+	case b.closed():
+		return ErrClosed
+	case len(payload) > maxPayload:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), maxPayload)
+	case !utf8.Valid(payload) || bytes.IndexByte(payload, 0) >= 0:
+		return ErrNotText
 	}
 	if _, err := b.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, b.channel, string(payload)); err != nil {
 		return fmt.Errorf("postgres bus: notify: %w", err)
@@ -82,67 +168,113 @@ func (b *Bus) Publish(ctx context.Context, payload []byte) error {
 // MaxPayload implements instanceai.Bus.
 func (b *Bus) MaxPayload() int { return maxPayload }
 
-// Listen implements instanceai.Bus.
-func (b *Bus) Listen(ctx context.Context, deliver func([]byte), state func(up bool, err error)) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := b.listenOnce(ctx, deliver, state, &backoff)
-		if ctx.Err() != nil {
+// Listen implements instanceai.Bus. It returns nil when ctx ends and
+// ErrClosed when the bus is closed; it never gives up on the database.
+func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case b.closed():
+		return ErrClosed
+	}
+	// lctx also ends with the bus, which is what interrupts a listener
+	// blocked in WaitForNotification when Close is called.
+	lctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-b.done:
+			cancel()
+		case <-lctx.Done():
+		}
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	backoff := minBackoff
+	for {
+		listened, err := b.session(lctx, deliver, state)
+		switch {
+		case ctx.Err() != nil:
 			return nil
+		case b.closed():
+			return ErrClosed
 		}
 		state(false, err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
+		if listened {
+			backoff = minBackoff
 		}
-		backoff = min(backoff*2, 2*time.Second)
+		t := time.NewTimer(backoff)
+		select {
+		case <-lctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, maxBackoff)
 	}
-	return nil
 }
 
-func (b *Bus) listenOnce(ctx context.Context, deliver func([]byte), state func(bool, error), backoff *time.Duration) error {
-	cfg, err := pgx.ParseConfig(b.dsn)
+// session connects, listens and delivers until the connection fails,
+// which it returns; listened says whether it got as far as reporting
+// state(true, nil).
+func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool, error)) (listened bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, b.listen.Copy())
 	if err != nil {
-		return fmt.Errorf("postgres bus: %w", err)
+		return false, fmt.Errorf("postgres bus: connect listener: %w", err)
 	}
-	cfg.RuntimeParams["application_name"] = "threadline-bus-listen"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	pid := conn.PgConn().PID()
+	b.pid.Store(pid)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	lctx, cancel := context.WithTimeout(ctx, b.listen.ConnectTimeout)
+	_, err = conn.Exec(lctx, "LISTEN "+b.ident)
+	cancel()
 	if err != nil {
-		return fmt.Errorf("postgres bus: connect listener: %w", err)
+		return false, fmt.Errorf("postgres bus: listener (backend %d): LISTEN: %w", pid, err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.channel}.Sanitize()); err != nil {
-		return fmt.Errorf("postgres bus: listen: %w", err)
-	}
-	*backoff = 100 * time.Millisecond
 	state(true, nil)
 	for {
-		wctx, cancel := context.WithTimeout(ctx, healthEvery)
+		wctx, cancel := context.WithTimeout(ctx, b.healthEvery)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
-		if err == nil {
-			deliver([]byte(n.Payload))
+		switch {
+		case err == nil:
+			if n.Channel == b.channel {
+				deliver([]byte(n.Payload))
+			}
 			continue
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case !pgconn.Timeout(err):
+			return true, fmt.Errorf("postgres bus: listener (backend %d): %w", pid, err)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("postgres bus: wait: %w", err)
-		}
-		// Quiet: prove the connection is alive.
-		pctx, cancel := context.WithTimeout(ctx, healthEvery)
+		// Quiet for healthEvery: a round trip proves the connection
+		// (notifications that arrive meanwhile are kept for the next
+		// WaitForNotification).
+		pctx, cancel := context.WithTimeout(ctx, b.healthTimeout)
 		err = conn.Ping(pctx)
 		cancel()
-		if err != nil {
-			return fmt.Errorf("postgres bus: ping: %w", err)
+		if err != nil && ctx.Err() == nil {
+			return true, fmt.Errorf("postgres bus: listener (backend %d): health check (%v): %w", pid, b.healthTimeout, err)
 		}
 	}
 }
 
-// Close implements instanceai.Bus.
+// listenerPID is the backend process id of the listener's latest
+// connection, 0 before the first.
+func (b *Bus) listenerPID() uint32 { return b.pid.Load() }
+
+// Close implements instanceai.Bus: it ends every Listen and closes the
+// connections. Closing again returns nil.
 func (b *Bus) Close() error {
-	b.pool.Close()
+	b.once.Do(func() {
+		close(b.done)
+		b.pool.Close()
+	})
 	return nil
 }

@@ -1,20 +1,27 @@
-// Package redis is an instanceai.Bus on Redis pub/sub (PUBLISH and
-// SUBSCRIBE on one channel), through github.com/redis/go-redis/v9.
+// Package redis is an instanceai.Bus on Redis pub/sub: PUBLISH and
+// SUBSCRIBE on one channel, through github.com/redis/go-redis/v9.
 //
 // Pub/sub delivers at most once: a subscriber that loses its connection
-// misses what was published meanwhile. Listen therefore owns its
-// subscription and, on any error, reports the loss and subscribes anew,
-// rather than letting the client reconnect silently; the core then
-// re-reads its log.
+// misses what was published meanwhile. go-redis hides that loss (its
+// PubSub reconnects and resubscribes by itself, and its Channel API
+// swallows the error), so Listen does not use Channel: it owns one
+// subscription per connection, reports every end of one through its state
+// callback before it subscribes anew, and pings a quiet connection so that
+// a dead one is noticed too. The core then re-reads its log.
 package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,139 +30,364 @@ import (
 // DefaultChannel is the pub/sub channel when the URL names none.
 const DefaultChannel = "threadline"
 
-// pingEvery is how long a quiet subscription waits before it pings, so
-// that a dead connection is noticed within about twice that.
-const pingEvery = 3 * time.Second
+// maxPayload bounds what Publish takes. Redis itself takes 512 MB, but it
+// disconnects a subscriber whose unsent output passes its pub/sub limit
+// (client-output-buffer-limit pubsub, 32 MB by default, or 8 MB for a
+// minute): one huge payload would cut every listener at once. The core
+// sends what is larger through the log instead.
+const maxPayload = 1 << 20
 
-var channelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+const (
+	// openTimeout bounds Open's PING when ctx has no earlier deadline.
+	openTimeout = 5 * time.Second
+	// pingEvery is how long a quiet subscription waits before it pings,
+	// and pongWait how long it then waits for anything at all: a dead
+	// connection is noticed within their sum, without TCP keepalives.
+	pingEvery = 2 * time.Second
+	pongWait  = 3 * time.Second
+	// The wait before subscribing again doubles from minBackoff to
+	// maxBackoff while subscribing fails.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
 
-// Bus is a Redis pub/sub bus.
+var (
+	// ErrClosed is returned by Publish and Listen once the bus is closed.
+	ErrClosed = errors.New("redis bus: closed")
+	// ErrTooLarge is returned by Publish for a payload over MaxPayload.
+	ErrTooLarge = errors.New("redis bus: payload too large")
+)
+
+// channelName is what Open accepts as a channel: printable, no spaces,
+// so that it reads the same in logs, redis-cli and URLs.
+var channelName = regexp.MustCompile(`^[A-Za-z0-9_.:{}-]{1,128}$`)
+
+// Bus is a Redis pub/sub bus. Its methods are safe for concurrent use.
 type Bus struct {
-	client  *goredis.Client
-	channel string
+	pub *goredis.Client // PUBLISH, through go-redis's pool
+	sub *goredis.Client // one dedicated connection per subscription
+	// listenName is the CLIENT SETNAME of b's subscriptions, unique per
+	// Bus, so that an operator (or a test) can tell instances apart.
+	listenName string
+	channel    string
+	// pingEvery and pongWait are the constants of the same names; tests
+	// shorten them.
+	pingEvery, pongWait time.Duration
+
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
-// Open connects to redis://[user:password@]HOST:PORT/DB[?channel=NAME] and
-// checks that Redis answers. Pub/sub channels are global to a Redis
-// server whatever the DB number, so instances that must not hear each
-// other need different channels, not different DBs.
+// Open connects to the Redis server at
+//
+//	redis://[user:password@]HOST[:PORT][/DB][?channel=NAME&OPTION=VALUE...]
+//
+// (rediss:// for TLS; PORT defaults to 6379) and checks with a PING that
+// it answers, so that a wrong address fails at start-up rather than in the
+// first Publish. NAME is the pub/sub channel, DefaultChannel if omitted:
+// letters, digits and _.:{}- (at most 128). Other options are go-redis's
+// (dial_timeout, pool_size, ...). Pub/sub channels are global to a Redis
+// server whatever the DB number, so deployments that share a server must
+// use different channels, not different DBs. max_retries is ignored:
+// Publish never retries (see options).
 func Open(ctx context.Context, rawURL string) (*Bus, error) {
-	opts, channel, err := ParseURL(rawURL)
+	base, channel, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	client := goredis.NewClient(opts)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("redis bus: %s does not answer: %w", opts.Addr, err)
+	pubOpts, err := options(base)
+	if err != nil {
+		return nil, err
 	}
-	return &Bus{client: client, channel: channel}, nil
+	subOpts, err := options(base)
+	if err != nil {
+		return nil, err
+	}
+	if pubOpts.ClientName == "" {
+		pubOpts.ClientName = "threadline-bus"
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:]) // never fails since Go 1.24
+	subOpts.ClientName = pubOpts.ClientName + "-listen-" + hex.EncodeToString(rnd[:])
+
+	pub := goredis.NewClient(pubOpts)
+	pctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	if err := pub.Ping(pctx).Err(); err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("redis bus: %s does not answer PING: %w", pubOpts.Addr, err)
+	}
+	return &Bus{
+		pub:        pub,
+		sub:        goredis.NewClient(subOpts),
+		listenName: subOpts.ClientName,
+		channel:    channel,
+		pingEvery:  pingEvery,
+		pongWait:   pongWait,
+		done:       make(chan struct{}),
+	}, nil
 }
 
-// ParseURL reads a bus URL into client options and the channel name.
-func ParseURL(rawURL string) (*goredis.Options, string, error) {
+// parseURL checks rawURL and splits it into the URL go-redis parses
+// (without the channel) and the channel.
+func parseURL(rawURL string) (base, channel string, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("redis bus: bad URL: %w", err)
+		// url.Error repeats the URL, password included.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return "", "", fmt.Errorf("redis bus: bad URL: %w", err)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, "", fmt.Errorf("redis bus: URL scheme %q, want redis:// or rediss://", u.Scheme)
+		return "", "", fmt.Errorf("redis bus: URL %s: scheme %q, want redis:// or rediss://", u.Redacted(), u.Scheme)
 	}
-	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-		return nil, "", fmt.Errorf("redis bus: URL %q needs HOST:PORT", u.Redacted())
+	if u.Hostname() == "" {
+		return "", "", fmt.Errorf("redis bus: URL %s names no host", u.Redacted())
 	}
-	channel := DefaultChannel
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", "", fmt.Errorf("redis bus: URL %s: port %q is not a number from 1 to 65535", u.Redacted(), p)
+		}
+	} else if _, _, err := net.SplitHostPort(u.Host); err == nil {
+		return "", "", fmt.Errorf("redis bus: URL %s: empty port", u.Redacted())
+	}
 	q := u.Query()
-	if q.Has("channel") {
-		channel = q.Get("channel")
+	channel = DefaultChannel
+	if vs, ok := q["channel"]; ok {
+		if len(vs) != 1 {
+			return "", "", fmt.Errorf("redis bus: URL %s names %d channels, want one", u.Redacted(), len(vs))
+		}
+		channel = vs[0]
 		q.Del("channel")
 		u.RawQuery = q.Encode()
 	}
-	if !channelPattern.MatchString(channel) {
-		return nil, "", fmt.Errorf("redis bus: channel %q: use letters, digits and _.:- (at most 128)", channel)
+	if !channelName.MatchString(channel) {
+		return "", "", fmt.Errorf("redis bus: channel %q: want 1 to 128 letters, digits and _.:{}-", channel)
 	}
-	opts, err := goredis.ParseURL(u.String())
+	base = u.String()
+	if _, err := options(base); err != nil {
+		return "", "", err
+	}
+	return base, channel, nil
+}
+
+// options parses a URL parseURL accepted into a client's options.
+func options(base string) (*goredis.Options, error) {
+	opts, err := goredis.ParseURL(base)
 	if err != nil {
-		return nil, "", fmt.Errorf("redis bus: %w", err)
+		return nil, fmt.Errorf("redis bus: %w", err)
 	}
-	return opts, channel, nil
+	// A PUBLISH whose reply is lost may have reached the server: retrying
+	// it would deliver the payload twice, where the bus promises at most
+	// once. A failed publish makes the core resync instead.
+	opts.MaxRetries = -1
+	// Dial once: Listen has its own backoff, a failed publish its
+	// resync, and Open should fail fast, not after go-redis's five dials.
+	opts.DialerRetries = 1
+	return opts, nil
+}
+
+func (b *Bus) closed() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Publish implements instanceai.Bus.
 func (b *Bus) Publish(ctx context.Context, payload []byte) error {
-	if err := b.client.Publish(ctx, b.channel, payload).Err(); err != nil {
+	switch {
+	case b.closed():
+		return ErrClosed
+	case len(payload) > maxPayload:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), maxPayload)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis bus: publish: %w", err)
+	}
+	if err := b.pub.Publish(ctx, b.channel, payload).Err(); err != nil {
 		return fmt.Errorf("redis bus: publish: %w", err)
 	}
 	return nil
 }
 
-// MaxPayload implements instanceai.Bus: Redis takes values up to 512 MB.
-func (b *Bus) MaxPayload() int { return 0 }
+// MaxPayload implements instanceai.Bus: 1 MiB, see maxPayload.
+func (b *Bus) MaxPayload() int { return maxPayload }
 
-// Listen implements instanceai.Bus.
-func (b *Bus) Listen(ctx context.Context, deliver func([]byte), state func(up bool, err error)) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := b.listenOnce(ctx, deliver, state, &backoff)
-		if ctx.Err() != nil {
+// Listen implements instanceai.Bus. It returns nil when ctx ends and
+// ErrClosed when the bus is closed; it never gives up on Redis.
+func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
+	backoff := minBackoff
+	for {
+		switch {
+		case ctx.Err() != nil:
 			return nil
+		case b.closed():
+			return ErrClosed
 		}
-		if errors.Is(err, goredis.ErrClosed) {
-			return fmt.Errorf("redis bus: closed")
+		subscribed, err := b.session(ctx, deliver, state)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case b.closed():
+			return ErrClosed
 		}
 		state(false, err)
+		if subscribed {
+			backoff = minBackoff
+		}
+		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
+		case <-b.done:
+		case <-t.C:
 		}
-		backoff = min(backoff*2, 2*time.Second)
+		t.Stop()
+		backoff = min(2*backoff, maxBackoff)
 	}
-	return nil
 }
 
-// listenOnce runs one subscription until it fails.
-func (b *Bus) listenOnce(ctx context.Context, deliver func([]byte), state func(bool, error), backoff *time.Duration) error {
-	ps := b.client.Subscribe(ctx, b.channel)
-	defer ps.Close()
-	// A blocked read does not watch ctx; closing the subscription ends it.
-	stop := context.AfterFunc(ctx, func() { ps.Close() })
-	defer stop()
+// session subscribes on a connection of its own and delivers until that
+// connection fails, which it returns; subscribed says whether it got as
+// far as reporting state(true, nil).
+func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool, error)) (subscribed bool, err error) {
+	ps := b.sub.Subscribe(ctx) // no channel yet: no I/O, no error hidden
+	traffic := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	var (
+		wg       sync.WaitGroup
+		busy     atomic.Bool // a callback runs: nobody reads, the PONG waits
+		healthMu sync.Mutex
+		health   error
+	)
+	wg.Go(func() {
+		b.watch(ctx, ps, stop, traffic, &busy, func(err error) {
+			healthMu.Lock()
+			health = err
+			healthMu.Unlock()
+		})
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		_ = ps.Close()
+	}()
+	// failure prefers the watcher's diagnosis: when it closes a dead
+	// connection, Receive only sees the close.
+	failure := func(err error) error {
+		healthMu.Lock()
+		defer healthMu.Unlock()
+		if health != nil {
+			return health
+		}
+		return err
+	}
+
+	if err := ps.Subscribe(ctx, b.channel); err != nil {
+		return false, failure(fmt.Errorf("redis bus: subscribe: %w", err))
+	}
+	for {
+		// No timeout: go-redis does not reconnect on a read timeout, and
+		// one that struck mid-message would leave the reader inside it.
+		// The watcher pings and closes a connection that stays silent.
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return subscribed, failure(fmt.Errorf("redis bus: receive: %w", err))
+		}
+		busy.Store(true)
+		switch m := msg.(type) {
+		case *goredis.Message:
+			if subscribed && m.Channel == b.channel {
+				deliver([]byte(m.Payload))
+			}
+		case *goredis.Subscription:
+			if m.Channel != b.channel {
+				continue
+			}
+			switch {
+			case m.Kind != "subscribe":
+				return subscribed, fmt.Errorf("redis bus: %s from the server", m.Kind)
+			case subscribed:
+				// go-redis replaced the connection by itself (it does on
+				// some errors, and on a server's maintenance hand-off)
+				// and subscribed again: what was published in between is
+				// lost, so say so, then that we are back.
+				state(false, errors.New("redis bus: the connection was replaced; payloads may be lost"))
+			}
+			subscribed = true
+			state(true, nil)
+		}
+		busy.Store(false)
+		select {
+		case traffic <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watch runs beside a session's Receive loop until stop. It closes ps,
+// which is what ends a blocked Receive (go-redis reads without watching
+// the context), when ctx ends, when the bus closes, and when the
+// connection stays silent after a PING; then it tells fail why first.
+// traffic gets a value for everything Receive reads, once the callbacks
+// are done with it; busy is set while they run, which is no silence of
+// the connection's.
+func (b *Bus) watch(ctx context.Context, ps *goredis.PubSub, stop, traffic <-chan struct{}, busy *atomic.Bool, fail func(error)) {
+	timer := time.NewTimer(b.pingEvery)
+	defer timer.Stop()
 	pinged := false
 	for {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
-		var nerr net.Error
-		if errors.As(err, &nerr) && nerr.Timeout() {
-			if pinged {
-				return errors.New("redis bus: no answer to a ping")
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			_ = ps.Close()
+			return
+		case <-b.done:
+			_ = ps.Close()
+			return
+		case <-traffic:
+			pinged = false
+			timer.Reset(b.pingEvery)
+		case <-timer.C:
+			if busy.Load() {
+				pinged = false
+				timer.Reset(b.pingEvery)
+				continue
 			}
-			// Quiet: a ping proves the connection within the next wait.
-			if err := ps.Ping(ctx); err != nil {
-				return fmt.Errorf("redis bus: ping: %w", err)
+			if pinged {
+				fail(fmt.Errorf("redis bus: no answer to PING within %v", b.pongWait))
+				_ = ps.Close()
+				return
+			}
+			// The answer comes through Receive, as traffic.
+			pctx, cancel := context.WithTimeout(ctx, b.pongWait)
+			err := ps.Ping(pctx)
+			cancel()
+			if err != nil {
+				fail(fmt.Errorf("redis bus: ping: %w", err))
+				_ = ps.Close()
+				return
 			}
 			pinged = true
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("redis bus: receive: %w", err)
-		}
-		pinged = false
-		switch m := msg.(type) {
-		case *goredis.Subscription:
-			if m.Kind == "subscribe" {
-				*backoff = 100 * time.Millisecond
-				state(true, nil)
-			}
-		case *goredis.Message:
-			deliver([]byte(m.Payload))
+			timer.Reset(b.pongWait)
 		}
 	}
 }
 
-// Close implements instanceai.Bus.
-func (b *Bus) Close() error { return b.client.Close() }
+// Close implements instanceai.Bus: it ends every Listen and closes the
+// connections. Closing again returns nil.
+func (b *Bus) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		close(b.done)
+		if err = errors.Join(b.pub.Close(), b.sub.Close()); err != nil {
+			err = fmt.Errorf("redis bus: close: %w", err)
+		}
+	})
+	return err
+}

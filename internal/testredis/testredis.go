@@ -1,6 +1,6 @@
-// Package testredis gives tests the Redis named by TEST_REDIS_URL. Without
-// that variable tests skip, except under CI=true, where a silently skipped
-// bus would hide a broken one.
+// Package testredis gives tests the Redis server named by TEST_REDIS_URL.
+// Without that variable tests skip, except under CI=true, where a silently
+// skipped transport would hide a broken one.
 package testredis
 
 import (
@@ -11,12 +11,14 @@ import (
 // URL returns TEST_REDIS_URL, or skips (fails under CI=true).
 func URL(tb testing.TB) string {
 	tb.Helper()
-	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
+	u := os.Getenv("TEST_REDIS_URL")
+	if u != "" {
 		return u
 	}
 	if os.Getenv("CI") == "true" {
 		tb.Fatal("TEST_REDIS_URL is not set; under CI=true the Redis tests must run, not skip")
 	}
-	tb.Skip("TEST_REDIS_URL is not set; skipping Redis tests (set it to e.g. redis://127.0.0.1:6379/0)")
+	tb.Skip("TEST_REDIS_URL is not set; skipping Redis tests " +
+		"(set it to e.g. redis://127.0.0.1:6379/0)")
 	return ""
 }
