@@ -199,6 +199,12 @@ func (s *Subscription) markResync() {
 		return
 	}
 	s.resync = true
+	s.unparkAndUnlock()
+}
+
+// unparkAndUnlock releases s.mu and, if the subscriber was waiting, wakes
+// it: publishers signal only subscribers that are actually parked.
+func (s *Subscription) unparkAndUnlock() {
 	wake := s.parked
 	s.parked = false
 	s.mu.Unlock()
@@ -274,15 +280,7 @@ func (s *Subscription) offer(frames []Frame) bool {
 		return false
 	}
 	s.queue = append(s.queue, frames...)
-	wake := s.parked
-	s.parked = false
-	s.mu.Unlock()
-	if wake {
-		select {
-		case s.notify <- struct{}{}:
-		default:
-		}
-	}
+	s.unparkAndUnlock()
 	return true
 }
 
