@@ -3,6 +3,7 @@ package instanceai
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/threadline/threadline/ssestream"
@@ -18,6 +19,39 @@ type Delivery struct {
 	Data  []byte
 	// Wire is Data framed as SSE data lines (see Frame.Wire).
 	Wire []byte
+	// Reset is set on a reset frame (Type ResetFrameType): the events
+	// between the connection's cursor and Reset.NextEventID are no longer
+	// in the log.
+	Reset *Reset
+}
+
+// ResetFrameType is the SSE event type of a reset frame.
+const ResetFrameType = "reset"
+
+// ReasonEventsEvicted is the reason of a reset frame whose events a
+// bounded log (the memory store) dropped.
+const ReasonEventsEvicted = "events_evicted"
+
+// Reset tells a connection that the log no longer holds the events after
+// its cursor up to NextEventID-1: a bounded store evicted them. Resuming
+// silently would fold a gap into the client's state, so the stream says so:
+// the client drops what it holds of the thread and takes what follows (the
+// log from NextEventID on) as the thread. The frame carries the id
+// NextEventID-1, so a reconnect after it does not meet the same gap again.
+// Reset is an error too, so a consumer that cannot start over (an AG-UI
+// run) can end with it.
+type Reset struct {
+	Reason   string `json:"reason"`
+	ThreadID string `json:"threadId"`
+	// LastEventID is the cursor the connection stood at.
+	LastEventID int64 `json:"lastEventId"`
+	// NextEventID is the oldest event the log still holds after it.
+	NextEventID int64 `json:"nextEventId"`
+}
+
+func (r *Reset) Error() string {
+	return fmt.Sprintf("events %d to %d of thread %q are no longer stored (%s); reload the thread",
+		r.LastEventID+1, r.NextEventID-1, r.ThreadID, r.Reason)
 }
 
 // replayPage bounds how many rows one log read returns.
@@ -101,13 +135,12 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			}
 			out := f.replayed(rows, f.snap.Committed)
 			if len(out) == 0 {
-				// The log holds nothing more up to C (a memory store may have
-				// evicted it): the queue continues from C.
-				f.last = f.snap.Committed
+				// The log holds nothing more up to C, though C was
+				// committed: a bounded store evicted it. The queue
+				// continues from C+1, so the connection is reset to there.
+				out = []Delivery{f.reset(f.snap.Committed + 1)}
 			}
-			if len(out) > 0 {
-				return out, nil
-			}
+			return out, nil
 		case phaseOpen:
 			f.phase = phaseLive
 			var out []Delivery
@@ -179,6 +212,8 @@ func (f *Feed) catchUp(ctx context.Context, upTo int64) ([]Delivery, error) {
 }
 
 // replayed turns log rows into deliveries, stopping after upTo when set.
+// The log's seqs are contiguous, so a first row beyond f.last+1 means the
+// rows in between were evicted: a reset frame goes first.
 func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 	out := make([]Delivery, 0, len(rows))
 	for i := range rows {
@@ -188,6 +223,9 @@ func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 		}
 		if r.Seq <= f.last {
 			continue
+		}
+		if r.Seq > f.last+1 {
+			out = append(out, f.reset(r.Seq))
 		}
 		data := []byte(r.Data)
 		if len(data) == 0 {
@@ -202,13 +240,23 @@ func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
 	return out
 }
 
+// reset returns the reset frame that moves the cursor to next-1, over
+// events the log no longer holds.
+func (f *Feed) reset(next int64) Delivery {
+	r := &Reset{Reason: ReasonEventsEvicted, ThreadID: f.threadID, LastEventID: f.last, NextEventID: next}
+	data, _ := json.Marshal(r) // a struct of strings and integers
+	f.last = next - 1
+	return Delivery{ID: next - 1, Type: ResetFrameType, Data: data, Reset: r}
+}
+
 // admit applies the cursor rule to live frames: an id already accounted for
 // is skipped; the next id is delivered with its id. A later id means rows
 // in between reached this hub late or not at all (another instance wrote
 // them, or the bus lost them): they are committed, since seqs are handed
 // out in commit order, so they are read from the log first. Should the log
-// not have them (a memory store evicted them), the frame goes out without
-// its id, so the client's cursor never jumps over a row it has not seen.
+// not have them (a memory store evicted them), a reset frame says so
+// before the frame goes out with its id: the client's cursor never jumps
+// silently over a row it has not seen.
 func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
 	out := make([]Delivery, 0, len(frames))
 	for i := range frames {
@@ -219,13 +267,16 @@ func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
 				return nil, err
 			}
 			out = append(out, missed...)
+			if fr.Seq > f.last+1 {
+				out = append(out, f.reset(fr.Seq))
+			}
 		}
 		var id int64
 		switch {
 		case fr.Seq == 0:
 		case fr.Seq <= f.last:
 			continue
-		case fr.Seq == f.last+1:
+		default: // fr.Seq == f.last+1
 			f.last = fr.Seq
 			id = fr.Seq
 		}

@@ -2,6 +2,7 @@ package instanceai
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func (l rowsLog) ReadAfter(_ context.Context, _ string, after int64, limit int) 
 	return out, nil
 }
 
-func admitIDs(t *testing.T, log EventLog) (ids []int64, last int64) {
+func admitIDs(t *testing.T, log EventLog) (got []Delivery, ids []int64, last int64) {
 	t.Helper()
 	f := &Feed{last: 3, log: log, threadID: "t"}
 	block := mustFrame(t, 5, textEv(TypeTextBlock, "r", "a", "x", "hi"))
@@ -116,7 +117,7 @@ func admitIDs(t *testing.T, log EventLog) (ids []int64, last int64) {
 	for _, d := range got {
 		ids = append(ids, d.ID)
 	}
-	return ids, f.Last()
+	return got, ids, f.Last()
 }
 
 func toolFrame(t *testing.T, seq int64) Frame {
@@ -126,20 +127,37 @@ func toolFrame(t *testing.T, seq int64) Frame {
 
 func TestFeedAdmitReadsTheLogOnAGap(t *testing.T) {
 	seven := toolFrame(t, 7)
-	ids, last := admitIDs(t, rowsLog{{Seq: 7, Event: *seven.Event, Data: seven.Data}})
+	got, ids, last := admitIDs(t, rowsLog{{Seq: 7, Event: *seven.Event, Data: seven.Data}})
 	// 2 and 3 are already seen; 4 is next; the delta has no id; the block is
 	// hidden but moves the cursor to 5; 6 is next; 8 follows a gap, so 7 is
 	// read from the log first, and 8 and 9 keep their ids.
 	if want := []int64{4, 0, 6, 7, 8, 9}; !slices.Equal(ids, want) || last != 9 {
 		t.Fatalf("ids = %v cursor %d, want %v cursor 9", ids, last, want)
 	}
+	for _, d := range got {
+		if d.Reset != nil {
+			t.Fatalf("reset frame %s although the log filled the gap", d.Data)
+		}
+	}
 }
 
-func TestFeedAdmitStripsIDsAfterAGapTheLogCannotFill(t *testing.T) {
-	ids, last := admitIDs(t, rowsLog{})
-	// 7 is in no log (a memory store evicted it): 8 and everything after
-	// lose their ids, so the cursor stays at 6.
-	if want := []int64{4, 0, 6, 0, 0}; !slices.Equal(ids, want) || last != 6 {
-		t.Fatalf("ids = %v cursor %d, want %v cursor 6", ids, last, want)
+func TestFeedAdmitResetsAfterAGapTheLogCannotFill(t *testing.T) {
+	got, ids, last := admitIDs(t, rowsLog{})
+	// 7 is in no log (a memory store evicted it): a reset frame with id 7
+	// says so, and 8 and 9 follow with their ids.
+	if want := []int64{4, 0, 6, 7, 8, 9}; !slices.Equal(ids, want) || last != 9 {
+		t.Fatalf("ids = %v cursor %d, want %v cursor 9", ids, last, want)
+	}
+	r := got[3]
+	if r.Type != ResetFrameType || r.Reset == nil || r.Event != nil {
+		t.Fatalf("delivery 3 = %+v, want a reset frame", r)
+	}
+	want := Reset{Reason: ReasonEventsEvicted, ThreadID: "t", LastEventID: 6, NextEventID: 8}
+	if *r.Reset != want {
+		t.Fatalf("reset = %+v, want %+v", *r.Reset, want)
+	}
+	var wire Reset
+	if err := json.Unmarshal(r.Data, &wire); err != nil || wire != want {
+		t.Fatalf("reset data %s (%v), want %+v", r.Data, err, want)
 	}
 }

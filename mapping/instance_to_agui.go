@@ -2,6 +2,7 @@ package mapping
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,6 +43,10 @@ const (
 	CodeAgentCancelled = "cancelled"
 	CodeAgentFailed    = "agent_failed"
 	CodeAgentAbandoned = "abandoned"
+	// CodeEventsEvicted ends a run whose events after the client's cursor
+	// a bounded store no longer holds (an instance-ai reset frame): the
+	// AG-UI events for them cannot be produced, so the client must reload.
+	CodeEventsEvicted = instanceai.ReasonEventsEvicted
 )
 
 // InterruptReason is the reason of the interrupts a confirmation-request
@@ -227,7 +232,11 @@ func (m *InstanceToAGUI) Close(err error) []agui.Event {
 		id := m.activeSubs[len(m.activeSubs)-1]
 		m.endSub(id, &agui.SubagentError{SubagentRunID: id, Message: "the run ended before this agent completed", Code: CodeAgentAbandoned})
 	}
+	var reset *instanceai.Reset
 	switch {
+	case errors.As(err, &reset):
+		m.emit("", &agui.RunError{Message: reset.Error(), Code: CodeEventsEvicted})
+		m.finished = true
 	case err != nil:
 		m.emit("", &agui.RunError{Message: err.Error(), Code: CodeStreamError})
 		m.finished = true

@@ -3,6 +3,7 @@ package mapping
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -347,6 +348,21 @@ func TestClose(t *testing.T) {
 		}
 		if m.Close(nil) != nil {
 			t.Fatal("second Close emitted events")
+		}
+	})
+	t.Run("evicted", func(t *testing.T) {
+		m := NewInstanceToAGUI("t", "r")
+		out := feed(m, runStart(), textDelta(orch, "r1", "x"))
+		reset := &instanceai.Reset{Reason: instanceai.ReasonEventsEvicted, ThreadID: "t", LastEventID: 3, NextEventID: 9}
+		out = append(out, m.Close(fmt.Errorf("feed: %w", reset))...)
+		got := summaries(out[len(out)-2:])
+		want := []string{"TEXT_MESSAGE_END messageId=r1",
+			`RUN_ERROR code=events_evicted message=events 4 to 8 of thread "t" are no longer stored (events_evicted); reload the thread`}
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %v", got)
+		}
+		if err := verify.Stream(out); err != nil {
+			t.Fatal(err)
 		}
 	})
 	t.Run("held finish", func(t *testing.T) {

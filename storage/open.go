@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/threadline/threadline/instanceai"
@@ -20,11 +22,12 @@ import (
 )
 
 // Forms lists the accepted specs, for help texts and error messages.
-const Forms = `"memory", "sqlite:PATH" (or a bare PATH ending in .db, .sqlite or .sqlite3), "postgres://…" or "postgresql://…"`
+const Forms = `"memory" (or memory?max-events=N&max-bytes=N), "sqlite:PATH" (or a bare PATH ending in .db, .sqlite or .sqlite3), "postgres://…" or "postgresql://…"`
 
 // Open opens the backend named by spec:
 //
 //	memory                         bounded in-memory store (non-durable)
+//	memory?max-events=N&max-bytes=N  the same with another per-thread window
 //	sqlite:PATH, sqlite://PATH     SQLite file at PATH, created if missing
 //	PATH.db                        the same, for a bare path
 //	postgres://…, postgresql://…   PostgreSQL (a lib/pq URL)
@@ -37,7 +40,11 @@ func Open(ctx context.Context, spec string) (instanceai.Store, error) {
 	}
 	switch kind {
 	case "memory":
-		return memory.New(), nil
+		opts, err := memoryOptions(target)
+		if err != nil {
+			return nil, err
+		}
+		return memory.New(opts...), nil
 	case "sqlite":
 		s, err := sqlite.Open(ctx, target)
 		if err != nil {
@@ -63,6 +70,8 @@ func parse(spec string) (kind, target string, err error) {
 		return "", "", fmt.Errorf("storage: empty spec; want one of %s", Forms)
 	case lower == "memory" || lower == "memory:" || lower == "mem":
 		return "memory", "", nil
+	case strings.HasPrefix(lower, "memory?"):
+		return "memory", s[len("memory?"):], nil
 	case strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://"):
 		return "postgres", s, nil
 	case strings.HasPrefix(lower, "sqlite://"):
@@ -74,6 +83,31 @@ func parse(spec string) (kind, target string, err error) {
 		return "sqlite", s, nil
 	}
 	return "", "", fmt.Errorf("storage: unknown spec %q; want one of %s", Describe(spec), Forms)
+}
+
+// memoryOptions reads the memory store's window from its spec's query:
+// max-events and max-bytes, positive integers.
+func memoryOptions(query string) ([]memory.Option, error) {
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("storage: memory spec: %w", err)
+	}
+	var opts []memory.Option
+	for key, vals := range q {
+		n, err := strconv.ParseInt(vals[len(vals)-1], 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("storage: memory spec: %s must be a positive integer, got %q", key, vals[len(vals)-1])
+		}
+		switch key {
+		case "max-events":
+			opts = append(opts, memory.WithMaxEvents(int(min(n, math.MaxInt32))))
+		case "max-bytes":
+			opts = append(opts, memory.WithMaxBytes(n))
+		default:
+			return nil, fmt.Errorf("storage: memory spec: unknown parameter %q; want max-events or max-bytes", key)
+		}
+	}
+	return opts, nil
 }
 
 func sqlitePath(p string) (string, string, error) {

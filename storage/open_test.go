@@ -122,6 +122,33 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// A memory spec's window bounds what a thread keeps.
+func TestOpenMemoryWindow(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "memory?max-events=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		ev := instanceai.Event{Type: instanceai.TypeRunStart, RunID: "r", AgentID: "orchestrator-r", Payload: &instanceai.RunStart{MessageID: "m"}}
+		if _, err := s.Append(ctx, "w", []instanceai.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := s.ReadAfter(ctx, "w", 0, 0)
+	if err != nil || len(rows) != 3 || rows[0].Seq != 3 {
+		t.Fatalf("ReadAfter = %d rows from seq %v (%v), want 3 from 3", len(rows), rows, err)
+	}
+	for _, spec := range []string{"memory?max-events=0", "memory?max-events=x", "memory?max-bytes=-1", "memory?window=3", "memory?%zz"} {
+		if _, err := Open(ctx, spec); err == nil || !strings.Contains(err.Error(), "memory spec") {
+			t.Errorf("Open(%q) = %v, want a memory spec error", spec, err)
+		}
+	}
+}
+
 func typeName(v any) string {
 	switch v.(type) {
 	case *memory.Store:

@@ -527,6 +527,15 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 			continue
 		}
 		for _, d := range batch {
+			if d.Reset != nil {
+				// The events between the cursor and the rest are gone:
+				// no AG-UI sequence can bridge them, so the run ends here.
+				log.Warn("AG-UI stream reset: events evicted", "next", d.Reset.NextEventID)
+				if out.write(0, mapper.Close(d.Reset)) == nil {
+					_ = s.Flush()
+				}
+				return
+			}
 			if d.Event == nil || d.Event.RunID != run.ID {
 				continue
 			}

@@ -351,6 +351,14 @@ func lastTasksState(threadID, runID string, rows []instanceai.StoredEvent) agui.
 // the opening events then ending with its terminal event), with the id to
 // put on the last opening frame.
 func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAGUI, cursor int64) {
+	if len(t.rows) > 0 && t.rows[0].Seq > 1 {
+		// A bounded store evicted the thread's first events: the
+		// snapshot, which replaces the client's whole conversation,
+		// would silently lack them, so the rejoin ends at once.
+		reset := &instanceai.Reset{Reason: instanceai.ReasonEventsEvicted, ThreadID: t.threadID,
+			LastEventID: t.cursor, NextEventID: t.rows[0].Seq}
+		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0
+	}
 	cursor = t.cursor
 	var lastSeq int64
 	if n := len(t.rows); n > 0 {
@@ -439,6 +447,13 @@ func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoin
 			continue
 		}
 		for _, d := range batch {
+			if d.Reset != nil {
+				log.Warn("AG-UI rejoin reset: events evicted", "next", d.Reset.NextEventID)
+				if writeFrames(s, 0, m.Close(d.Reset)) == nil {
+					_ = s.Flush()
+				}
+				return
+			}
 			if d.Event == nil || d.Event.RunID != t.runID {
 				continue
 			}

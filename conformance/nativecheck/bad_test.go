@@ -79,9 +79,11 @@ func stream(frames ...frame) string {
 		if f.id > 0 {
 			fmt.Fprintf(&b, "id: %d\n", f.id)
 		}
-		if strings.HasPrefix(f.data, "run-sync ") {
-			b.WriteString("event: run-sync\n")
-			f.data = strings.TrimPrefix(f.data, "run-sync ")
+		for _, name := range []string{"run-sync", "reset"} {
+			if strings.HasPrefix(f.data, name+" ") {
+				fmt.Fprintf(&b, "event: %s\n", name)
+				f.data = strings.TrimPrefix(f.data, name+" ")
+			}
 		}
 		fmt.Fprintf(&b, "data: %s\n\n", f.data)
 	}
@@ -158,6 +160,42 @@ func TestBadReplays(t *testing.T) {
 			conformancetest.AssertOnlyFails(t, rule, c.check(t))
 		})
 	}
+}
+
+func reset(last, next int) frame {
+	return frame{next - 1, fmt.Sprintf(`reset {"reason":"events_evicted","threadId":"th","lastEventId":%d,"nextEventId":%d}`, last, next)}
+}
+
+// A store that evicted the thread's first events resets the connections
+// whose cursor falls before what it keeps: the replays then compare from
+// the reset on, and the client's earlier state does not count.
+func TestGoodReplayWithResets(t *testing.T) {
+	c := goodReplay()
+	// Events 1 and 2 are gone: the full replay and the reconnection after 1
+	// are reset to 3; the one after 3 is not.
+	c.full = append([]frame{reset(0, 3)}, c.full[2:]...)
+	c.after[1] = append([]frame{reset(1, 3)}, c.after[1][1:]...)
+	findings := c.check(t)
+	for _, f := range findings {
+		switch {
+		case f.Rule == nativecheck.RuleReplayLiveTree:
+			if f.Status != conformance.Skip {
+				t.Errorf("%s: %s %s, want a skip (the full replay lacks the start)", f.Rule, f.Status, f.Detail)
+			}
+		case f.Status != conformance.Pass:
+			t.Errorf("%s: %s %s", f.Rule, f.Status, f.Detail)
+		}
+	}
+	for _, rec := range []string{stream(c.full...), stream(c.after[1]...)} {
+		for _, f := range nativecheck.CheckConnection(parse(t, rec)) {
+			if f.Status == conformance.Fail {
+				t.Errorf("%s: %s", f.Rule, f.Detail)
+			}
+		}
+	}
+	// A reconnection that skipped the gap without a reset is still caught.
+	c.after[1] = c.after[1][1:]
+	conformancetest.AssertOnlyFails(t, nativecheck.RuleReplaySuffix, c.check(t))
 }
 
 // TestEveryRuleHasAFailingCase: each rule is broken by a fixture file or a

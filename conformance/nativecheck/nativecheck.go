@@ -28,6 +28,7 @@ const (
 	RuleEnvelope         = "native.envelope.shape"
 	RulePayload          = "native.envelope.payload"
 	RuleRunSync          = "native.runsync.shape"
+	RuleReset            = "native.reset.shape"
 	RuleIDIncreasing     = "native.id.increasing"
 	RuleStoredCarryID    = "native.id.stored-carry-id"
 	RuleEphemeralNoID    = "native.durability.ephemeral-no-id"
@@ -53,16 +54,18 @@ const (
 	srcHandoff    = "PROTOCOLS.md §1 Replay handoff"
 	srcReducer    = "PROTOCOLS.md §1 The agent-run reducer"
 	srcRuns       = "PROTOCOLS.md §1 Event types and payloads (run-start, run-finish, agent-completed); README Background agents"
+	srcReset      = "PROTOCOLS.md §1 The durable log (memory mode: reset frames)"
 )
 
 // Rules are the rules of this checker: CheckConnection reports the
-// connection rules (the first twelve), CheckReplay the replay rules.
+// connection rules (the first thirteen), CheckReplay the replay rules.
 var Rules = []conformance.Rule{
-	{ID: RuleEventName, Title: "frames carry no SSE event field except the id-less run-sync", Source: srcFrames},
+	{ID: RuleEventName, Title: "frames carry no SSE event field except the id-less run-sync and reset", Source: srcFrames},
 	{ID: RuleJSONObject, Title: "the data of every frame is exactly one JSON object", Source: srcFrames},
 	{ID: RuleEnvelope, Title: "envelope: known type, non-empty runId and agentId strings, integer ts, object payload, userId/responseId strings", Source: srcEnvelope},
 	{ID: RulePayload, Title: "the payload is valid for the event's type", Source: srcPayloads},
 	{ID: RuleRunSync, Title: "run-sync frames carry no id and a runId with an agentTree object", Source: srcFrames},
+	{ID: RuleReset, Title: "a reset frame carries a reason and nextEventId, and the id nextEventId-1", Source: srcReset},
 	{ID: RuleIDIncreasing, Title: "frame ids are positive integers, strictly increasing on a connection", Source: srcLog},
 	{ID: RuleStoredCarryID, Title: "stored events carry their seq as id; a structural event loses it only by stripping, after which no frame has an id", Source: srcHandoff},
 	{ID: RuleEphemeralNoID, Title: "ephemeral events (text-delta, reasoning-delta, status, filesystem-request) never carry an id", Source: srcDurability},
@@ -80,7 +83,7 @@ var Rules = []conformance.Rule{
 }
 
 // connectionRules is how many of Rules CheckConnection reports.
-const connectionRules = 12
+const connectionRules = 13
 
 // event is one decoded event frame of a connection.
 type event struct {
@@ -102,8 +105,12 @@ type runState struct {
 // connection is the outcome of judging one recording: the findings and the
 // events that decoded, for the replay checks.
 type connection struct {
-	tally  *conformance.Tally
+	tally *conformance.Tally
+	// events are those after the last reset frame: a client drops its
+	// state for the thread at a reset, so only these fold into its view.
 	events []event
+	// resetID is the id of the last reset frame, 0 when there was none.
+	resetID int64
 }
 
 // CheckConnection judges one native event-stream connection as received.
@@ -149,10 +156,10 @@ func judge(rec *conformance.Recording) *connection {
 		switch f.Event {
 		case "":
 			t.Pass(RuleEventName)
-		case "run-sync":
+		case "run-sync", "reset":
 			t.Pass(RuleEventName)
 		default:
-			t.Fail(RuleEventName, "%s: event field %q (only run-sync is defined; a client's onmessage never sees other names)", where, f.Event)
+			t.Fail(RuleEventName, "%s: event field %q (only run-sync and reset are defined; a client's onmessage never sees other names)", where, f.Event)
 			continue
 		}
 		if err := oneObject(f.Data); err != nil {
@@ -163,6 +170,16 @@ func judge(rec *conformance.Recording) *connection {
 		if f.Event == "run-sync" {
 			live = true
 			judgeRunSync(t, where, f.HasID, f.Data)
+			continue
+		}
+		if f.Event == "reset" {
+			if judgeReset(t, where, f.ID, f.Data) {
+				// The client starts over: what it was sent before folds
+				// into nothing, and runs may continue without their start.
+				c.resetID, _ = strconv.ParseInt(f.ID, 10, 64)
+				c.events = nil
+				runs, done = map[string]*runState{}, map[string]bool{}
+			}
 			continue
 		}
 		ev, ok := decode(t, where, f.Data)
@@ -289,6 +306,32 @@ func judgeRunSync(t *conformance.Tally, where string, hasID bool, data string) {
 	default:
 		t.Pass(RuleRunSync)
 	}
+}
+
+// judgeReset checks a reset frame: the log lost the events between the
+// connection's cursor and nextEventId, and the frame's id moves the cursor
+// to just before it. It reports whether the frame is well formed.
+func judgeReset(t *conformance.Tally, where, id, data string) bool {
+	var r struct {
+		Reason      any `json:"reason"`
+		NextEventID any `json:"nextEventId"`
+	}
+	_ = json.Unmarshal([]byte(data), &r)
+	reason, _ := r.Reason.(string)
+	next, isNum := r.NextEventID.(float64)
+	n, err := strconv.ParseInt(id, 10, 64)
+	switch {
+	case id == "" || err != nil:
+		t.Fail(RuleReset, "%s: reset without an integer id (a reconnect would meet the same gap again)", where)
+	case reason == "":
+		t.Fail(RuleReset, "%s: reset without a reason string", where)
+	case !isNum || next != float64(n+1):
+		t.Fail(RuleReset, "%s: reset with id %d and nextEventId %v, want %d", where, n, r.NextEventID, n+1)
+	default:
+		t.Pass(RuleReset)
+		return true
+	}
+	return false
 }
 
 func isObject(raw json.RawMessage) bool {

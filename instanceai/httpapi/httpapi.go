@@ -247,7 +247,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 			}
 			var err error
 			if d.Type != "" {
-				err = s.Event(0, d.Type, d.Data)
+				err = s.Event(d.ID, d.Type, d.Data)
 			} else {
 				err = s.Frame(d.ID, d.Wire)
 			}
