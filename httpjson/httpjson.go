@@ -4,11 +4,14 @@
 package httpjson
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strconv"
 )
 
 // Write sends v as JSON with the given status.
@@ -34,6 +37,9 @@ type ErrorDetail struct {
 type Error struct {
 	Status int
 	Detail ErrorDetail
+	// RetryAfter, when positive, is sent as the Retry-After header (in
+	// seconds), for a 503 the client should retry.
+	RetryAfter int
 }
 
 func (e *Error) Error() string { return e.Detail.Message }
@@ -47,12 +53,35 @@ func NewError(status int, code, field, format string, args ...any) *Error {
 	return e
 }
 
-// WriteError sends err: an *Error as it is, anything else as a 500 that does
-// not leak internals.
+// Draining is the answer to a request that would start a run on an
+// instance that is shutting down: 503 with Retry-After, so a client or a
+// load balancer tries again, elsewhere.
+func Draining() *Error {
+	e := NewError(http.StatusServiceUnavailable, "server_draining", "",
+		"this instance is shutting down and takes no new runs; retry in a moment")
+	e.RetryAfter = 1
+	return e
+}
+
+// WriteError sends err: an *Error as it is, a cancelled request as a 503
+// to retry, anything else as a 500 that does not leak internals (and is
+// logged).
 func WriteError(w http.ResponseWriter, err error) {
 	var e *Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) && errors.Is(err, context.Canceled) {
+		// The request was cut short: by the client, which reads no
+		// answer, or by a shutdown, whose client should retry elsewhere.
+		e = NewError(http.StatusServiceUnavailable, "server_shutting_down", "",
+			"the request was interrupted (the instance is shutting down); retry")
+		e.RetryAfter = 1
+	}
+	if e == nil && !errors.As(err, &e) {
+		// The client learns nothing of the cause; the operator must.
+		slog.Error("request failed with an internal error", "err", err)
 		e = NewError(http.StatusInternalServerError, "internal_error", "", "internal server error")
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	Write(w, e.Status, ErrorBody{Error: e.Detail})
 }

@@ -167,6 +167,16 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 func (m *Runs) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
 	defer cancel()
+	// Only runs whose claim was stored before the renewal can be judged
+	// by it: a run claimed while it ran is simply not in its answer.
+	m.mu.Lock()
+	before := make(map[*Run]bool, len(m.active))
+	for _, r := range m.active {
+		if r.claimed {
+			before[r] = true
+		}
+	}
+	m.mu.Unlock()
 	held, err := m.claims.RenewRuns(hctx, m.instance, m.lease)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -181,7 +191,7 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	m.mu.Lock()
 	var unheld []*Run
 	for thread, r := range m.active {
-		if r.claimed && !holds[RunRef{ThreadID: thread, RunID: r.ID}] {
+		if before[r] && !holds[RunRef{ThreadID: thread, RunID: r.ID}] {
 			unheld = append(unheld, r)
 		}
 	}

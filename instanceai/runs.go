@@ -17,6 +17,11 @@ import (
 // ErrRunActive is returned when a thread already has an active run.
 var ErrRunActive = errors.New("a run is already active on this thread")
 
+// ErrDraining is returned by Start once Drain began: the process is about
+// to stop and takes no new runs, so the client retries (on another
+// instance, behind a load balancer).
+var ErrDraining = errors.New("this instance is shutting down and takes no new runs")
+
 // ErrShuttingDown is the cancellation cause of requests ended by a server
 // shutdown, so handlers can tell it from a client that went away.
 var ErrShuttingDown = errors.New("server is shutting down")
@@ -136,7 +141,9 @@ type Runs struct {
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).
 	strays map[RunRef]int
-	wg     sync.WaitGroup
+	// draining refuses new runs (see Drain).
+	draining bool
+	wg       sync.WaitGroup
 }
 
 // NewRuns returns a registry that runs agent and writes through writer.
@@ -279,6 +286,10 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 		m.mu.Unlock()
 		return r, ErrRunActive
 	}
+	if m.draining {
+		m.mu.Unlock()
+		return nil, ErrDraining
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{
 		ID: NewID("run_"), StartRequest: req,
@@ -393,6 +404,64 @@ func (m *Runs) cancelLocal(threadID, reason string) *Run {
 	}
 	r.stop(reason)
 	return r
+}
+
+// drainPoll is how often Drain looks whether the runs are done.
+const drainPoll = 50 * time.Millisecond
+
+// Drain refuses new runs (Start gives ErrDraining) and waits until the
+// runs working on this instance are done, or ctx ends: runs suspended on
+// a confirmation do not count, since Shutdown hands them over, but
+// background agents do. It returns how many are still working. A rolling
+// restart drains each instance, so runs finish instead of being cancelled.
+func (m *Runs) Drain(ctx context.Context) int {
+	m.mu.Lock()
+	m.draining = true
+	m.mu.Unlock()
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for {
+		n := m.working()
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return n
+		case <-t.C:
+		}
+	}
+}
+
+// Draining reports whether Drain began.
+func (m *Runs) Draining() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.draining
+}
+
+// working counts the runs and background agents still at work here.
+func (m *Runs) working() int {
+	m.mu.Lock()
+	runs := make([]*Run, 0, len(m.active))
+	for _, r := range m.active {
+		runs = append(runs, r)
+	}
+	n := 0
+	for _, ts := range m.background {
+		n += len(ts)
+	}
+	m.mu.Unlock()
+	// A run's own lock is taken with the registry's released, as
+	// everywhere else.
+	for _, r := range runs {
+		r.mu.Lock()
+		if r.suspended == 0 {
+			n++
+		}
+		r.mu.Unlock()
+	}
+	return n
 }
 
 // Shutdown cancels every active run (reason service_shutdown) and waits for

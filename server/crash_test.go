@@ -54,6 +54,7 @@ type process struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	url  string
+	args []string
 	logs *bytes.Buffer
 }
 
@@ -70,30 +71,48 @@ func freeAddr(t *testing.T) string {
 func launch(t *testing.T, store string, delay time.Duration, flags ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
-	p := &process{t: t, url: "http://" + addr, logs: &bytes.Buffer{}}
-	args := append([]string{"serve", "-addr", addr, "-store", store, "-script-delay", delay.String()}, flags...)
-	p.cmd = exec.Command(threadlineBinary(t), args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := &process{t: t, url: "http://" + addr, logs: &bytes.Buffer{},
+		args: append([]string{"serve", "-addr", addr, "-store", store, "-script-delay", delay.String()}, flags...)}
+	p.start()
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
 			_ = p.cmd.Wait()
 		}
 	})
+	return p
+}
+
+// start runs the process with its arguments and waits until it serves.
+func (p *process) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(threadlineBinary(p.t), p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := http.Get(p.url + "/instance-ai/events/none")
 		if err == nil {
 			res.Body.Close()
-			return p
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %v\n%s", err, p.logs)
+			p.t.Fatalf("server did not start: %v\n%s", err, p.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *process) stop() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		p.t.Fatalf("graceful stop: %v\n%s", err, p.logs)
 	}
 }
 

@@ -4,10 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,11 +46,12 @@ var clusterBuses = []struct {
 }
 
 // cluster launches n serve processes on one database and bus.
-func cluster(t *testing.T, store, bus string, n int, delay time.Duration) []*process {
+func cluster(t *testing.T, store, bus string, n int, delay time.Duration, flags ...string) []*process {
 	var out []*process
 	for i := range n {
-		out = append(out, launch(t, store, delay, "-bus", bus, "-instance-id", "inst-"+string(rune('a'+i)),
-			"-lease", testLease.String(), "-lease-renew", testLeaseRenew.String()))
+		args := append([]string{"-bus", bus, "-instance-id", "inst-" + string(rune('a'+i)),
+			"-lease", testLease.String(), "-lease-renew", testLeaseRenew.String()}, flags...)
+		out = append(out, launch(t, store, delay, args...))
 	}
 	return out
 }
@@ -232,4 +239,265 @@ func TestSecondProcessChangesNothing(t *testing.T) {
 	if finishes != 1 {
 		t.Fatalf("%d run-finishes in the first process's run, want 1", finishes)
 	}
+}
+
+// balancer sends a request to the first instance that takes it, starting
+// at a rotating offset, as a load balancer that retries refused
+// connections and 503s on the next backend does.
+type balancer struct {
+	ps   []*process
+	next atomic.Int64
+}
+
+func (lb *balancer) post(path, body string) (int, map[string]any) {
+	for range 200 {
+		start := int(lb.next.Add(1))
+		for i := range lb.ps {
+			p := lb.ps[(start+i)%len(lb.ps)]
+			res, err := http.Post(p.url+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				continue // down: the next one
+			}
+			var out map[string]any
+			_ = json.NewDecoder(res.Body).Decode(&out)
+			res.Body.Close()
+			if res.StatusCode == http.StatusServiceUnavailable {
+				continue // draining
+			}
+			return res.StatusCode, out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, nil
+}
+
+// follower reads a thread's stream and reconnects to another instance with
+// its cursor whenever its instance goes away. It keeps every frame with an
+// id, in order, and counts the text deltas.
+type follower struct {
+	lb     *balancer
+	thread string
+	mu     sync.Mutex
+	ids    []string
+	data   map[string]string
+	deltas int
+	err    error
+}
+
+func (f *follower) run(ctx context.Context) {
+	last := ""
+	for ctx.Err() == nil {
+		p := f.lb.ps[int(f.lb.next.Add(1))%len(f.lb.ps)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+f.thread, nil)
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != http.StatusOK {
+			if res != nil {
+				res.Body.Close()
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		rd := ssestream.NewReader(res.Body)
+		for {
+			fr, err := rd.Next()
+			if err != nil {
+				break // the instance stopped (or ctx ended): reconnect
+			}
+			var ev instanceai.Event
+			if fr.Event == "" && fr.Data != "" && json.Unmarshal([]byte(fr.Data), &ev) == nil && ev.Type == instanceai.TypeTextDelta {
+				f.mu.Lock()
+				f.deltas++
+				f.mu.Unlock()
+			}
+			if !fr.HasID {
+				continue
+			}
+			f.mu.Lock()
+			if fr.Event == instanceai.ResetFrameType && f.err == nil {
+				f.err = fmt.Errorf("reset frame %s from a durable store", fr.Data)
+			}
+			f.ids = append(f.ids, fr.ID)
+			f.data[fr.ID] = fr.Data
+			f.mu.Unlock()
+			last = fr.ID
+		}
+		res.Body.Close()
+	}
+}
+
+func (f *follower) lastID() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.ids) == 0 {
+		return ""
+	}
+	return f.ids[len(f.ids)-1]
+}
+
+// TestClusterRollingRestart restarts the three instances one after the
+// other (SIGTERM, start again on the same port) under a steady chat load
+// through a balancer: every chat accepted ends completed with exactly one
+// run-finish (the drain lets runs finish), and clients that follow each
+// thread across the restarts end with exactly the log: no gap, no
+// duplicate, the same events.
+func TestClusterRollingRestart(t *testing.T) {
+	for _, bc := range clusterBuses {
+		t.Run(bc.name, func(t *testing.T) {
+			store := testpg.FreshDSN(t)
+			ps := cluster(t, store, bc.spec(t), 3, 2*time.Millisecond, "-drain-timeout", "10s", "-shutdown-timeout", "5s")
+			lb := &balancer{ps: ps}
+			t.Cleanup(func() {
+				if t.Failed() {
+					for _, p := range ps {
+						t.Logf("log of %s:\n%s", p.url, p.logs)
+					}
+				}
+			})
+			threads := []string{"roll-a", "roll-b", "roll-c", "roll-d"}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			followers := map[string]*follower{}
+			var wg sync.WaitGroup
+			for _, th := range threads {
+				if code, out := lb.post("/instance-ai/threads", `{"id":"`+th+`"}`); code != http.StatusOK && code != http.StatusCreated {
+					t.Fatalf("create %s: %d %v", th, code, out)
+				}
+				f := &follower{lb: lb, thread: th, data: map[string]string{}}
+				followers[th] = f
+				wg.Go(func() { f.run(ctx) })
+			}
+
+			// The load: each thread chats again as soon as its last run
+			// is over, until the restarts are done.
+			var mu sync.Mutex
+			accepted := map[string][]string{} // thread → run ids
+			var refused []string
+			load, stopLoad := context.WithCancel(context.Background())
+			var users sync.WaitGroup
+			for i, th := range threads {
+				msg := []string{"long 150", "tools", "long 80", "tasks"}[i]
+				users.Go(func() {
+					for load.Err() == nil {
+						code, out := lb.post("/instance-ai/chat/"+th, `{"message":"`+msg+`"}`)
+						switch code {
+						case http.StatusOK:
+							mu.Lock()
+							accepted[th] = append(accepted[th], out["runId"].(string))
+							mu.Unlock()
+						case http.StatusConflict:
+							time.Sleep(20 * time.Millisecond)
+						default:
+							mu.Lock()
+							refused = append(refused, fmt.Sprintf("%s: %d %v", th, code, out))
+							mu.Unlock()
+							return
+						}
+					}
+				})
+			}
+			time.Sleep(time.Second)
+			for _, p := range ps {
+				p.stop()
+				p.start()
+				time.Sleep(time.Second)
+			}
+			stopLoad()
+			users.Wait()
+			if len(refused) > 0 {
+				t.Fatalf("chats refused during the restarts: %v", refused)
+			}
+			db := openStore(t, store)
+
+			// Every accepted run completes once; the followers catch up.
+			for _, th := range threads {
+				runs := accepted[th]
+				if len(runs) < 3 {
+					t.Fatalf("thread %s: only %d runs accepted under load", th, len(runs))
+				}
+				ps[0].replayAll(th, runs[len(runs)-1]) // waits for the last run-finish
+				rows := replay(t, db, th)
+				finishes := map[string]int{}
+				var logIDs []string
+				logData := map[string]string{}
+				blocks := map[string]bool{}
+				for _, r := range rows {
+					id := strconv.FormatInt(r.Seq, 10)
+					logIDs = append(logIDs, id)
+					logData[id] = string(r.Data)
+					blocks[id] = instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced
+					if fin, ok := r.Event.Payload.(*instanceai.RunFinish); ok {
+						finishes[r.Event.RunID]++
+						if fin.Status != instanceai.RunCompleted {
+							t.Errorf("thread %s: run %s ended %+v", th, r.Event.RunID, fin)
+						}
+					}
+				}
+				for _, run := range runs {
+					if finishes[run] != 1 {
+						t.Errorf("thread %s: run %s has %d run-finishes, want 1", th, run, finishes[run])
+					}
+				}
+				if len(finishes) != len(runs) {
+					t.Errorf("thread %s: %d runs in the log, %d accepted", th, len(finishes), len(runs))
+				}
+				f := followers[th]
+				want := logIDs[len(logIDs)-1]
+				deadline := time.Now().Add(wait)
+				for f.lastID() != want && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				// A live connection gets a block's deltas instead of the
+				// block (which only moves its cursor); a reconnection
+				// replays the blocks after its cursor. So the follower has
+				// every other event of the log, in order, once, and
+				// exactly as stored.
+				f.mu.Lock()
+				got, err, deltas := f.ids, f.err, f.deltas
+				for id, d := range f.data {
+					if !sameJSONText(logData[id], d) {
+						t.Errorf("thread %s: id %s was %s, the log has %s", th, id, d, logData[id])
+					}
+				}
+				f.mu.Unlock()
+				if err != nil {
+					t.Error(err)
+				}
+				i := 0
+				for _, id := range logIDs {
+					switch {
+					case i < len(got) && got[i] == id:
+						i++
+					case !blocks[id]:
+						t.Errorf("thread %s: the follower missed id %s (%s)", th, id, logData[id])
+					}
+				}
+				if i != len(got) {
+					t.Errorf("thread %s: the follower's ids %v are not the log's, in order, once", th, got)
+				}
+				if strings.HasPrefix(th, "roll-a") && deltas == 0 {
+					t.Errorf("thread %s: the follower saw no live delta", th)
+				}
+				var st instanceai.ThreadStatus
+				ps[1].get("/instance-ai/threads/"+th+"/status", &st)
+				if st.HasActiveRun {
+					t.Errorf("thread %s: still active after the load: %+v", th, st)
+				}
+				t.Logf("thread %s: %d runs, %d events, %d live deltas", th, len(runs), len(logIDs), deltas)
+			}
+			cancel()
+			wg.Wait()
+		})
+	}
+}
+
+// sameJSONText compares two JSON texts as values.
+func sameJSONText(a, b string) bool {
+	var va, vb any
+	if json.Unmarshal([]byte(a), &va) != nil || json.Unmarshal([]byte(b), &vb) != nil {
+		return a == b
+	}
+	return reflect.DeepEqual(va, vb)
 }

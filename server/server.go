@@ -207,9 +207,23 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// Serve serves on ln until ctx ends, then shuts down gracefully within
-// timeout.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Duration) error {
+// ServeOptions says how Serve stops.
+type ServeOptions struct {
+	// Drain is how long, once ctx ends, the server keeps serving while it
+	// refuses new runs (503 server_draining, /health 503) and lets the
+	// runs working here finish; 0 skips the drain.
+	Drain time.Duration
+	// Timeout bounds the shutdown after the drain: the remaining runs'
+	// cancellation, the flush of open segments, the end of the streams.
+	Timeout time.Duration
+	// Force, when it ends during the drain, cuts the drain short (a second
+	// Ctrl-C, say).
+	Force context.Context
+}
+
+// Serve serves on ln until ctx ends, then drains and shuts down gracefully
+// as opts says.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, opts ServeOptions) error {
 	s.Start()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -219,8 +233,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Durati
 		return err
 	case <-ctx.Done():
 	}
+	if opts.Drain > 0 {
+		s.drain(opts)
+	}
 	s.logger.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	sctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
 	// Stop taking requests while the streams still run, so that the runs'
 	// cancellations reach the clients before their streams end.
@@ -237,6 +254,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, timeout time.Durati
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// drain refuses new runs and waits, up to opts.Drain or until opts.Force
+// ends, for the runs working here to finish; streams and reads go on
+// meanwhile, so clients see them end.
+func (s *Server) drain(opts ServeOptions) {
+	force := opts.Force
+	if force == nil {
+		force = context.Background()
+	}
+	dctx, cancel := context.WithTimeout(force, opts.Drain)
+	defer cancel()
+	s.logger.Info("draining: no new runs; waiting for the runs working here (signal again to stop now)",
+		"runs", s.Runs.Count(), "up_to", opts.Drain)
+	if left := s.Runs.Drain(dctx); left > 0 {
+		s.logger.Warn("drain ended with runs still working; they are cancelled", "runs", left)
+	}
 }
 
 // Shutdown cancels active runs (run-finish cancelled, reason

@@ -275,6 +275,9 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	if errors.As(err, &unknown) {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "unknown_agent", "forwardedProps.agent", "%s", unknown.Error())
 	}
+	if errors.Is(err, instanceai.ErrDraining) {
+		return source{}, httpjson.Draining()
+	}
 	if errors.Is(err, instanceai.ErrRunActive) {
 		return source{}, runActive(id, run.ID)
 	}
@@ -618,9 +621,15 @@ type healthResponse struct {
 	Agents     []string `json:"agents"`
 }
 
+// health answers 503 "draining" once the instance drains before a
+// shutdown, so that a load balancer stops sending it new work.
 func (h *Handler) health(w http.ResponseWriter, _ *http.Request) {
-	httpjson.Write(w, http.StatusOK, healthResponse{
-		Status: "healthy", Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano),
+	status, code := "healthy", http.StatusOK
+	if h.runs.Draining() {
+		status, code = "draining", http.StatusServiceUnavailable
+	}
+	httpjson.Write(w, code, healthResponse{
+		Status: status, Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano),
 		ActiveRuns: h.runs.Count(), Agents: h.cfg.Agents,
 	})
 }

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/threadline/threadline/agui/aguihttp"
@@ -32,6 +34,7 @@ type serveConfig struct {
 	subscriberQueue int
 	heartbeat       time.Duration
 	shutdownTimeout time.Duration
+	drainTimeout    time.Duration
 	logLevel        string
 	tokens          string
 	tokensFile      string
@@ -57,8 +60,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames buffered per SSE subscriber; a subscriber that falls further behind is disconnected and resumes from its cursor")
 	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between \": ping\" comments on idle SSE streams")
+	f.Duration(&c.drainTimeout, "drain-timeout", "THREADLINE_DRAIN_TIMEOUT", 20*time.Second,
+		"on SIGINT/SIGTERM, how long to keep serving while refusing new runs (503) so the runs working here finish; a second signal stops at once; 0 = no drain")
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "THREADLINE_SHUTDOWN_TIMEOUT", 10*time.Second,
-		"how long a graceful shutdown may take to finish runs and flush open segments")
+		"after the drain, how long the shutdown may take to cancel the remaining runs and flush open segments")
 	f.String(&c.logLevel, "log-level", "THREADLINE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	f.Secret(&c.tokens, "tokens", "THREADLINE_TOKENS",
 		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or -tokens-file: "+
@@ -147,6 +152,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Code without a logger of its own (the JSON error helper) logs
+	// through the default one: make it this one.
+	slog.SetDefault(logger)
 	authn, entries, err := loadAuth(c)
 	if err != nil {
 		return err
@@ -206,7 +214,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	logAuth(logger, authn, entries, c.addr)
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent,
 		"bus", describeBus(c.bus), "instance", c.instance)
-	return srv.Serve(ctx, ln, c.shutdownTimeout)
+	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: secondSignal(ctx)})
+}
+
+// secondSignal returns a context that ends at the first SIGINT or SIGTERM
+// after ctx ended: the one that cuts a drain short.
+func secondSignal(ctx context.Context) context.Context {
+	force, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-ctx.Done()
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		<-ch
+		signal.Stop(ch)
+		cancel()
+	}()
+	return force
 }
 
 // defaultInstanceID names this process uniquely among those sharing a

@@ -1,0 +1,117 @@
+package instanceai_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/memory"
+)
+
+// renewRace runs during once, right after a renewal answered: a run
+// claimed then is missing from that answer through no fault of its own.
+type renewRace struct {
+	instanceai.RunClaims
+	once   sync.Once
+	during func()
+}
+
+func (c *renewRace) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
+	held, err := c.RunClaims.RenewRuns(ctx, owner, ttl)
+	c.once.Do(c.during)
+	return held, err
+}
+
+// A run that starts while the heartbeat renews the leases is not taken for
+// one another instance took over: it keeps running, and its row is
+// renewed by the next beat.
+func TestHeartbeatSparesARunClaimedDuringTheRenewal(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	for _, id := range []string{"t1", "t2"} {
+		if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "u"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{})
+	t.Cleanup(func() { _ = writer.Close(ctx) })
+	waiting := instanceai.AgentFunc(func(ctx context.Context, _ *instanceai.Run) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	claims := &renewRace{RunClaims: store}
+	runs := instanceai.NewRuns(writer, waiting, instanceai.RunsConfig{Claims: claims, Confirmations: store, Index: store,
+		Instance: "inst", Lease: time.Second})
+	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	if _, err := runs.Start(instanceai.StartRequest{ThreadID: "t1", UserID: "u", Message: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	var second *instanceai.Run
+	claims.during = func() {
+		var err error
+		if second, err = runs.Start(instanceai.StartRequest{ThreadID: "t2", UserID: "u", Message: "two"}); err != nil {
+			t.Error(err)
+		}
+	}
+	mctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { runs.Maintain(mctx, 10*time.Millisecond); close(done) }()
+	time.Sleep(100 * time.Millisecond) // several beats
+	stop()
+	<-done
+	if second == nil {
+		t.Fatal("the run was not started during a renewal")
+	}
+	if a := runs.Active("t2"); a != second {
+		t.Fatalf("the run claimed during the renewal is gone (active: %v)", a)
+	}
+	row, err := store.ActiveRun(ctx, "t2")
+	if err != nil || row.RunID != second.ID || row.Owner != "inst" {
+		t.Fatalf("row of t2 = %+v, %v; want owned by inst for run %s", row, err, second.ID)
+	}
+}
+
+// Drain refuses new runs at once and waits for those at work, not for one
+// suspended on a person; on its deadline it says how many still work.
+func TestDrainRefusesNewRunsAndWaits(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	for _, id := range []string{"busy", "new"} {
+		if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "u"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{})
+	t.Cleanup(func() { _ = writer.Close(ctx) })
+	release := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: store, Index: store})
+	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	if _, err := runs.Start(instanceai.StartRequest{ThreadID: "busy", UserID: "u", Message: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if left := runs.Drain(short); left != 1 {
+		t.Fatalf("Drain with a working run left %d, want 1", left)
+	}
+	if !runs.Draining() {
+		t.Fatal("Draining is false after Drain")
+	}
+	if _, err := runs.Start(instanceai.StartRequest{ThreadID: "new", UserID: "u", Message: "x"}); err != instanceai.ErrDraining {
+		t.Fatalf("Start while draining: %v, want ErrDraining", err)
+	}
+	close(release)
+	if left := runs.Drain(ctx); left != 0 {
+		t.Fatalf("Drain after the run ended left %d", left)
+	}
+}
