@@ -60,8 +60,8 @@ var clusterTexts = func() []string {
 }()
 
 // clusterFrame is the i-th delta of a burst, built as the writer builds
-// a live frame (json.Marshal, then EncodedFrame; seq 0 for a delta): about
-// 130 bytes of JSON, a new response per round.
+// a live frame (json.Marshal, then EncodedFrame; seq 0 for a delta): 164
+// bytes of JSON, a new response per round.
 func clusterFrame(tb testing.TB, responseID string, i int) instanceai.Frame {
 	f, err := instanceai.NewFrame(0, &instanceai.Event{
 		Type: instanceai.TypeTextDelta, RunID: clusterRun, AgentID: instanceai.OrchestratorAgentID(clusterRun),
