@@ -11,17 +11,17 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/threadline/threadline/agent/n8n"
+	"github.com/threadline/threadline/agent/openai"
+	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/n8n"
-	"github.com/threadline/threadline/instanceai/agent/openai"
-	"github.com/threadline/threadline/instanceai/agent/tools"
 	"github.com/threadline/threadline/metrics"
 )
 
 // The fakes below replay the upstream wire formats of PROTOCOLS §3: an
 // OpenAI-compatible Chat Completions stream (the chunk shapes of
-// mapping/testdata/openai, whose headers name their sources) and an n8n
-// streaming webhook (instanceai/agent/n8n/testdata, documented in its
+// agent/openai/testdata, whose headers name their sources) and an n8n
+// streaming webhook (agent/n8n/testdata, documented in its
 // README). The agents' own packages test every variant and failure; these
 // tests prove the agents work through the native and AG-UI endpoints.
 
@@ -266,7 +266,7 @@ func ndjsonServer(t *testing.T, fixture string, piece int) *httptest.Server {
 func TestN8NAgentThroughBothProtocols(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store instanceai.Store) {
 		m := metrics.New()
-		hook := ndjsonServer(t, "../instanceai/agent/n8n/testdata/split_object.ndjson", 5)
+		hook := ndjsonServer(t, "../agent/n8n/testdata/split_object.ndjson", 5)
 		agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "reviewer", URL: hook.URL + "/webhook/review"}}, Observer: m})
 		if err != nil {
 			t.Fatal(err)
@@ -326,7 +326,7 @@ func TestRealAgentsInterop(t *testing.T) {
 		t.Fatalf("openai agent: events %v", rep.Results[0].Events)
 	}
 
-	hook := ndjsonServer(t, "../instanceai/agent/n8n/testdata/split_object.ndjson", 7)
+	hook := ndjsonServer(t, "../agent/n8n/testdata/split_object.ndjson", 7)
 	agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "reviewer", URL: hook.URL}}})
 	if err != nil {
 		t.Fatal(err)

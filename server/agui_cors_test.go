@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/server"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/script"
 )
 
 // interopDir holds the pinned @ag-ui/client and the script that drives it.

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"

@@ -9,16 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/threadline/threadline/agent/n8n"
+	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/n8n"
-	"github.com/threadline/threadline/instanceai/agent/openai"
 )
 
 // The live tests run the real agents against real upstreams when they are
 // named in the environment. Without them (CI has neither a model server nor
 // an n8n instance) they run against httptest servers replaying recordings
-// of real ones: llama.cpp's llama-server (mapping/testdata/openai) and
-// n8n 1.123 (instanceai/agent/n8n/testdata/real).
+// of real ones: llama.cpp's llama-server (agent/openai/testdata) and
+// n8n 1.123 (agent/n8n/testdata/real).
 //
 //	THREADLINE_LIVE_OPENAI_BASE_URL=http://localhost:11434/v1 THREADLINE_LIVE_OPENAI_MODEL=llama3.2 \
 //	THREADLINE_LIVE_OPENAI_API_KEY=… THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS='{"max_tokens":64}' go test -run TestLive ./server/
@@ -59,8 +59,8 @@ func TestLiveOpenAI(t *testing.T) {
 	base, model := os.Getenv("THREADLINE_LIVE_OPENAI_BASE_URL"), os.Getenv("THREADLINE_LIVE_OPENAI_MODEL")
 	if base == "" {
 		base, model = replayServer(t, "application/json", map[string]string{
-			"/v1/chat/completions": "../mapping/testdata/openai/llamacpp_text_stop.sse",
-			"/v1/models":           "../mapping/testdata/openai/llamacpp_models.json",
+			"/v1/chat/completions": "../agent/openai/testdata/llamacpp_text_stop.sse",
+			"/v1/models":           "../agent/openai/testdata/llamacpp_models.json",
 		})+"/v1", "tiny"
 	}
 	store := openStore(t, "memory")
@@ -81,7 +81,7 @@ func TestLiveN8N(t *testing.T) {
 	url := os.Getenv("THREADLINE_LIVE_N8N_WEBHOOK")
 	if url == "" {
 		url = replayServer(t, "application/json; charset=utf-8", map[string]string{
-			"/webhook/threadline-agent": "../instanceai/agent/n8n/testdata/real/stream-normal.ndjson",
+			"/webhook/threadline-agent": "../agent/n8n/testdata/real/stream-normal.ndjson",
 		}) + "/webhook/threadline-agent"
 	}
 	agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "live", URL: url}}})

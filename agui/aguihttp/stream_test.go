@@ -12,8 +12,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/storage"
 )
 

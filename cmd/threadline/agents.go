@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadline/threadline/agent/n8n"
+	"github.com/threadline/threadline/agent/openai"
+	"github.com/threadline/threadline/agent/script"
+	"github.com/threadline/threadline/agent/tools"
+	"github.com/threadline/threadline/agent/tools/n8napi"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/n8n"
-	"github.com/threadline/threadline/instanceai/agent/openai"
-	"github.com/threadline/threadline/instanceai/agent/script"
-	"github.com/threadline/threadline/instanceai/agent/tools"
-	"github.com/threadline/threadline/instanceai/agent/tools/n8napi"
 )
 
 // agentNames lists the -agent values.

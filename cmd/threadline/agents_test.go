@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/threadline/threadline/instanceai/agent/n8n"
+	"github.com/threadline/threadline/agent/n8n"
 )
 
 func TestWebhookList(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/instanceai/agent/script"
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/storage"
 )

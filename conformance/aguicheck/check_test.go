@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/aguicheck"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/storage"
 )

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/nativecheck"
 	"github.com/threadline/threadline/conformance/ssecheck"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/storage"
 )

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agent/script"
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/storage/memory"
 )

@@ -1,0 +1,322 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/threadline/threadline/agent/openai/chunk"
+	"github.com/threadline/threadline/instanceai"
+)
+
+// Retry policy. A model call is retried after a 429, a 5xx, or a
+// connection reset or an empty stream, and only while none of its events
+// was emitted (a retry after text was shown would show it twice). The wait
+// is the server's Retry-After when it sends one, else exponential backoff
+// with jitter: a random wait between half and all of retryBase·2^n, capped
+// at retryMax. A Retry-After longer than maxRetryAfter is not waited out:
+// the run fails at once saying when to try again, rather than hold a
+// person in front of a spinner.
+const (
+	retryBase     = 250 * time.Millisecond
+	retryMax      = 8 * time.Second
+	maxRetryAfter = 30 * time.Second
+	// maxErrorBody bounds how much of an error answer is read.
+	maxErrorBody = 16 << 10
+)
+
+// errIdleTimeout cancels a model call whose server went silent for longer
+// than RequestTimeout.
+var errIdleTimeout = errors.New("no data from the model server within the request timeout")
+
+// retryable wraps the failure of an attempt that may be repeated.
+type retryable struct {
+	err *instanceai.ProviderError
+	// after is the server's Retry-After (0: none).
+	after time.Duration
+	// streamOptions marks a 400 that blames stream_options.
+	streamOptions bool
+}
+
+func (r *retryable) Error() string { return r.err.Error() }
+
+// callResult is what one model call produced.
+type callResult struct {
+	text   string
+	calls  []stepCall
+	finish string
+	usage  chunk.Usage
+}
+
+// modelCall sends the conversation and streams the answer, retrying as the
+// policy allows.
+func (a *Agent) modelCall(ctx context.Context, l *loop) (*callResult, error) {
+	retries := 0
+	fellBack := false
+	for {
+		res, err := a.attempt(ctx, l, !a.noStreamOptions.Load())
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		var r *retryable
+		if !errors.As(err, &r) {
+			return nil, err
+		}
+		if r.streamOptions {
+			// Some servers (older vLLM and llama.cpp builds, strict
+			// proxies) reject the stream_options field. Ask again once
+			// without it: the run loses its usage numbers, not its answer.
+			if fellBack {
+				return nil, r.err
+			}
+			fellBack = true
+			a.noStreamOptions.Store(true)
+			a.log.Info("the model server rejected stream_options; retrying without it (no usage reporting)", "url", a.chatURL)
+			continue
+		}
+		if r.after > maxRetryAfter {
+			return nil, a.rateLimitTooLong(r.after, []byte(r.err.Details))
+		}
+		if retries >= a.cfg.MaxRetries {
+			return nil, r.err
+		}
+		wait := r.after
+		if wait <= 0 {
+			wait = backoff(retries)
+		}
+		retries++
+		a.log.Info("retrying the model call", "url", a.chatURL, "attempt", retries, "wait", wait, "reason", r.err.Code)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the wait before retry n (from 0) when the server named none.
+func backoff(n int) time.Duration {
+	d := retryBase << min(n, 10)
+	d = min(d, retryMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// retryAfter reads a Retry-After header: delay seconds or an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 {
+		return time.Duration(n * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// attempt makes one request and streams its answer.
+func (a *Agent) attempt(ctx context.Context, l *loop, withStreamOptions bool) (*callResult, error) {
+	req := chatRequest{Model: a.cfg.Model, Messages: wireMessages(l.msgs), Stream: true, Tools: l.tools}
+	if withStreamOptions {
+		req.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	body, err := a.encodeRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode the model request: %w", err)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// One timer bounds the wait for the headers, then every silence.
+	idle := time.AfterFunc(a.cfg.RequestTimeout, func() { cancel(errIdleTimeout) })
+	defer idle.Stop()
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, a.chatURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build the model request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	if a.cfg.APIKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+a.cfg.APIKey)
+	}
+	resp, err := a.client.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if errors.Is(context.Cause(actx), errIdleTimeout) {
+			err = errIdleTimeout
+		}
+		pe := a.transportFailure(err)
+		if retryableTransport(err) {
+			return nil, &retryable{err: pe}
+		}
+		return nil, pe
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, a.badStatus(ctx, resp, withStreamOptions)
+	}
+	return a.stream(ctx, actx, l, resp.Body, idle)
+}
+
+// badStatus reads a non-200 answer and classifies it.
+func (a *Agent) badStatus(ctx context.Context, resp *http.Response, withStreamOptions bool) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	status := resp.StatusCode
+	switch {
+	case status == http.StatusBadRequest && withStreamOptions && bytes.Contains(bytes.ToLower(body), []byte("stream_options")):
+		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), streamOptions: true}
+	case status == http.StatusTooManyRequests || status >= 500:
+		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), after: retryAfter(resp.Header)}
+	case status == http.StatusNotFound || (status == http.StatusBadRequest && upstreamMessage(body).modelMissing()):
+		// The model list makes a better hint; llama-server's router
+		// answers an unknown model with 400, not 404.
+		models, _, _ := a.listModels(ctx, a.cfg.HealthTimeout)
+		if len(models) > 20 {
+			models = append(models[:20:20], "…")
+		}
+		return a.statusFailure(status, resp.Header, body, models)
+	}
+	return a.statusFailure(status, resp.Header, body, nil)
+}
+
+// stream reads the SSE body through the translator, emitting its events.
+func (a *Agent) stream(ctx, actx context.Context, l *loop, body io.Reader, idle *time.Timer) (*callResult, error) {
+	tr := chunk.NewTranslator()
+	tr.NewID = func(kind string) string {
+		if kind == "call" {
+			return instanceai.NewID("call_")
+		}
+		return instanceai.NewID("resp_")
+	}
+	res := &callResult{}
+	byCall := map[string]string{}
+	names := map[string]string{}
+	emitted := false
+	handle := func(evs []instanceai.Event) error {
+		for _, ev := range evs {
+			switch p := ev.Payload.(type) {
+			case *instanceai.Text:
+				if ev.Type == instanceai.TypeTextDelta {
+					res.text += p.Text
+				}
+			case *instanceai.ToolInputStart:
+				p.ToolCallID = l.remapID(p.ToolCallID, byCall)
+				names[p.ToolCallID] = p.ToolName
+			case *instanceai.ToolCall:
+				p.ToolCallID = l.remapID(p.ToolCallID, byCall)
+				res.calls = append(res.calls, stepCall{id: p.ToolCallID, name: p.ToolName, args: p.Args})
+			case *instanceai.ToolError:
+				p.ToolCallID = l.remapID(p.ToolCallID, byCall)
+				res.calls = append(res.calls, stepCall{id: p.ToolCallID, name: names[p.ToolCallID], argsErr: p.Error})
+			}
+			if err := l.emit(ctx, ev); err != nil {
+				return err
+			}
+			emitted = true
+		}
+		return nil
+	}
+	sse := newSSEReader(body)
+	done := false
+	for !done {
+		idle.Reset(a.cfg.RequestTimeout)
+		data, err := sse.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			if errors.Is(context.Cause(actx), errIdleTimeout) {
+				return nil, a.transportFailure(errIdleTimeout)
+			}
+			pe := a.failure(CodeStreamInterrupted, 0,
+				fmt.Sprintf("The connection to the model server at %s broke while the answer was streaming. What arrived so far is kept; try again.", a.cfg.BaseURL),
+				fmt.Sprintf("reading the stream of POST %s: %v", a.chatURL, err))
+			if !emitted && retryableTransport(err) {
+				return nil, &retryable{err: pe}
+			}
+			return nil, pe
+		}
+		done = string(bytes.TrimSpace(data)) == chunk.DoneMarker
+		evs, perr := tr.Push(data)
+		if perr != nil {
+			var se *chunk.StreamError
+			if errors.As(perr, &se) {
+				msg := se.Message
+				if msg == "" {
+					msg = "no message"
+				}
+				return nil, a.failure(CodeUpstreamError, 0,
+					fmt.Sprintf("The model server at %s reported an error while answering: %q. Try again; if it keeps failing, check the server's logs.", a.cfg.BaseURL, excerpt(msg, 300)),
+					fmt.Sprintf("error object in the stream of POST %s: %s", a.chatURL, data))
+			}
+			return nil, a.failure(CodeInvalidResponse, 0,
+				fmt.Sprintf("The model server at %s sent a stream this agent cannot read. Check that %s is an OpenAI-compatible API.", a.cfg.BaseURL, a.cfg.BaseURL),
+				fmt.Sprintf("%v; payload: %s", perr, data))
+		}
+		if err := handle(evs); err != nil {
+			return nil, err
+		}
+	}
+	if !done {
+		if tr.FinishReason() == "" {
+			pe := a.failure(CodeStreamInterrupted, 0,
+				fmt.Sprintf("The model server at %s closed the stream before the answer was complete. What arrived so far is kept; try again.", a.cfg.BaseURL),
+				fmt.Sprintf("the stream of POST %s ended without a finish_reason or [DONE]", a.chatURL))
+			if !emitted {
+				return nil, &retryable{err: pe}
+			}
+			return nil, pe
+		}
+		// A finish_reason without [DONE]: some servers close right away.
+		if err := handle(tr.Finish()); err != nil {
+			return nil, err
+		}
+	}
+	res.finish = tr.FinishReason()
+	res.usage = tr.Usage()
+	if u := res.usage; u.PromptTokens != 0 || u.CompletionTokens != 0 || u.TotalTokens != 0 {
+		l.run.AddUsage(instanceai.TokenUsage{Provider: a.cfg.Provider, Model: a.cfg.Model,
+			InputTokens: int64(u.PromptTokens), OutputTokens: int64(u.CompletionTokens), TotalTokens: int64(u.TotalTokens)})
+	}
+	return res, nil
+}
+
+// encodeRequest encodes a request with the configured extra options.
+func (a *Agent) encodeRequest(req chatRequest) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil || len(a.options) == 0 {
+		return body, err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, err
+	}
+	for k, v := range a.options {
+		fields[k] = v
+	}
+	return json.Marshal(fields)
+}
