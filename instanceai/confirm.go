@@ -80,10 +80,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}); err != nil {
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
-	if err := r.Emit(ev); err != nil {
-		m.closeConfirmation(req.RequestID)
-		return Answer{}, err
-	}
+	// The suspension is stored before the request goes out: a client that
+	// saw the request may kill this process at once, and the run must then
+	// be found waiting, not swept as a crash.
 	r.mu.Lock()
 	r.suspended++
 	first := r.suspended == 1
@@ -102,6 +101,10 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 			m.markSuspended(r, false)
 		}
 	}()
+	if err := r.Emit(ev); err != nil {
+		m.closeConfirmation(req.RequestID)
+		return Answer{}, err
+	}
 	select {
 	case a := <-wait:
 		if !r.retake() {

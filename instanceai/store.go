@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"time"
 )
 
@@ -20,6 +21,16 @@ type StoredEvent struct {
 	// encoding the event again.
 	Data json.RawMessage
 }
+
+// threadIDPattern is the thread id rule every surface applies.
+var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// ThreadIDRule says the rule in words, for error messages.
+const ThreadIDRule = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
+
+// ValidThreadID reports whether id follows the thread id rule. Thread ids
+// appear in URLs and log lines, so the rule keeps them plain.
+func ValidThreadID(id string) bool { return threadIDPattern.MatchString(id) }
 
 // Thread is a conversation: the unit of ordering and replay.
 type Thread struct {

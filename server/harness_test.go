@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/agent/script"
-	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/ssestream"
 	"github.com/threadline/threadline/storage"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/threadline/threadline/httpjson"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // unmatched answers requests no route takes with the API's JSON error

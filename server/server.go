@@ -15,11 +15,12 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/threadline/threadline/agui/aguihttp"
-	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/httpapi"
 	"github.com/threadline/threadline/metrics"
+	"github.com/threadline/threadline/server/aguiapi"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/cors"
+	"github.com/threadline/threadline/server/nativeapi"
 )
 
 // Config is the application's configuration beyond the store and agent.
@@ -29,7 +30,7 @@ type Config struct {
 	Heartbeat       time.Duration
 	Writer          instanceai.WriterConfig
 	// Auth authenticates the API's callers; nil (or no tokens) is
-	// single-user mode, where every request acts as httpapi.LocalUser.
+	// single-user mode, where every request acts as auth.LocalUser.
 	Auth   *auth.Authenticator
 	Logger *slog.Logger
 	// AllowedOrigins are the browser origins CORS admits ("*" for any);
@@ -132,7 +133,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	authed.Use(cfg.Auth.Middleware)
-	native := httpapi.New(store, s.Hub, s.Runs, s.Writer, httpapi.Config{
+	native := nativeapi.New(store, s.Hub, s.Runs, s.Writer, nativeapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 	})
 	native.Register(authed)
@@ -148,17 +149,17 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.LLMHealth != nil {
 		router.Handle("/llm/health", cfg.LLMHealth).Methods(http.MethodGet)
 	}
-	aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{
+	aguiapi.New(store, s.Hub, s.Runs, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		RecordMessage: native.RecordMessage,
 	}).Register(authed, router)
-	authed.Handle("/agui/threads/{threadId}/events", aguihttp.New(store, s.Hub, s.Runs, aguihttp.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
+	authed.Handle("/agui/threads/{threadId}/events", aguiapi.New(store, s.Hub, s.Runs, aguiapi.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
-	s.handler = aguihttp.CORS(cfg.AllowedOrigins, router)
+	s.handler = cors.Middleware(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	s.background, s.stopBackground = context.WithCancel(context.Background())
 	return s

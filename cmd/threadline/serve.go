@@ -12,13 +12,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/threadline/threadline/agui/aguihttp"
-	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/bus"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/httpapi"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/cors"
+	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/storage"
 )
 
@@ -56,7 +56,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.String(&c.agent, "agent", "THREADLINE_AGENT", "script", "agent that answers chat messages: "+agentNames)
 	f.Duration(&c.scriptDelay, "script-delay", "THREADLINE_SCRIPT_DELAY", 20*time.Millisecond,
 		"pause between the reference agent's events (0 = as fast as possible)")
-	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpapi.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
+	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpjson.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames buffered per SSE subscriber; a subscriber that falls further behind is disconnected and resumes from its cursor")
 	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between \": ping\" comments on idle SSE streams")
@@ -117,7 +117,7 @@ func loadAuth(c *serveConfig) (*auth.Authenticator, []auth.Entry, error) {
 // logAuth says at start how callers are authenticated.
 func logAuth(logger *slog.Logger, a *auth.Authenticator, entries []auth.Entry, addr string) {
 	if !a.Enabled() {
-		logger.Warn("running without authentication: every request acts as user "+httpapi.LocalUser,
+		logger.Warn("running without authentication: every request acts as user "+auth.LocalUser,
 			"loopback", auth.IsLoopback(addr))
 		return
 	}
@@ -195,7 +195,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
-		AllowedOrigins: aguihttp.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
+		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew,
 	})
 	// Bind first: a process that cannot take its port (another one has

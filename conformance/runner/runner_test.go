@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/agent/script"
-	"github.com/threadline/threadline/auth"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/aguicheck"
 	"github.com/threadline/threadline/conformance/runner"
@@ -20,6 +19,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/storage"
 )
 

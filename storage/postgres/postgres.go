@@ -59,7 +59,7 @@ var _ instanceai.Store = (*Store)(nil)
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	db, err := sqlx.Open("postgres", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", err)
+		return nil, fmt.Errorf("postgres: open: %w", withCtx(ctx, err))
 	}
 	// Appenders to one thread wait on its row lock while holding a
 	// connection, so the pool must be larger than the number of threads
@@ -70,7 +70,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
 	return &Store{Table: claims.New(dialect, db.DB, db.DB), db: db, maxRows: (maxParams - sharedParams) / rowParams}, nil
 }
@@ -90,10 +90,10 @@ var dialect = claims.Dialect{
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %w", withCtx(ctx, err))
 	}
 	if _, err := migrate.Up(ctx, s.db.DB, migrate.Postgres, sub); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %w", withCtx(ctx, err))
 	}
 	return nil
 }
@@ -111,13 +111,13 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 			err = instanceai.ErrNotFound
 		}
 		if err != nil {
-			return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+			return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
 		}
 		return next, nil
 	}
 	data, err := records.EncodeEvents(events)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return s.AppendEncoded(ctx, threadID, events, data)
 }
@@ -126,7 +126,7 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 // (instanceai.EncodedAppender): the writer encodes each event once.
 func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, encoded [][]byte) (int64, error) {
 	if err := records.CheckEncoded(events, encoded); err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	if len(events) == 0 {
 		return s.Append(ctx, threadID, nil)
@@ -137,7 +137,7 @@ func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []ins
 	}
 	first, err := s.append(ctx, threadID, events, data)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, err)
+		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return first, nil
 }
@@ -211,7 +211,7 @@ func insertSQL(rows int) string {
 func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
 	out, err := s.readAfter(ctx, threadID, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: read thread %q after %d: %w", threadID, after, err)
+		return nil, fmt.Errorf("postgres: read thread %q after %d: %w", threadID, after, withCtx(ctx, err))
 	}
 	return out, nil
 }
@@ -238,7 +238,7 @@ func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return 0, fmt.Errorf("postgres: next seq of thread %q: %w", threadID, err)
+		return 0, fmt.Errorf("postgres: next seq of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return next, nil
 }
@@ -288,14 +288,14 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 			return r.thread(), true, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, err)
+			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
 		}
 		err = s.db.GetContext(ctx, &r, `SELECT `+threadColumns+` FROM threads WHERE id = $1`, t.ID)
 		if err == nil {
 			return r.thread(), false, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, err)
+			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
 		}
 	}
 	return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: created and deleted concurrently, giving up", t.ID)
@@ -309,7 +309,7 @@ func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, er
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Thread{}, fmt.Errorf("postgres: get thread %q: %w", id, err)
+		return instanceai.Thread{}, fmt.Errorf("postgres: get thread %q: %w", id, withCtx(ctx, err))
 	}
 	return r.thread(), nil
 }
@@ -326,7 +326,7 @@ func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset i
 		`SELECT `+threadColumns+` FROM threads WHERE owner_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
 		ownerID, lim, max(offset, 0))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list threads of %q: %w", ownerID, err)
+		return nil, fmt.Errorf("postgres: list threads of %q: %w", ownerID, withCtx(ctx, err))
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -345,7 +345,7 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 		err = mustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: rename thread %q: %w", id, err)
+		return fmt.Errorf("postgres: rename thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -358,7 +358,7 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 		err = mustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: delete thread %q: %w", id, err)
+		return fmt.Errorf("postgres: delete thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -372,4 +372,15 @@ func mustAffect(res sql.Result) error {
 		return instanceai.ErrNotFound
 	}
 	return nil
+}
+
+// withCtx adds ctx's error to err once ctx has ended: lib/pq reports a
+// statement cancelled by its context as its own error (57014, "canceling
+// statement due to user request"), and callers that tell a cancelled
+// request from a failed one look for context.Canceled.
+func withCtx(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
 }

@@ -330,3 +330,18 @@ func TestUnfinishedRunsUsesIndexes(t *testing.T) {
 		}
 	}
 }
+
+// A statement cut short by its context reports context.Canceled, whatever
+// lib/pq says, so a server can answer "retry" rather than "internal error".
+func TestCancelledStatementSaysCanceled(t *testing.T) {
+	s := openMigrated(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	_, err := s.db.ExecContext(ctx, "SELECT pg_sleep(5)")
+	if err == nil {
+		t.Fatal("the statement was not cancelled")
+	}
+	if err := withCtx(ctx, err); !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v does not say context.Canceled", err)
+	}
+}

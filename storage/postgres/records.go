@@ -40,7 +40,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
+		return fmt.Errorf("postgres: add message %q to thread %q: %w", m.ID, m.ThreadID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -65,7 +65,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 		err = s.threadExists(ctx, threadID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, err)
+		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	var out []instanceai.Message
 	for _, r := range rows {
@@ -101,7 +101,7 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, err)
+		return fmt.Errorf("postgres: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -143,7 +143,7 @@ func (s *Store) GetConfirmation(ctx context.Context, requestID string) (instance
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Confirmation{}, fmt.Errorf("postgres: get confirmation %q: %w", requestID, err)
+		return instanceai.Confirmation{}, fmt.Errorf("postgres: get confirmation %q: %w", requestID, withCtx(ctx, err))
 	}
 	return r.confirmation(), nil
 }
@@ -176,7 +176,7 @@ func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: answer confirmation %q: %w", requestID, err)
+		return fmt.Errorf("postgres: answer confirmation %q: %w", requestID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -193,7 +193,7 @@ func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]in
 		err = s.threadExists(ctx, threadID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: pending confirmations of thread %q: %w", threadID, err)
+		return nil, fmt.Errorf("postgres: pending confirmations of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	var out []instanceai.Confirmation
 	for _, r := range rows {
@@ -219,7 +219,7 @@ func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error)
 	}
 	err := s.db.SelectContext(ctx, &rows, unfinishedRunsSQL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: unfinished runs: %w", err)
+		return nil, fmt.Errorf("postgres: unfinished runs: %w", withCtx(ctx, err))
 	}
 	var out []instanceai.RunRef
 	for _, r := range rows {
@@ -235,7 +235,7 @@ func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error)
 func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
 	out, err := s.runEvents(ctx, threadID, runID)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: events of run %q in thread %q: %w", runID, threadID, err)
+		return nil, fmt.Errorf("postgres: events of run %q in thread %q: %w", runID, threadID, withCtx(ctx, err))
 	}
 	return out, nil
 }

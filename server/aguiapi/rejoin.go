@@ -1,4 +1,4 @@
-package aguihttp
+package aguiapi
 
 import (
 	"encoding/json"
@@ -11,11 +11,11 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/agui"
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
-	"github.com/threadline/threadline/instanceai/httpapi"
 	"github.com/threadline/threadline/mapping"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -91,11 +91,11 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	ctx := r.Context()
 	id := mux.Vars(r)["threadId"]
 	notFound := httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
-	if !threadIDPattern.MatchString(id) {
+	if !instanceai.ValidThreadID(id) {
 		return nil, notFound
 	}
 	th, err := h.store.GetThread(ctx, id)
-	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && th.OwnerID != httpapi.UserFrom(ctx)) {
+	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && th.OwnerID != auth.UserFrom(ctx)) {
 		return nil, notFound
 	}
 	if err != nil {

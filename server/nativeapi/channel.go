@@ -1,10 +1,10 @@
-package httpapi
+package nativeapi
 
 import (
 	"net/http"
 
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // Stream channels (seed 004 §5, stream partitioning): a client can follow

@@ -1,4 +1,4 @@
-package aguihttp
+package aguiapi
 
 import (
 	"encoding/json"
@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/agui"
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 func TestParseCursor(t *testing.T) {

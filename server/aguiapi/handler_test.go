@@ -1,7 +1,6 @@
-package aguihttp
+package aguiapi
 
 import (
-	"slices"
 	"testing"
 )
 
@@ -26,20 +25,6 @@ func TestAcceptsEventStream(t *testing.T) {
 	for _, c := range cases {
 		if got := acceptsEventStream(c.header); got != c.want {
 			t.Errorf("Accept %q: got %v, want %v", c.header, got, c.want)
-		}
-	}
-}
-
-func TestParseOrigins(t *testing.T) {
-	cases := map[string][]string{
-		"":    nil,
-		" , ": nil,
-		"*":   {"*"},
-		"https://a.example/, http://localhost:3000,https://a.example": {"https://a.example", "http://localhost:3000"},
-	}
-	for in, want := range cases {
-		if got := ParseOrigins(in); !slices.Equal(got, want) {
-			t.Errorf("ParseOrigins(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

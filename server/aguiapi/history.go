@@ -1,4 +1,4 @@
-package aguihttp
+package aguiapi
 
 import (
 	"encoding/json"

@@ -1,4 +1,6 @@
-package aguihttp
+// Package cors answers browsers' cross-origin requests for the allowed
+// origins, before routing and authentication.
+package cors
 
 import (
 	"net/http"
@@ -6,8 +8,8 @@ import (
 	"strings"
 )
 
-// corsMaxAge is how long (seconds) a browser may cache a preflight answer.
-const corsMaxAge = "600"
+// maxAge is how long (seconds) a browser may cache a preflight answer.
+const maxAge = "600"
 
 // ParseOrigins splits a comma-separated origin list, dropping blanks and
 // trailing slashes.
@@ -22,11 +24,11 @@ func ParseOrigins(list string) []string {
 	return out
 }
 
-// CORS lets browsers on the allowed origins ("*" allows any) call next. It
+// Middleware lets browsers on the allowed origins ("*" allows any) call next. It
 // answers preflight requests itself, before routing and authentication, so
 // an OPTIONS request never reaches a method-restricted route. With no
 // allowed origins it adds nothing.
-func CORS(allowed []string, next http.Handler) http.Handler {
+func Middleware(allowed []string, next http.Handler) http.Handler {
 	if len(allowed) == 0 {
 		return next
 	}
@@ -60,7 +62,7 @@ func CORS(allowed []string, next http.Handler) http.Handler {
 			} else {
 				h.Set("Access-Control-Allow-Headers", "Content-Type, Accept, Authorization, Last-Event-ID")
 			}
-			h.Set("Access-Control-Max-Age", corsMaxAge)
+			h.Set("Access-Control-Max-Age", maxAge)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -1,10 +1,10 @@
-// Package aguihttp serves AG-UI 1.0 over HTTP: POST /run-agent streams one
+// Package aguiapi serves AG-UI 1.0 over HTTP: POST /run-agent streams one
 // instance-ai run as AG-UI events, GET /health and GET /status report on the
 // server, and CORS lets browser clients on configured origins call them.
 //
 // It lives apart from package agui because it drives the mapping package,
 // which itself imports the agui wire types.
-package aguihttp
+package aguiapi
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +22,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/agui"
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/httpapi"
 	"github.com/threadline/threadline/mapping"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -47,7 +46,7 @@ type Config struct {
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
 	// RecordMessage, when set, stores the user message of a run started
-	// here, as the native chat endpoint does (httpapi.API.RecordMessage),
+	// here, as the native chat endpoint does (nativeapi.API.RecordMessage),
 	// so the thread's /messages, title and model history include it.
 	RecordMessage func(ctx context.Context, t instanceai.Thread, userID, runID, message string)
 }
@@ -64,7 +63,7 @@ type Handler struct {
 // New returns the AG-UI handler over the native core.
 func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg Config) *Handler {
 	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = httpapi.DefaultMaxBody
+		cfg.MaxBody = httpjson.DefaultMaxBody
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = ssestream.DefaultHeartbeat
@@ -95,10 +94,6 @@ func (h *Handler) Register(authed, public *mux.Router) {
 // OnDisconnectContinue, as forwardedProps.onDisconnect, keeps the run going
 // when the client goes away; by default a disconnect cancels it.
 const OnDisconnectContinue = "continue"
-
-// threadIDPattern is the native thread id rule: the AG-UI threadId is the
-// native thread id.
-var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 // acceptsEventStream reports whether an Accept header admits
 // text/event-stream (a missing header admits anything).
@@ -169,7 +164,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 		}
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_json", "", "invalid RunAgentInput: %v", err)
 	}
-	if !threadIDPattern.MatchString(in.ThreadID) {
+	if !instanceai.ValidThreadID(in.ThreadID) {
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "threadId",
 			"threadId must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
 	}
@@ -234,7 +229,7 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "messages",
 			"messages must end the conversation with a user message that has text to run, or with the tool message answering a frontend tool call")
 	}
-	user := httpapi.UserFrom(ctx)
+	user := auth.UserFrom(ctx)
 	t, _, err := h.store.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: user})
 	if err != nil {
 		return source{}, err

@@ -5,7 +5,7 @@
 // token per line (--tokens-file). A request presents its token in an
 // `Authorization: Bearer <token>` header; the middleware resolves it to the
 // user id every handler scopes its work to. Without any token configured the
-// server runs in single-user mode: every request acts as httpapi.LocalUser,
+// server runs in single-user mode: every request acts as LocalUser,
 // and CheckListen keeps such a server on loopback unless told otherwise.
 //
 // Tokens are secrets: no error message and no log line built here contains
@@ -26,8 +26,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/threadline/threadline/httpjson"
-	"github.com/threadline/threadline/instanceai/httpapi"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // Entry is one configured token and the user it authenticates.
@@ -257,14 +256,14 @@ func queryToken(r *http.Request) (string, bool) {
 }
 
 // Middleware authenticates every request before next: the caller's user id
-// goes into the request context (httpapi.WithUser). A request without a
+// goes into the request context (WithUser). A request without a
 // bearer token, or with one that matches none, gets 401 with
 // `WWW-Authenticate: Bearer`. In single-user mode every request is
-// httpapi.LocalUser's.
+// LocalUser's.
 func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 	if !a.Enabled() {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			next.ServeHTTP(w, r.WithContext(httpapi.WithUser(r.Context(), httpapi.LocalUser)))
+			next.ServeHTTP(w, r.WithContext(WithUser(r.Context(), LocalUser)))
 		})
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -289,7 +288,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 				"the bearer token is not valid"))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(httpapi.WithUser(r.Context(), user)))
+		next.ServeHTTP(w, r.WithContext(WithUser(r.Context(), user)))
 	})
 }
 

@@ -1,13 +1,13 @@
-package httpapi
+package nativeapi
 
 import (
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // Message page limits, as n8n's InstanceAiThreadMessagesQuery sets them.

@@ -1,26 +1,23 @@
-// Package httpapi serves the native Instance AI protocol over HTTP: start and
+// Package nativeapi serves the native Instance AI protocol over HTTP: start and
 // cancel runs, and the per-thread SSE event stream with replay.
-package httpapi
+package nativeapi
 
 import (
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/ssestream"
 )
-
-// DefaultMaxBody is the default request body limit (1 MiB).
-const DefaultMaxBody = 1 << 20
 
 // Config tunes the native API.
 type Config struct {
@@ -46,7 +43,7 @@ type API struct {
 // appends the events it emits itself (thread-title-updated) through it too.
 func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, writer *instanceai.Writer, cfg Config) *API {
 	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = DefaultMaxBody
+		cfg.MaxBody = httpjson.DefaultMaxBody
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = ssestream.DefaultHeartbeat
@@ -67,33 +64,11 @@ func (a *API) Register(r *mux.Router) {
 	a.registerThreads(s)
 }
 
-// userKey carries the authenticated user id in a request context.
-type userKey struct{}
-
-// WithUser returns a context carrying the caller's user id.
-func WithUser(ctx context.Context, userID string) context.Context {
-	return context.WithValue(ctx, userKey{}, userID)
-}
-
-// LocalUser owns every thread when no authentication is configured.
-const LocalUser = "local"
-
-// UserFrom returns the caller's user id (LocalUser when unauthenticated).
-func UserFrom(ctx context.Context) string {
-	if u, ok := ctx.Value(userKey{}).(string); ok && u != "" {
-		return u
-	}
-	return LocalUser
-}
-
-var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-
 // threadID reads and checks the {threadId} path variable.
 func threadID(r *http.Request) (string, error) {
 	id := mux.Vars(r)["threadId"]
-	if !threadIDPattern.MatchString(id) {
-		return "", httpjson.NewError(http.StatusBadRequest, "invalid_thread_id", "threadId",
-			"threadId must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
+	if !instanceai.ValidThreadID(id) {
+		return "", httpjson.NewError(http.StatusBadRequest, "invalid_thread_id", "threadId", "threadId %s", instanceai.ThreadIDRule)
 	}
 	return id, nil
 }
@@ -106,7 +81,7 @@ func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
 		return instanceai.Thread{}, err
 	}
 	t, err := a.store.GetThread(r.Context(), id)
-	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && t.OwnerID != UserFrom(r.Context())) {
+	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && t.OwnerID != auth.UserFrom(r.Context())) {
 		return instanceai.Thread{}, threadNotFound(id)
 	}
 	return t, err
@@ -141,7 +116,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Message) == "" {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty")
 	}
-	user := UserFrom(r.Context())
+	user := auth.UserFrom(r.Context())
 	t, _, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user})
 	if err != nil {
 		return err

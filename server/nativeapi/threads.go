@@ -1,4 +1,4 @@
-package httpapi
+package nativeapi
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // Thread listing bounds.
@@ -96,7 +97,7 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 		return threadList{}, err
 	}
 	// One row more than the page tells whether another page follows.
-	rows, err := a.store.ListThreads(r.Context(), UserFrom(r.Context()), limit+1, (page-1)*limit)
+	rows, err := a.store.ListThreads(r.Context(), auth.UserFrom(r.Context()), limit+1, (page-1)*limit)
 	if err != nil {
 		return threadList{}, err
 	}
@@ -151,15 +152,14 @@ func (a *API) ensureThread(w http.ResponseWriter, r *http.Request) (int, instanc
 	id := req.ID
 	if id == "" {
 		id = instanceai.NewID("thread_")
-	} else if !threadIDPattern.MatchString(id) {
-		return 0, instanceai.Thread{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "id",
-			"id must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
+	} else if !instanceai.ValidThreadID(id) {
+		return 0, instanceai.Thread{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "id", "id %s", instanceai.ThreadIDRule)
 	}
 	title, err := cleanTitle(req.Title)
 	if err != nil {
 		return 0, instanceai.Thread{}, err
 	}
-	user := UserFrom(r.Context())
+	user := auth.UserFrom(r.Context())
 	t, created, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user, Title: title})
 	switch {
 	case err != nil:
@@ -205,7 +205,7 @@ func (a *API) rename(w http.ResponseWriter, r *http.Request) (instanceai.Thread,
 	if title == "" {
 		return t, httpjson.NewError(http.StatusBadRequest, "invalid_field", "title", "title must not be empty")
 	}
-	if err := a.setTitle(r.Context(), t.ID, UserFrom(r.Context()), "", title); err != nil {
+	if err := a.setTitle(r.Context(), t.ID, auth.UserFrom(r.Context()), "", title); err != nil {
 		return t, err
 	}
 	renamed, err := a.store.GetThread(r.Context(), t.ID)

@@ -14,6 +14,9 @@ import (
 	"strconv"
 )
 
+// DefaultMaxBody is the default request body limit (1 MiB).
+const DefaultMaxBody = 1 << 20
+
 // Write sends v as JSON with the given status.
 func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")

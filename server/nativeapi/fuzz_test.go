@@ -1,4 +1,4 @@
-package httpapi_test
+package nativeapi_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/httpapi"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/storage/memory"
 )
 
@@ -30,7 +31,7 @@ func FuzzChatRequest(f *testing.F) {
 	runs := instanceai.NewRuns(writer, instanceai.AgentFunc(func(ctx context.Context, r *instanceai.Run) error { return nil }),
 		instanceai.RunsConfig{})
 	router := mux.NewRouter()
-	httpapi.New(store, hub, runs, writer, httpapi.Config{MaxBody: 4096}).Register(router)
+	nativeapi.New(store, hub, runs, writer, nativeapi.Config{MaxBody: 4096}).Register(router)
 
 	f.Fuzz(func(t *testing.T, body, thread string) {
 		req := httptest.NewRequest(http.MethodPost, "/instance-ai/chat/x", strings.NewReader(body))
@@ -58,14 +59,14 @@ func FuzzEventsCursor(f *testing.F) {
 		f.Add(s)
 	}
 	store := memory.New()
-	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: httpapi.LocalUser}); err != nil {
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: auth.LocalUser}); err != nil {
 		f.Fatal(err)
 	}
 	hub := instanceai.NewHub(0)
 	writer := instanceai.NewWriter(store, hub, instanceai.WriterConfig{})
 	f.Cleanup(func() { _ = writer.Close(context.Background()) })
 	router := mux.NewRouter()
-	httpapi.New(store, hub, instanceai.NewRuns(writer, nil, instanceai.RunsConfig{}), writer, httpapi.Config{}).Register(router)
+	nativeapi.New(store, hub, instanceai.NewRuns(writer, nil, instanceai.RunsConfig{}), writer, nativeapi.Config{}).Register(router)
 
 	f.Fuzz(func(t *testing.T, cursor string) {
 		ctx, cancel := context.WithCancel(context.Background())

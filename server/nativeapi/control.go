@@ -1,4 +1,4 @@
-package httpapi
+package nativeapi
 
 import (
 	"errors"
@@ -7,8 +7,9 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/threadline/threadline/httpjson"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpjson"
 )
 
 // registerControl mounts the endpoints that steer runs in flight: answers
@@ -91,7 +92,7 @@ func (a *API) answerConfirmation(w http.ResponseWriter, r *http.Request) (string
 	if err != nil {
 		return "", err
 	}
-	runID, err := a.runs.Answer(r.Context(), UserFrom(r.Context()), id, ans)
+	runID, err := a.runs.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
 	switch {
 	case errors.Is(err, instanceai.ErrNotFound):
 		return "", httpjson.NewError(http.StatusNotFound, "confirmation_not_found", "requestId", "confirmation %q does not exist", id)

@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/threadline/threadline/instanceai/httpapi"
 )
 
 func TestParseList(t *testing.T) {
@@ -168,7 +166,7 @@ func TestMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(httpapi.UserFrom(r.Context())))
+		_, _ = w.Write([]byte(UserFrom(r.Context())))
 	})
 	serve := func(a *Authenticator, header string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "/instance-ai/threads", nil)
@@ -198,7 +196,7 @@ func TestMiddleware(t *testing.T) {
 	// Single-user mode: everyone is the local user, whatever they send.
 	for _, single := range []*Authenticator{nil, {}} {
 		for _, header := range []string{"", "Bearer tok-alice"} {
-			if rec := serve(single, header); rec.Code != http.StatusOK || rec.Body.String() != httpapi.LocalUser {
+			if rec := serve(single, header); rec.Code != http.StatusOK || rec.Body.String() != LocalUser {
 				t.Errorf("single-user mode, %q: %d %q", header, rec.Code, rec.Body.String())
 			}
 		}
@@ -309,7 +307,7 @@ func TestQueryToken(t *testing.T) {
 	var seen string
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = r.URL.RawQuery + " " + r.RequestURI
-		_, _ = w.Write([]byte(httpapi.UserFrom(r.Context())))
+		_, _ = w.Write([]byte(UserFrom(r.Context())))
 	})
 	serve := func(method, target string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
