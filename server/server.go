@@ -65,6 +65,9 @@ const DefaultLeaseRenew = 2 * time.Second
 
 // Server is the wired application.
 type Server struct {
+	// Core is the engine; the fields below are its parts, for the tests
+	// and the command.
+	Core   *instanceai.Core
 	Store  instanceai.Store
 	Hub    *instanceai.Hub
 	Writer *instanceai.Writer
@@ -108,24 +111,9 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.LeaseRenew = DefaultLeaseRenew
 	}
 	s.leaseRenew = cfg.LeaseRenew
-	s.Hub = instanceai.NewHub(cfg.SubscriberQueue)
-	var publisher instanceai.Publisher = s.Hub
-	var control instanceai.Controller
-	if cfg.Bus != nil {
-		s.Cluster = instanceai.NewCluster(cfg.Bus, s.Hub, instanceai.ClusterConfig{
-			Instance: cfg.Instance, PollInterval: cfg.PollInterval, Logger: cfg.Logger})
-		publisher, control = s.Cluster, s.Cluster
-	}
-	wcfg := cfg.Writer
-	wcfg.Logger = cfg.Logger
-	wcfg.Observer = s.Metrics
-	wcfg.OnRunFailed = func(threadID, runID string, err error) { s.Runs.Fail(threadID, runID, err) }
-	s.Writer = instanceai.NewWriter(store, publisher, wcfg)
-	s.Runs = instanceai.NewRuns(s.Writer, agent, instanceai.RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: s.Metrics,
-		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control})
-	if s.Cluster != nil {
-		s.Cluster.Attach(s.Runs)
-	}
+	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, Writer: cfg.Writer,
+		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
+	s.Hub, s.Writer, s.Runs, s.Cluster = s.Core.Hub, s.Core.Writer, s.Core.Runs, s.Core.Cluster
 	s.Metrics.Gauges(s.Hub.Subscribers, s.Runs.Count)
 
 	router := mux.NewRouter()
@@ -133,10 +121,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	authed.Use(cfg.Auth.Middleware)
-	native := nativeapi.New(store, s.Hub, s.Runs, s.Writer, nativeapi.Config{
-		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
-	})
-	native.Register(authed)
+	nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
 		agents = named.Names()
@@ -149,11 +134,9 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.LLMHealth != nil {
 		router.Handle("/llm/health", cfg.LLMHealth).Methods(http.MethodGet)
 	}
-	aguiapi.New(store, s.Hub, s.Runs, aguiapi.Config{
+	aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
-		RecordMessage: native.RecordMessage,
 	}).Register(authed, router)
-	authed.Handle("/agui/threads/{threadId}/events", aguiapi.New(store, s.Hub, s.Runs, aguiapi.Config{Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Rejoin()).Methods(http.MethodGet)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.

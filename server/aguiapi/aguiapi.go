@@ -45,23 +45,19 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
-	// RecordMessage, when set, stores the user message of a run started
-	// here, as the native chat endpoint does (nativeapi.API.RecordMessage),
-	// so the thread's /messages, title and model history include it.
-	RecordMessage func(ctx context.Context, t instanceai.Thread, userID, runID, message string)
 }
 
 // Handler serves the AG-UI endpoints.
 type Handler struct {
+	core    *instanceai.Core
 	store   instanceai.Store
-	hub     *instanceai.Hub
 	runs    *instanceai.Runs
 	cfg     Config
 	started time.Time
 }
 
-// New returns the AG-UI handler over the native core.
-func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg Config) *Handler {
+// New returns the AG-UI handler over the core.
+func New(core *instanceai.Core, cfg Config) *Handler {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = httpjson.DefaultMaxBody
 	}
@@ -80,13 +76,14 @@ func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, cfg
 	if cfg.AllowedOrigins == nil {
 		cfg.AllowedOrigins = []string{}
 	}
-	return &Handler{store: store, hub: hub, runs: runs, cfg: cfg, started: cfg.Now()}
+	return &Handler{core: core, store: core.Store, runs: core.Runs, cfg: cfg, started: cfg.Now()}
 }
 
-// Register mounts POST /run-agent on authed (routes that act for a user)
-// and GET /health and GET /status on public.
+// Register mounts POST /run-agent and the rejoin stream on authed (routes
+// that act for a user) and GET /health and GET /status on public.
 func (h *Handler) Register(authed, public *mux.Router) {
 	authed.HandleFunc("/run-agent", h.runAgent).Methods(http.MethodPost)
+	authed.HandleFunc("/agui/threads/{threadId}/events", h.rejoin).Methods(http.MethodGet)
 	public.HandleFunc("/health", h.health).Methods(http.MethodGet)
 	public.HandleFunc("/status", h.status).Methods(http.MethodGet)
 }
@@ -263,7 +260,9 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	if err != nil {
 		return source{}, err
 	}
-	run, err := h.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
+	// Chat records the user's message (not a tool answer) as the native
+	// chat does, so /messages, the title and the model history have it.
+	run, err := h.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
 		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages),
 		Context: clientContext(req.input.Context)})
 	var unknown *instanceai.UnknownAgentError
@@ -278,9 +277,6 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	if err != nil {
 		return source{}, err
-	}
-	if h.cfg.RecordMessage != nil && !toolAnswer {
-		h.cfg.RecordMessage(ctx, t, user, run.ID, req.message)
 	}
 	// Every event of the run has a seq after next-1.
 	return source{run: run, after: next - 1,
@@ -492,7 +488,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 			return
 		}
 	}
-	feed := instanceai.OpenFeed(h.store, h.hub, threadID, src.after)
+	feed := h.core.Feed(threadID, src.after)
 	defer func() { feed.Close() }()
 	ping := time.NewTicker(h.cfg.Heartbeat)
 	defer ping.Stop()
@@ -508,7 +504,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 				// event, so pick up again from the cursor.
 				last := feed.Last()
 				feed.Close()
-				feed = instanceai.OpenFeed(h.store, h.hub, threadID, last)
+				feed = h.core.Feed(threadID, last)
 				continue
 			}
 			log.Warn("AG-UI stream source failed", "err", err)

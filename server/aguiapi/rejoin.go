@@ -418,7 +418,7 @@ func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoin
 	if err := writeFrames(s, cursor, opening); err != nil || s.Flush() != nil || m == nil {
 		return
 	}
-	feed := instanceai.OpenFeed(h.store, h.hub, t.threadID, cursor)
+	feed := h.core.Feed(t.threadID, cursor)
 	defer func() { feed.Close() }()
 	ping := time.NewTicker(h.cfg.Heartbeat)
 	defer ping.Stop()
@@ -431,7 +431,7 @@ func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoin
 			if errors.Is(err, instanceai.ErrSubscriberDropped) {
 				last := feed.Last()
 				feed.Close()
-				feed = instanceai.OpenFeed(h.store, h.hub, t.threadID, last)
+				feed = h.core.Feed(t.threadID, last)
 				continue
 			}
 			log.Warn("AG-UI rejoin stream source failed", "err", err)

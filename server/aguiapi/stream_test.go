@@ -32,17 +32,15 @@ func TestStreamEndsWithRunErrorWhenTheLogFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	hub := instanceai.NewHub(0)
-	writer := instanceai.NewWriter(store, hub, instanceai.WriterConfig{})
-	runs := instanceai.NewRuns(writer, &script.Agent{}, instanceai.RunsConfig{})
+	core := instanceai.NewCore(brokenLog{store}, &script.Agent{}, instanceai.CoreConfig{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = runs.Shutdown(ctx)
-		_ = writer.Close(ctx)
+		_ = core.Runs.Shutdown(ctx)
+		_ = core.Writer.Close(ctx)
 	})
 	r := mux.NewRouter()
-	New(brokenLog{store}, hub, runs, Config{}).Register(r, r)
+	New(core, Config{}).Register(r, r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 

@@ -25,13 +25,11 @@ func FuzzChatRequest(f *testing.F) {
 		f.Add(s, "thread-1")
 	}
 	store := memory.New()
-	hub := instanceai.NewHub(0)
-	writer := instanceai.NewWriter(store, hub, instanceai.WriterConfig{})
-	f.Cleanup(func() { _ = writer.Close(context.Background()) })
-	runs := instanceai.NewRuns(writer, instanceai.AgentFunc(func(ctx context.Context, r *instanceai.Run) error { return nil }),
-		instanceai.RunsConfig{})
+	core := instanceai.NewCore(store, instanceai.AgentFunc(func(ctx context.Context, r *instanceai.Run) error { return nil }),
+		instanceai.CoreConfig{})
+	f.Cleanup(func() { _ = core.Writer.Close(context.Background()) })
 	router := mux.NewRouter()
-	nativeapi.New(store, hub, runs, writer, nativeapi.Config{MaxBody: 4096}).Register(router)
+	nativeapi.New(core, nativeapi.Config{MaxBody: 4096}).Register(router)
 
 	f.Fuzz(func(t *testing.T, body, thread string) {
 		req := httptest.NewRequest(http.MethodPost, "/instance-ai/chat/x", strings.NewReader(body))
@@ -62,11 +60,10 @@ func FuzzEventsCursor(f *testing.F) {
 	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: auth.LocalUser}); err != nil {
 		f.Fatal(err)
 	}
-	hub := instanceai.NewHub(0)
-	writer := instanceai.NewWriter(store, hub, instanceai.WriterConfig{})
-	f.Cleanup(func() { _ = writer.Close(context.Background()) })
+	core := instanceai.NewCore(store, nil, instanceai.CoreConfig{})
+	f.Cleanup(func() { _ = core.Writer.Close(context.Background()) })
 	router := mux.NewRouter()
-	nativeapi.New(store, hub, instanceai.NewRuns(writer, nil, instanceai.RunsConfig{}), writer, nativeapi.Config{}).Register(router)
+	nativeapi.New(core, nativeapi.Config{}).Register(router)
 
 	f.Fuzz(func(t *testing.T, cursor string) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -32,16 +32,14 @@ type Config struct {
 
 // API is the native Instance AI HTTP surface.
 type API struct {
-	store  instanceai.Store
-	hub    *instanceai.Hub
-	runs   *instanceai.Runs
-	writer *instanceai.Writer
-	cfg    Config
+	core  *instanceai.Core
+	store instanceai.Store
+	runs  *instanceai.Runs
+	cfg   Config
 }
 
-// New returns the API. writer is the one runs writes through; the API
-// appends the events it emits itself (thread-title-updated) through it too.
-func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, writer *instanceai.Writer, cfg Config) *API {
+// New returns the API over the core.
+func New(core *instanceai.Core, cfg Config) *API {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = httpjson.DefaultMaxBody
 	}
@@ -51,7 +49,7 @@ func New(store instanceai.Store, hub *instanceai.Hub, runs *instanceai.Runs, wri
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &API{store: store, hub: hub, runs: runs, writer: writer, cfg: cfg}
+	return &API{core: core, store: core.Store, runs: core.Runs, cfg: cfg}
 }
 
 // Register mounts the routes under /instance-ai.
@@ -124,7 +122,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if t.OwnerID != user {
 		return threadNotFound(id)
 	}
-	run, err := a.runs.Start(instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, AgentName: req.Agent})
+	run, err := a.core.Chat(r.Context(), t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, AgentName: req.Agent})
 	var unknown *instanceai.UnknownAgentError
 	if errors.As(err, &unknown) {
 		return httpjson.NewError(http.StatusBadRequest, "unknown_agent", "agent", "%s", unknown.Error())
@@ -141,7 +139,6 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.RecordMessage(r.Context(), t, user, run.ID, req.Message)
 	httpjson.Write(w, http.StatusOK, chatResponse{RunID: run.ID})
 	return nil
 }
@@ -196,7 +193,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	if err != nil {
 		return
 	}
-	feed := instanceai.OpenFeed(a.store, a.hub, threadID, after)
+	feed := a.core.Feed(threadID, after)
 	defer feed.Close()
 	feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
 		return a.runSyncFrames(r.Context(), threadID, committed, open)

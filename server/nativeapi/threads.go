@@ -24,17 +24,6 @@ const (
 	MaxThreadsLimit     = 100
 )
 
-// Title bounds: a title set by a client has 1 to MaxTitle characters after
-// trimming; one derived from the first message is cut at DerivedTitle.
-const (
-	MaxTitle     = 200
-	DerivedTitle = 60
-)
-
-// SystemAgentID is the agent id of events the server emits on its own
-// behalf, such as thread-title-updated.
-const SystemAgentID = "system"
-
 // registerThreads mounts the thread collection: list, create, rename and
 // delete, each scoped to the caller's own threads.
 func (a *API) registerThreads(s *mux.Router) {
@@ -108,13 +97,13 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 	return out, nil
 }
 
-// cleanTitle trims a client's title and checks it: at most MaxTitle
+// cleanTitle trims a client's title and checks it: at most instanceai.MaxTitle
 // characters, and no control characters (a title is one line).
 func cleanTitle(title string) (string, error) {
 	title = strings.TrimSpace(title)
-	if n := utf8.RuneCountInString(title); n > MaxTitle {
+	if n := utf8.RuneCountInString(title); n > instanceai.MaxTitle {
 		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
-			"title must be at most %d characters, got %d", MaxTitle, n)
+			"title must be at most %d characters, got %d", instanceai.MaxTitle, n)
 	}
 	if strings.ContainsFunc(title, unicode.IsControl) {
 		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
@@ -220,29 +209,11 @@ func (a *API) rename(w http.ResponseWriter, r *http.Request) (instanceai.Thread,
 // means the thread's active run if there is one, else a run id of its own.
 // Its agent is the system.
 func (a *API) setTitle(ctx context.Context, threadID, userID, runID, title string) error {
-	if err := a.store.RenameThread(ctx, threadID, title); err != nil {
-		if errors.Is(err, instanceai.ErrNotFound) {
-			return threadNotFound(threadID)
-		}
-		return err
+	err := a.core.Rename(ctx, threadID, userID, runID, title)
+	if errors.Is(err, instanceai.ErrNotFound) {
+		return threadNotFound(threadID)
 	}
-	if runID == "" {
-		runID = instanceai.NewID("run_")
-		if run := a.runs.Active(threadID); run != nil {
-			runID = run.ID
-		}
-	}
-	ev := instanceai.Event{Type: instanceai.TypeThreadTitleUpdated, RunID: runID, AgentID: SystemAgentID,
-		UserID: userID, TS: time.Now().UnixMilli(), Payload: &instanceai.ThreadTitle{Title: title}}
-	if err := ev.Validate(); err != nil {
-		return err
-	}
-	if err := a.writer.Enqueue(threadID, ev); err != nil {
-		// Only a closing writer refuses, at shutdown: the rename is stored
-		// and shows in the thread list; only the live notice is lost.
-		a.cfg.Logger.Warn("thread renamed without a thread-title-updated event", "thread", threadID, "err", err)
-	}
-	return nil
+	return err
 }
 
 func threadNotFound(id string) error {
@@ -275,7 +246,7 @@ func (a *API) delete(r *http.Request) error {
 	if err := a.quiesce(r.Context(), t.ID); err != nil {
 		return err
 	}
-	if err := a.writer.Sync(r.Context(), t.ID); err != nil {
+	if err := a.core.Writer.Sync(r.Context(), t.ID); err != nil {
 		return err
 	}
 	if err := a.store.DeleteThread(r.Context(), t.ID); err != nil {
@@ -284,7 +255,7 @@ func (a *API) delete(r *http.Request) error {
 		}
 		return err
 	}
-	a.hub.Forget(t.ID)
+	a.core.Hub.Forget(t.ID)
 	a.runs.ThreadDeleted(t.ID)
 	return nil
 }
@@ -303,48 +274,4 @@ func (a *API) quiesce(ctx context.Context, threadID string) error {
 		return nil
 	}
 	return err
-}
-
-// deriveTitle makes a title of a message's first non-blank line: spaces
-// collapsed, at most DerivedTitle characters, cut ones ending in "…".
-func deriveTitle(message string) string {
-	var line string
-	for l := range strings.Lines(message) {
-		if line = strings.Join(strings.FieldsFunc(l, isTitleSpace), " "); line != "" {
-			break
-		}
-	}
-	if utf8.RuneCountInString(line) <= DerivedTitle {
-		return line
-	}
-	runes := []rune(line)[:DerivedTitle-1]
-	return strings.TrimRightFunc(string(runes), unicode.IsSpace) + "…"
-}
-
-func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
-
-// RecordMessage stores the user message of a run that just started and, if
-// the thread has no title yet, titles it after the message. The run is
-// under way whatever happens here, so failures are logged, not returned.
-// A client that hangs up at once must not lose its message: the work is
-// detached from the request's cancellation.
-//
-// It is exported for the AG-UI endpoint, whose runs belong to the same
-// threads: their messages show in /messages, titles and model history too.
-func (a *API) RecordMessage(ctx context.Context, t instanceai.Thread, user, runID, message string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	err := a.store.AddMessage(ctx, instanceai.Message{ID: instanceai.NewID("msg_"), ThreadID: t.ID, RunID: runID,
-		Role: "user", Content: message})
-	if err != nil {
-		a.cfg.Logger.Error("could not store the user message", "thread", t.ID, "run", runID, "err", err)
-	}
-	if t.Title != "" {
-		return
-	}
-	if title := deriveTitle(message); title != "" {
-		if err := a.setTitle(ctx, t.ID, user, runID, title); err != nil {
-			a.cfg.Logger.Error("could not title the thread", "thread", t.ID, "err", err)
-		}
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/threadline/threadline/instanceai"
 )
 
 func TestDeriveTitle(t *testing.T) {
@@ -20,15 +22,15 @@ func TestDeriveTitle(t *testing.T) {
 		"   \n\t ":                     "",
 		"🙂" + strings.Repeat("🚀", 70) + "\n": "🙂" + strings.Repeat("🚀", 58) + "…",
 	} {
-		got := deriveTitle(msg)
+		got := instanceai.DeriveTitle(msg)
 		if got != want {
-			t.Errorf("deriveTitle(%q) = %q, want %q", msg, got, want)
+			t.Errorf("DeriveTitle(%q) = %q, want %q", msg, got, want)
 		}
-		if n := utf8.RuneCountInString(got); n > DerivedTitle {
-			t.Errorf("deriveTitle(%q) has %d characters", msg, n)
+		if n := utf8.RuneCountInString(got); n > instanceai.DerivedTitle {
+			t.Errorf("DeriveTitle(%q) has %d characters", msg, n)
 		}
 		if _, err := cleanTitle(got); err != nil {
-			t.Errorf("deriveTitle(%q) = %q, which a client could not set: %v", msg, got, err)
+			t.Errorf("DeriveTitle(%q) = %q, which a client could not set: %v", msg, got, err)
 		}
 	}
 }
