@@ -214,22 +214,33 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	logAuth(logger, authn, entries, c.addr)
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent,
 		"bus", describeBus(c.bus), "instance", c.instance)
-	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: secondSignal(ctx)})
+	force, stopForce := secondSignal(ctx)
+	defer stopForce()
+	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: force})
 }
 
 // secondSignal returns a context that ends at the first SIGINT or SIGTERM
-// after ctx ended: the one that cuts a drain short.
-func secondSignal(ctx context.Context) context.Context {
+// after ctx ended: the one that cuts a drain short. stop releases the
+// signals once serving is over.
+func secondSignal(ctx context.Context) (force context.Context, stop func()) {
 	force, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-		<-ch
-		signal.Stop(ch)
-		cancel()
+		defer signal.Stop(ch)
+		select {
+		case <-ch:
+			cancel()
+		case <-done:
+		}
 	}()
-	return force
+	return force, func() { close(done); cancel() }
 }
 
 // defaultInstanceID names this process uniquely among those sharing a
