@@ -65,16 +65,9 @@ const DefaultLeaseRenew = 2 * time.Second
 
 // Server is the wired application.
 type Server struct {
-	// Core is the engine; the fields below are its parts, for the tests
-	// and the command.
-	Core   *instanceai.Core
-	Store  instanceai.Store
-	Hub    *instanceai.Hub
-	Writer *instanceai.Writer
-	Runs   *instanceai.Runs
-	// Cluster joins this process to the other instances; nil without a
-	// bus.
-	Cluster *instanceai.Cluster
+	// Core is the engine: its Store, Hub, Writer, Runs and Cluster (nil
+	// without a bus) are the server's, for the command and the tests.
+	*instanceai.Core
 	// Metrics are served at /metrics; agents report to them too (the n8n
 	// bridge's capture counts).
 	Metrics *metrics.Metrics
@@ -103,17 +96,13 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
-	s := &Server{Store: store, logger: cfg.Logger, Metrics: cfg.Metrics}
-	if cfg.Instance == "" {
-		cfg.Instance = instanceai.NewID("inst_")
-	}
+	s := &Server{logger: cfg.Logger, Metrics: cfg.Metrics}
 	if cfg.LeaseRenew <= 0 {
 		cfg.LeaseRenew = DefaultLeaseRenew
 	}
 	s.leaseRenew = cfg.LeaseRenew
 	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, Writer: cfg.Writer,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
-	s.Hub, s.Writer, s.Runs, s.Cluster = s.Core.Hub, s.Core.Writer, s.Core.Runs, s.Core.Cluster
 	s.Metrics.Gauges(s.Hub.Subscribers, s.Runs.Count)
 
 	router := mux.NewRouter()

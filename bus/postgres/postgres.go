@@ -29,6 +29,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/threadline/threadline/bus/internal/relisten"
 )
 
 // DefaultChannel is the notification channel when Open is given none.
@@ -171,49 +173,10 @@ func (b *Bus) MaxPayload() int { return maxPayload }
 // Listen implements instanceai.Bus. It returns nil when ctx ends and
 // ErrClosed when the bus is closed; it never gives up on the database.
 func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
-	switch {
-	case ctx.Err() != nil:
-		return nil
-	case b.closed():
-		return ErrClosed
-	}
-	// lctx also ends with the bus, which is what interrupts a listener
-	// blocked in WaitForNotification when Close is called.
-	lctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-b.done:
-			cancel()
-		case <-lctx.Done():
-		}
-	})
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-
-	backoff := minBackoff
-	for {
-		listened, err := b.session(lctx, deliver, state)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case b.closed():
-			return ErrClosed
-		}
-		state(false, err)
-		if listened {
-			backoff = minBackoff
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-lctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, maxBackoff)
-	}
+	// The session's context also ends with the bus, which is what
+	// interrupts a listener blocked in WaitForNotification at Close.
+	return relisten.Run(ctx, b.done, ErrClosed, relisten.Backoff{Min: minBackoff, Max: maxBackoff},
+		func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
 }
 
 // session connects, listens and delivers until the connection fails,

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/threadline/threadline/bus/internal/relisten"
 )
 
 // DefaultChannel is the pub/sub channel when the URL names none.
@@ -221,34 +223,8 @@ func (b *Bus) MaxPayload() int { return maxPayload }
 // Listen implements instanceai.Bus. It returns nil when ctx ends and
 // ErrClosed when the bus is closed; it never gives up on Redis.
 func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
-	backoff := minBackoff
-	for {
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case b.closed():
-			return ErrClosed
-		}
-		subscribed, err := b.session(ctx, deliver, state)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case b.closed():
-			return ErrClosed
-		}
-		state(false, err)
-		if subscribed {
-			backoff = minBackoff
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-b.done:
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, maxBackoff)
-	}
+	return relisten.Run(ctx, b.done, ErrClosed, relisten.Backoff{Min: minBackoff, Max: maxBackoff},
+		func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
 }
 
 // session subscribes on a connection of its own and delivers until that

@@ -269,9 +269,6 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	if errors.As(err, &unknown) {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "unknown_agent", "forwardedProps.agent", "%s", unknown.Error())
 	}
-	if errors.Is(err, instanceai.ErrDraining) {
-		return source{}, httpjson.Draining()
-	}
 	if errors.Is(err, instanceai.ErrRunActive) {
 		return source{}, runActive(id, run.ID)
 	}

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"github.com/threadline/threadline/instanceai"
 )
 
 // DefaultMaxBody is the default request body limit (1 MiB).
@@ -56,29 +58,26 @@ func NewError(status int, code, field, format string, args ...any) *Error {
 	return e
 }
 
-// Draining is the answer to a request that would start a run on an
-// instance that is shutting down: 503 with Retry-After, so a client or a
-// load balancer tries again, elsewhere.
-func Draining() *Error {
-	e := NewError(http.StatusServiceUnavailable, "server_draining", "",
-		"this instance is shutting down and takes no new runs; retry in a moment")
-	e.RetryAfter = 1
-	return e
-}
-
-// WriteError sends err: an *Error as it is, a cancelled request as a 503
-// to retry, anything else as a 500 that does not leak internals (and is
+// WriteError sends err: an *Error as it is, a drain's refusal and a
+// cancelled request as a 503 to retry, anything else as a 500 that does not leak internals (and is
 // logged).
 func WriteError(w http.ResponseWriter, err error) {
 	var e *Error
-	if !errors.As(err, &e) && errors.Is(err, context.Canceled) {
+	switch {
+	case errors.As(err, &e):
+	case errors.Is(err, instanceai.ErrDraining):
+		// A run asked of an instance that drains before a shutdown: a
+		// client or a load balancer tries again, elsewhere.
+		e = NewError(http.StatusServiceUnavailable, "server_draining", "",
+			"this instance is shutting down and takes no new runs; retry in a moment")
+		e.RetryAfter = 1
+	case errors.Is(err, context.Canceled):
 		// The request was cut short: by the client, which reads no
 		// answer, or by a shutdown, whose client should retry elsewhere.
 		e = NewError(http.StatusServiceUnavailable, "server_shutting_down", "",
 			"the request was interrupted (the instance is shutting down); retry")
 		e.RetryAfter = 1
-	}
-	if e == nil && !errors.As(err, &e) {
+	default:
 		// The client learns nothing of the cause; the operator must.
 		slog.Error("request failed with an internal error", "err", err)
 		e = NewError(http.StatusInternalServerError, "internal_error", "", "internal server error")

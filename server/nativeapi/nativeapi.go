@@ -127,9 +127,6 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if errors.As(err, &unknown) {
 		return httpjson.NewError(http.StatusBadRequest, "unknown_agent", "agent", "%s", unknown.Error())
 	}
-	if errors.Is(err, instanceai.ErrDraining) {
-		return httpjson.Draining()
-	}
 	if errors.Is(err, instanceai.ErrRunActive) {
 		e := httpjson.NewError(http.StatusConflict, "run_active", "",
 			"thread %q already has an active run; cancel it or wait for its run-finish", id)
