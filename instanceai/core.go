@@ -2,8 +2,11 @@ package instanceai
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -22,6 +25,13 @@ type Core struct {
 	// Cluster is nil on a single instance (no bus).
 	Cluster *Cluster
 	log     *slog.Logger
+
+	// loops run beside the requests once Start was called (the lease
+	// heartbeat, the bus listener); stopLoops ends them at Shutdown.
+	loopsCtx  context.Context
+	stopLoops context.CancelFunc
+	started   bool
+	loops     sync.WaitGroup
 }
 
 // CoreConfig configures NewCore.
@@ -50,6 +60,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 		cfg.Instance = NewID("inst_")
 	}
 	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger}
+	c.loopsCtx, c.stopLoops = context.WithCancel(context.Background())
 	var publisher Publisher = c.Hub
 	var control Controller
 	if cfg.Bus != nil {
@@ -90,17 +101,13 @@ const SystemAgentID = "system"
 // history alike. A run that answers a client tool (req.ToolResult) records
 // nothing. The errors are Runs.Start's.
 func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, error) {
-	run, err := c.Runs.Start(req)
-	if err != nil {
-		return run, err
+	if req.ToolResult != nil {
+		return c.Runs.Start(req)
 	}
-	if req.ToolResult == nil {
-		c.recordMessage(ctx, t, req.UserID, run.ID, req.Message)
-	}
-	return run, nil
+	return c.Runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message) })
 }
 
-// recordMessage stores the user message of a run that just started and, if
+// recordMessage stores the user message of a run that is starting and, if
 // the thread has no title yet, titles it after the message. The run is
 // under way whatever happens here, so failures are logged, not returned.
 // A client that hangs up at once must not lose its message: the work is
@@ -124,9 +131,12 @@ func (c *Core) recordMessage(ctx context.Context, t Thread, user, runID, message
 
 // Rename stores the thread's new title and appends thread-title-updated to
 // its log, in runID (the thread's active run when empty, else a fresh id).
-// A missing thread is ErrNotFound.
+// A missing thread is *ThreadNotFoundError.
 func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string) error {
 	if err := c.Store.RenameThread(ctx, threadID, title); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return &ThreadNotFoundError{ThreadID: threadID}
+		}
 		return err
 	}
 	if runID == "" {
@@ -151,6 +161,158 @@ func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string
 // Feed opens a connection's view of the thread after the cursor.
 func (c *Core) Feed(threadID string, after int64) *Feed {
 	return OpenFeed(c.Store, c.Hub, threadID, after)
+}
+
+// Thread returns the thread if userID owns it; a missing thread and
+// another user's are both *ThreadNotFoundError.
+func (c *Core) Thread(ctx context.Context, threadID, userID string) (Thread, error) {
+	t, err := c.Store.GetThread(ctx, threadID)
+	if errors.Is(err, ErrNotFound) || (err == nil && t.OwnerID != userID) {
+		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
+	}
+	return t, err
+}
+
+// OpenThread returns the thread, creating it for userID when it does not
+// exist yet (a chat on a new id starts a thread); another user's thread
+// is *ThreadNotFoundError.
+func (c *Core) OpenThread(ctx context.Context, threadID, userID string) (Thread, error) {
+	t, _, err := c.Store.EnsureThread(ctx, Thread{ID: threadID, OwnerID: userID})
+	if err != nil {
+		return Thread{}, err
+	}
+	if t.OwnerID != userID {
+		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
+	}
+	return t, nil
+}
+
+// Cancel stops the thread's active run and its background agents, here
+// and, through the bus, on the instance that runs them. It returns the run
+// it cancelled in this process, nil when there was none here.
+func (c *Core) Cancel(threadID string) *Run {
+	return c.Runs.Cancel(threadID, ReasonUserCancelled)
+}
+
+// Answer answers the confirmation requestID for userID and returns its run
+// id (see Runs.Answer for the errors).
+func (c *Core) Answer(ctx context.Context, userID, requestID string, a Answer) (string, error) {
+	return c.Runs.Answer(ctx, userID, requestID, a)
+}
+
+// Status reports the thread's activity (see Runs.Status).
+func (c *Core) Status(ctx context.Context, threadID string) ThreadStatus {
+	return c.Runs.Status(ctx, threadID)
+}
+
+// Active returns the thread's active run in this process, if any.
+func (c *Core) Active(threadID string) *Run { return c.Runs.Active(threadID) }
+
+// LiveRuns returns the ids of the thread's runs live in this process.
+func (c *Core) LiveRuns(threadID string) []string { return c.Runs.LiveRuns(threadID) }
+
+// Awaited returns the confirmations the thread's run waits for.
+func (c *Core) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
+	return c.Runs.Awaited(ctx, threadID)
+}
+
+// ActiveRuns counts the runs working in this process.
+func (c *Core) ActiveRuns() int { return c.Runs.Count() }
+
+// Draining reports whether Drain began: new runs are refused.
+func (c *Core) Draining() bool { return c.Runs.Draining() }
+
+// QuiesceTimeout bounds how long DeleteThread waits for cancelled agents.
+const QuiesceTimeout = 5 * time.Second
+
+// DeleteThread cancels the thread's run and background agents, waits until
+// they stopped and the writer stored what they queued last (run-finish,
+// agent-completed), deletes the thread with its log, messages and
+// confirmations, and ends the thread's open streams. Without the wait, a
+// late event would be appended after the delete, or to a new thread that
+// took the id. A missing thread is *ThreadNotFoundError.
+func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
+	c.Cancel(threadID)
+	if err := c.quiesce(ctx, threadID); err != nil {
+		return err
+	}
+	if err := c.Writer.Sync(ctx, threadID); err != nil {
+		return err
+	}
+	if err := c.Store.DeleteThread(ctx, threadID); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return &ThreadNotFoundError{ThreadID: threadID}
+		}
+		return err
+	}
+	c.Hub.Forget(threadID)
+	c.Runs.ThreadDeleted(threadID)
+	return nil
+}
+
+// quiesce waits until no run of the thread is live in this process: a
+// cancelled background agent settles its tool calls and queues its
+// agent-completed when its work returns, a moment after the cancel. An
+// agent that ignores cancellation is not waited for beyond QuiesceTimeout.
+func (c *Core) quiesce(ctx context.Context, threadID string) error {
+	wctx, cancel := context.WithTimeout(ctx, QuiesceTimeout)
+	defer cancel()
+	err := c.Runs.Wait(wctx, threadID)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("deleting a thread whose agents did not stop in time", "thread", threadID,
+			"runs", c.Runs.LiveRuns(threadID))
+		return nil
+	}
+	return err
+}
+
+// Start begins the work that runs beside the requests: the heartbeat that
+// renews this instance's run leases every renew and settles the runs of
+// dead instances, and the bus listener. Shutdown ends it; calling Start
+// again does nothing.
+func (c *Core) Start(renew time.Duration) {
+	if c.started {
+		return
+	}
+	c.started = true
+	c.loops.Go(func() { c.Runs.Maintain(c.loopsCtx, renew) })
+	if c.Cluster != nil {
+		c.loops.Go(func() {
+			if err := c.Cluster.Run(c.loopsCtx); err != nil && c.loopsCtx.Err() == nil {
+				c.log.Error("bus listener stopped", "err", err)
+			}
+		})
+	}
+}
+
+// Sweep settles the runs a crashed process left open, those with no live
+// claim (see Runs.Sweep), and returns how many. Call it once at start,
+// after the listener is bound (a process that cannot serve must not touch
+// runs) and before serving.
+func (c *Core) Sweep(ctx context.Context) (int, error) {
+	return c.Runs.Sweep(ctx, c.Store)
+}
+
+// Drain refuses new runs (ErrDraining) and waits until the runs working
+// here finished or ctx ends; it returns how many still work.
+func (c *Core) Drain(ctx context.Context) int { return c.Runs.Drain(ctx) }
+
+// Shutdown cancels the active runs (run-finish cancelled, reason
+// service_shutdown; runs waiting for approval stay suspended), flushes
+// every open segment to the log, and stops the work Start began. The open
+// streams are the caller's to end afterwards, when they carry each run's
+// last events. It does not close the store.
+func (c *Core) Shutdown(ctx context.Context) error {
+	var errs []error
+	if err := c.Runs.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("runs shutdown: %w", err))
+	}
+	if err := c.Writer.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	c.stopLoops()
+	c.loops.Wait()
+	return errors.Join(errs...)
 }
 
 // DeriveTitle makes a title of a message's first non-blank line: spaces

@@ -45,7 +45,7 @@ func (m *Runs) claim(r *Run) (*Run, error) {
 			}
 			continue
 		}
-		return &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: r.ThreadID}}, ErrRunActive
+		return &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: r.ThreadID}}, &RunActiveError{ThreadID: r.ThreadID, RunID: row.RunID}
 	}
 }
 

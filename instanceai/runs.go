@@ -271,7 +271,13 @@ func (e *UnknownAgentError) Error() string {
 // Start begins a run on the thread unless one is active (ErrRunActive, with
 // the active run returned). The run-start event is queued before Start
 // returns, so a client that subscribes afterwards sees the whole run.
-func (m *Runs) Start(req StartRequest) (*Run, error) {
+func (m *Runs) Start(req StartRequest) (*Run, error) { return m.start(req, nil) }
+
+// start is Start with a prelude that runs once the run-start is queued and
+// before the agent begins, so that what it queues (the chat's title) sits
+// between the run-start and the agent's first event, never after the
+// run-finish of an agent that is quick.
+func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	if req.AgentName != "" {
 		var known []string
 		if named, ok := m.agent.(NamedAgent); ok {
@@ -284,7 +290,7 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	m.mu.Lock()
 	if r := m.active[req.ThreadID]; r != nil {
 		m.mu.Unlock()
-		return r, ErrRunActive
+		return r, &RunActiveError{ThreadID: req.ThreadID, RunID: r.ID}
 	}
 	if m.draining {
 		m.mu.Unlock()
@@ -335,6 +341,9 @@ func (m *Runs) Start(req StartRequest) (*Run, error) {
 	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
 		abort(err)
 		return nil, fmt.Errorf("start run: %w", err)
+	}
+	if prelude != nil {
+		prelude(r)
 	}
 	go m.execute(r, func(ctx context.Context) error { return m.agent.Run(ctx, r) })
 	return r, nil

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -80,12 +79,6 @@ type Server struct {
 	stopStreams context.CancelFunc
 
 	leaseRenew time.Duration
-	// background runs the heartbeat and the bus listener once Start was
-	// called; stopBackground ends them, and loops is their group.
-	background     context.Context
-	stopBackground context.CancelFunc
-	started        bool
-	loops          sync.WaitGroup
 }
 
 // New wires an application on store with agent.
@@ -103,7 +96,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	s.leaseRenew = cfg.LeaseRenew
 	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, Writer: cfg.Writer,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
-	s.Metrics.Gauges(s.Hub.Subscribers, s.Runs.Count)
+	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
 
 	router := mux.NewRouter()
 	// Routes that act for a user are registered on authed; routes that need
@@ -133,35 +126,20 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	router.MethodNotAllowedHandler = router.NotFoundHandler
 	s.handler = cors.Middleware(cfg.AllowedOrigins, router)
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
-	s.background, s.stopBackground = context.WithCancel(context.Background())
 	return s
 }
 
-// Start begins the work that runs beside the requests: the heartbeat that
-// renews this instance's run leases and settles the runs of dead instances,
-// and the bus listener. Serve calls it; Shutdown ends it. Calling it again
-// does nothing.
-func (s *Server) Start() {
-	if s.started {
-		return
-	}
-	s.started = true
-	s.loops.Go(func() { s.Runs.Maintain(s.background, s.leaseRenew) })
-	if s.Cluster != nil {
-		s.loops.Go(func() {
-			if err := s.Cluster.Run(s.background); err != nil && s.background.Err() == nil {
-				s.logger.Error("bus listener stopped", "err", err)
-			}
-		})
-	}
-}
+// Start begins the core's work beside the requests: the heartbeat that
+// renews this instance's run leases and settles the runs of dead
+// instances, and the bus listener. Serve calls it; Shutdown ends it.
+// Calling it again does nothing.
+func (s *Server) Start() { s.Core.Start(s.leaseRenew) }
 
-// Recover settles the runs a crashed process left open (see Runs.Sweep):
-// those with no live claim. Call it once at start, after binding the
-// listener (a process that cannot bind must not touch runs) and before
-// serving.
+// Recover settles the runs a crashed process left open (see Core.Sweep).
+// Call it once at start, after binding the listener (a process that cannot
+// bind must not touch runs) and before serving.
 func (s *Server) Recover(ctx context.Context) error {
-	n, err := s.Runs.Sweep(ctx, s.Store)
+	n, err := s.Sweep(ctx)
 	if n > 0 {
 		s.logger.Info("settled runs left open by a previous process", "runs", n)
 	}
@@ -240,26 +218,17 @@ func (s *Server) drain(opts ServeOptions) {
 	dctx, cancel := context.WithTimeout(force, opts.Drain)
 	defer cancel()
 	s.logger.Info("draining: no new runs; waiting for the runs working here (signal again to stop now)",
-		"runs", s.Runs.Count(), "up_to", opts.Drain)
-	if left := s.Runs.Drain(dctx); left > 0 {
+		"runs", s.ActiveRuns(), "up_to", opts.Drain)
+	if left := s.Drain(dctx); left > 0 {
 		s.logger.Warn("drain ended with runs still working; they are cancelled", "runs", left)
 	}
 }
 
-// Shutdown cancels active runs (run-finish cancelled, reason
-// service_shutdown; runs waiting for approval stay suspended), flushes every
-// open segment to the log and then ends the open streams, which by then
+// Shutdown shuts the core down (Core.Shutdown: active runs cancelled,
+// open segments flushed) and then ends the open streams, which by then
 // carry each run's last events. It does not close the store.
 func (s *Server) Shutdown(ctx context.Context) error {
-	var errs []error
-	if err := s.Runs.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("runs shutdown: %w", err))
-	}
-	if err := s.Writer.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
+	err := s.Core.Shutdown(ctx)
 	s.stopStreams()
-	s.stopBackground()
-	s.loops.Wait()
-	return errors.Join(errs...)
+	return err
 }

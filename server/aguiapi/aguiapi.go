@@ -51,7 +51,6 @@ type Config struct {
 type Handler struct {
 	core    *instanceai.Core
 	store   instanceai.Store
-	runs    *instanceai.Runs
 	cfg     Config
 	started time.Time
 }
@@ -76,7 +75,7 @@ func New(core *instanceai.Core, cfg Config) *Handler {
 	if cfg.AllowedOrigins == nil {
 		cfg.AllowedOrigins = []string{}
 	}
-	return &Handler{core: core, store: core.Store, runs: core.Runs, cfg: cfg, started: cfg.Now()}
+	return &Handler{core: core, store: core.Store, cfg: cfg, started: cfg.Now()}
 }
 
 // Register mounts POST /run-agent and the rejoin stream on authed (routes
@@ -227,14 +226,11 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 			"messages must end the conversation with a user message that has text to run, or with the tool message answering a frontend tool call")
 	}
 	user := auth.UserFrom(ctx)
-	t, _, err := h.store.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: user})
+	t, err := h.core.OpenThread(ctx, id, user)
 	if err != nil {
 		return source{}, err
 	}
-	if t.OwnerID != user {
-		return source{}, httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
-	}
-	awaited, err := h.runs.Awaited(ctx, id)
+	awaited, err := h.core.Awaited(ctx, id)
 	if err != nil {
 		return source{}, err
 	}
@@ -243,8 +239,8 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	var result *instanceai.ClientToolResult
 	if toolAnswer {
-		if a := h.runs.Active(id); a != nil {
-			return source{}, runActive(id, a.ID)
+		if a := h.core.Active(id); a != nil {
+			return source{}, &instanceai.RunActiveError{ThreadID: id, RunID: a.ID}
 		}
 		if result, err = h.clientToolResult(ctx, id, n-1, req.input.Messages[n-1]); err != nil {
 			return source{}, err
@@ -265,26 +261,12 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	run, err := h.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
 		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages),
 		Context: clientContext(req.input.Context)})
-	var unknown *instanceai.UnknownAgentError
-	if errors.As(err, &unknown) {
-		return source{}, httpjson.NewError(http.StatusBadRequest, "unknown_agent", "forwardedProps.agent", "%s", unknown.Error())
-	}
-	if errors.Is(err, instanceai.ErrRunActive) {
-		return source{}, runActive(id, run.ID)
-	}
 	if err != nil {
-		return source{}, err
+		return source{}, httpjson.AtField(err, "forwardedProps.agent")
 	}
 	// Every event of the run has a seq after next-1.
 	return source{run: run, after: next - 1,
 		mapper: mapping.NewInstanceToAGUI(id, req.input.RunID).ClientTools(names...)}, nil
-}
-
-func runActive(threadID, runID string) error {
-	e := httpjson.NewError(http.StatusConflict, "run_active", "",
-		"thread %q already has an active run; cancel it or wait for it to finish", threadID)
-	e.Detail.Details = map[string]any{"runId": runID}
-	return e
 }
 
 // resume answers every pending interrupt of the thread's suspended run with
@@ -294,8 +276,8 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 	id := req.input.ThreadID
 	resume := req.input.Resume
 	if len(awaited) == 0 {
-		if a := h.runs.Active(id); a != nil {
-			return source{}, runActive(id, a.ID)
+		if a := h.core.Active(id); a != nil {
+			return source{}, &instanceai.RunActiveError{ThreadID: id, RunID: a.ID}
 		}
 		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume[0].interruptId",
 			"thread %q has no pending interrupt; %q cannot be answered", id, resume[0].InterruptID)
@@ -351,7 +333,7 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		return source{}, err
 	}
 	for i, r := range resume {
-		_, err := h.runs.Answer(ctx, user, r.InterruptID, answers[i])
+		_, err := h.core.Answer(ctx, user, r.InterruptID, answers[i])
 		switch {
 		case errors.Is(err, instanceai.ErrNotFound):
 			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].interruptId", i),
@@ -485,63 +467,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 			return
 		}
 	}
-	feed := h.core.Feed(threadID, src.after)
-	defer func() { feed.Close() }()
-	ping := time.NewTicker(h.cfg.Heartbeat)
-	defer ping.Stop()
-	for !mapper.Finished() {
-		batch, err := feed.Next(ctx, ping.C)
-		if err != nil {
-			if ctx.Err() != nil {
-				h.disconnected(ctx, req, run, log)
-				return
-			}
-			if errors.Is(err, instanceai.ErrSubscriberDropped) {
-				// Fell behind the live tail: the log has every durable
-				// event, so pick up again from the cursor.
-				last := feed.Last()
-				feed.Close()
-				feed = h.core.Feed(threadID, last)
-				continue
-			}
-			log.Warn("AG-UI stream source failed", "err", err)
-			if out.write(0, mapper.Close(err)) != nil || s.Flush() != nil {
-				h.disconnected(ctx, req, run, log)
-			}
-			return
-		}
-		if batch == nil {
-			if s.Ping() != nil {
-				h.disconnected(ctx, req, run, log)
-				return
-			}
-			continue
-		}
-		for _, d := range batch {
-			if d.Reset != nil {
-				// The events between the cursor and the rest are gone:
-				// no AG-UI sequence can bridge them, so the run ends here.
-				log.Warn("AG-UI stream reset: events evicted", "next", d.Reset.NextEventID)
-				if out.write(0, mapper.Close(d.Reset)) == nil {
-					_ = s.Flush()
-				}
-				return
-			}
-			if d.Event == nil || d.Event.RunID != run.ID {
-				continue
-			}
-			if err := out.write(d.ID, mapper.Push(*d.Event)); err != nil {
-				h.disconnected(ctx, req, run, log)
-				return
-			}
-		}
-		if err := s.Flush(); err != nil {
-			if !mapper.Finished() {
-				h.disconnected(ctx, req, run, log)
-			}
-			return
-		}
-		ping.Reset(h.cfg.Heartbeat)
+	if h.follow(ctx, out, threadID, run.ID, src.after, mapper, log.With("stream", "run-agent")) {
+		h.disconnected(ctx, req, run, log)
 	}
 }
 
@@ -555,11 +482,11 @@ func (h *Handler) disconnected(ctx context.Context, req runRequest, run *instanc
 		log.Info("AG-UI client disconnected; the run continues (onDisconnect: continue)")
 		return
 	}
-	if a := h.runs.Active(run.ThreadID); a != nil && a.ID != run.ID {
+	if a := h.core.Active(run.ThreadID); a != nil && a.ID != run.ID {
 		return // a later run owns the thread now
 	}
 	log.Info("AG-UI client disconnected; cancelling the run")
-	h.runs.Cancel(run.ThreadID, instanceai.ReasonUserCancelled)
+	h.core.Cancel(run.ThreadID)
 }
 
 // writer frames AG-UI events as `data: <json>` SSE messages.
@@ -613,12 +540,12 @@ type healthResponse struct {
 // shutdown, so that a load balancer stops sending it new work.
 func (h *Handler) health(w http.ResponseWriter, _ *http.Request) {
 	status, code := "healthy", http.StatusOK
-	if h.runs.Draining() {
+	if h.core.Draining() {
 		status, code = "draining", http.StatusServiceUnavailable
 	}
 	httpjson.Write(w, code, healthResponse{
 		Status: status, Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano),
-		ActiveRuns: h.runs.Count(), Agents: h.cfg.Agents,
+		ActiveRuns: h.core.ActiveRuns(), Agents: h.cfg.Agents,
 	})
 }
 
@@ -642,7 +569,7 @@ type agentStatus struct {
 
 func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	var out statusResponse
-	active := h.runs.Count()
+	active := h.core.ActiveRuns()
 	out.Server.Running = true
 	out.Server.ActiveRuns = active
 	out.Server.Uptime = h.cfg.Now().Sub(h.started).Round(time.Second).String()

@@ -1,12 +1,9 @@
 package aguiapi
 
 import (
-	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -90,15 +87,12 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	}
 	ctx := r.Context()
 	id := mux.Vars(r)["threadId"]
-	notFound := httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q not found", id)
 	if !instanceai.ValidThreadID(id) {
-		return nil, notFound
+		// The rejoin path is the client's thread id as it is: a malformed
+		// one names no thread, as an unknown one does.
+		return nil, &instanceai.ThreadNotFoundError{ThreadID: id}
 	}
-	th, err := h.store.GetThread(ctx, id)
-	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && th.OwnerID != auth.UserFrom(ctx)) {
-		return nil, notFound
-	}
-	if err != nil {
+	if _, err := h.core.Thread(ctx, id, auth.UserFrom(ctx)); err != nil {
 		return nil, err
 	}
 	users, err := h.store.ListMessages(ctx, id)
@@ -408,81 +402,16 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 
 // streamRejoin writes the rejoined run, then its live tail.
 func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoinTarget) {
-	ctx := r.Context()
 	log := h.cfg.Logger.With("thread", t.threadID, "run", t.runID)
 	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
 	if err != nil {
 		return
 	}
 	opening, m, cursor := rejoinStart(t)
-	if err := writeFrames(s, cursor, opening); err != nil || s.Flush() != nil || m == nil {
+	out := &writer{s: s}
+	if err := out.write(cursor, opening); err != nil || s.Flush() != nil || m == nil {
 		return
 	}
-	feed := h.core.Feed(t.threadID, cursor)
-	defer func() { feed.Close() }()
-	ping := time.NewTicker(h.cfg.Heartbeat)
-	defer ping.Stop()
-	for !m.Finished() {
-		batch, err := feed.Next(ctx, ping.C)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, instanceai.ErrSubscriberDropped) {
-				last := feed.Last()
-				feed.Close()
-				feed = h.core.Feed(t.threadID, last)
-				continue
-			}
-			log.Warn("AG-UI rejoin stream source failed", "err", err)
-			if writeFrames(s, 0, m.Close(err)) == nil {
-				_ = s.Flush()
-			}
-			return
-		}
-		if batch == nil {
-			if s.Ping() != nil {
-				return
-			}
-			continue
-		}
-		for _, d := range batch {
-			if d.Reset != nil {
-				log.Warn("AG-UI rejoin reset: events evicted", "next", d.Reset.NextEventID)
-				if writeFrames(s, 0, m.Close(d.Reset)) == nil {
-					_ = s.Flush()
-				}
-				return
-			}
-			if d.Event == nil || d.Event.RunID != t.runID {
-				continue
-			}
-			if err := writeFrames(s, d.ID, m.Push(*d.Event)); err != nil {
-				return
-			}
-		}
-		if s.Flush() != nil {
-			return
-		}
-		ping.Reset(h.cfg.Heartbeat)
-	}
-}
-
-// writeFrames sends events as `data: <json>` frames, id (0 for none) on the
-// last of them.
-func writeFrames(s *ssestream.Stream, id int64, events []agui.Event) error {
-	for i, ev := range events {
-		data, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		var frameID int64
-		if i == len(events)-1 {
-			frameID = id
-		}
-		if err := s.Frame(frameID, ssestream.DataFrame(data)); err != nil {
-			return err
-		}
-	}
-	return nil
+	// Nobody's run ends with a rejoin: a client gone is only a stream less.
+	h.follow(r.Context(), out, t.threadID, t.runID, cursor, m, log.With("stream", "rejoin"))
 }

@@ -58,26 +58,12 @@ func NewError(status int, code, field, format string, args ...any) *Error {
 	return e
 }
 
-// WriteError sends err: an *Error as it is, a drain's refusal and a
-// cancelled request as a 503 to retry, anything else as a 500 that does not leak internals (and is
-// logged).
+// WriteError sends err: an *Error as it is, the core's errors as FromCore
+// maps them, and anything else as a 500 that does not leak internals (and
+// is logged).
 func WriteError(w http.ResponseWriter, err error) {
-	var e *Error
-	switch {
-	case errors.As(err, &e):
-	case errors.Is(err, instanceai.ErrDraining):
-		// A run asked of an instance that drains before a shutdown: a
-		// client or a load balancer tries again, elsewhere.
-		e = NewError(http.StatusServiceUnavailable, "server_draining", "",
-			"this instance is shutting down and takes no new runs; retry in a moment")
-		e.RetryAfter = 1
-	case errors.Is(err, context.Canceled):
-		// The request was cut short: by the client, which reads no
-		// answer, or by a shutdown, whose client should retry elsewhere.
-		e = NewError(http.StatusServiceUnavailable, "server_shutting_down", "",
-			"the request was interrupted (the instance is shutting down); retry")
-		e.RetryAfter = 1
-	default:
+	e := FromCore(err)
+	if e == nil {
 		// The client learns nothing of the cause; the operator must.
 		slog.Error("request failed with an internal error", "err", err)
 		e = NewError(http.StatusInternalServerError, "internal_error", "", "internal server error")
@@ -87,6 +73,71 @@ func WriteError(w http.ResponseWriter, err error) {
 	}
 	Write(w, e.Status, ErrorBody{Error: e.Detail})
 }
+
+// FromCore is the one mapping of the core's errors to HTTP, for every
+// surface: an *Error is returned as it is, and nil means err is none of
+// them (an internal error).
+func FromCore(err error) *Error {
+	var (
+		e        *Error
+		active   *instanceai.RunActiveError
+		missing  *instanceai.ThreadNotFoundError
+		unknown  *instanceai.UnknownAgentError
+		inField  *fieldError
+		fieldFor = func(def string) string {
+			if errors.As(err, &inField) {
+				return inField.field
+			}
+			return def
+		}
+	)
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &active):
+		e = NewError(http.StatusConflict, "run_active", "", "%s", active.Error())
+		e.Detail.Details = map[string]any{"runId": active.RunID}
+		return e
+	case errors.As(err, &missing):
+		return NewError(http.StatusNotFound, "thread_not_found", "threadId", "%s", missing.Error())
+	case errors.As(err, &unknown):
+		return NewError(http.StatusBadRequest, "unknown_agent", fieldFor("agent"), "%s", unknown.Error())
+	case errors.Is(err, instanceai.ErrDraining):
+		// A run asked of an instance that drains before a shutdown: a
+		// client or a load balancer tries again, elsewhere.
+		e = NewError(http.StatusServiceUnavailable, "server_draining", "",
+			"this instance is shutting down and takes no new runs; retry in a moment")
+		e.RetryAfter = 1
+		return e
+	case errors.Is(err, context.Canceled):
+		// The request was cut short: by the client, which reads no
+		// answer, or by a shutdown, whose client should retry elsewhere.
+		e = NewError(http.StatusServiceUnavailable, "server_shutting_down", "",
+			"the request was interrupted (the instance is shutting down); retry")
+		e.RetryAfter = 1
+		return e
+	}
+	return nil
+}
+
+// AtField names the request field a core error is about, for the errors
+// that concern one value the client sent (an unknown agent name): each
+// surface spells its fields its own way (AG-UI nests the agent under
+// forwardedProps), and the core knows none of them. A nil err stays nil.
+func AtField(err error, field string) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldError{err: err, field: field}
+}
+
+type fieldError struct {
+	err   error
+	field string
+}
+
+func (f *fieldError) Error() string { return f.err.Error() }
+func (f *fieldError) Unwrap() error { return f.err }
 
 // Decode reads a JSON body of at most limit bytes into v. It answers 413
 // for a larger body and 400 for malformed JSON or a wrongly typed field,

@@ -92,7 +92,7 @@ func (a *API) answerConfirmation(w http.ResponseWriter, r *http.Request) (string
 	if err != nil {
 		return "", err
 	}
-	runID, err := a.runs.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
+	runID, err := a.core.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
 	switch {
 	case errors.Is(err, instanceai.ErrNotFound):
 		return "", httpjson.NewError(http.StatusNotFound, "confirmation_not_found", "requestId", "confirmation %q does not exist", id)
@@ -111,5 +111,5 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, a.runs.Status(r.Context(), t.ID))
+	httpjson.Write(w, http.StatusOK, a.core.Status(r.Context(), t.ID))
 }

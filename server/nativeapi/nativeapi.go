@@ -34,7 +34,6 @@ type Config struct {
 type API struct {
 	core  *instanceai.Core
 	store instanceai.Store
-	runs  *instanceai.Runs
 	cfg   Config
 }
 
@@ -49,7 +48,7 @@ func New(core *instanceai.Core, cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &API{core: core, store: core.Store, runs: core.Runs, cfg: cfg}
+	return &API{core: core, store: core.Store, cfg: cfg}
 }
 
 // Register mounts the routes under /instance-ai.
@@ -78,11 +77,7 @@ func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
 	if err != nil {
 		return instanceai.Thread{}, err
 	}
-	t, err := a.store.GetThread(r.Context(), id)
-	if errors.Is(err, instanceai.ErrNotFound) || (err == nil && t.OwnerID != auth.UserFrom(r.Context())) {
-		return instanceai.Thread{}, threadNotFound(id)
-	}
-	return t, err
+	return a.core.Thread(r.Context(), id, auth.UserFrom(r.Context()))
 }
 
 type chatRequest struct {
@@ -115,26 +110,13 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty")
 	}
 	user := auth.UserFrom(r.Context())
-	t, _, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user})
+	t, err := a.core.OpenThread(r.Context(), id, user)
 	if err != nil {
 		return err
-	}
-	if t.OwnerID != user {
-		return threadNotFound(id)
 	}
 	run, err := a.core.Chat(r.Context(), t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, AgentName: req.Agent})
-	var unknown *instanceai.UnknownAgentError
-	if errors.As(err, &unknown) {
-		return httpjson.NewError(http.StatusBadRequest, "unknown_agent", "agent", "%s", unknown.Error())
-	}
-	if errors.Is(err, instanceai.ErrRunActive) {
-		e := httpjson.NewError(http.StatusConflict, "run_active", "",
-			"thread %q already has an active run; cancel it or wait for its run-finish", id)
-		e.Detail.Details = map[string]any{"runId": run.ID}
-		return e
-	}
 	if err != nil {
-		return err
+		return httpjson.AtField(err, "agent")
 	}
 	httpjson.Write(w, http.StatusOK, chatResponse{RunID: run.ID})
 	return nil
@@ -146,7 +128,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	a.runs.Cancel(t.ID, instanceai.ReasonUserCancelled)
+	a.core.Cancel(t.ID)
 	httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 }
 

@@ -25,8 +25,8 @@ type runSync struct {
 // segments the connection was just sent.
 func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int64, open []instanceai.Event) []instanceai.Delivery {
 	var out []instanceai.Delivery
-	status := a.runs.Status(ctx, threadID)
-	for _, runID := range a.runs.LiveRuns(threadID) {
+	status := a.core.Status(ctx, threadID)
+	for _, runID := range a.core.LiveRuns(threadID) {
 		rows, err := a.store.RunEvents(ctx, threadID, runID)
 		if err != nil {
 			a.cfg.Logger.Warn("run-sync: read run", "thread", threadID, "run", runID, "err", err)

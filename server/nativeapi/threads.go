@@ -1,8 +1,6 @@
 package nativeapi
 
 import (
-	"context"
-	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -194,30 +192,12 @@ func (a *API) rename(w http.ResponseWriter, r *http.Request) (instanceai.Thread,
 	if title == "" {
 		return t, httpjson.NewError(http.StatusBadRequest, "invalid_field", "title", "title must not be empty")
 	}
-	if err := a.setTitle(r.Context(), t.ID, auth.UserFrom(r.Context()), "", title); err != nil {
+	user := auth.UserFrom(r.Context())
+	if err := a.core.Rename(r.Context(), t.ID, user, "", title); err != nil {
 		return t, err
 	}
-	renamed, err := a.store.GetThread(r.Context(), t.ID)
-	if errors.Is(err, instanceai.ErrNotFound) {
-		return t, threadNotFound(t.ID)
-	}
-	return renamed, err
-}
-
-// setTitle renames the thread and announces it with a thread-title-updated
-// event in the thread's log. The event belongs to run runID; an empty runID
-// means the thread's active run if there is one, else a run id of its own.
-// Its agent is the system.
-func (a *API) setTitle(ctx context.Context, threadID, userID, runID, title string) error {
-	err := a.core.Rename(ctx, threadID, userID, runID, title)
-	if errors.Is(err, instanceai.ErrNotFound) {
-		return threadNotFound(threadID)
-	}
-	return err
-}
-
-func threadNotFound(id string) error {
-	return httpjson.NewError(http.StatusNotFound, "thread_not_found", "threadId", "thread %q does not exist", id)
+	// Owned a moment ago: a miss now is a delete that came in between.
+	return a.core.Thread(r.Context(), t.ID, user)
 }
 
 func (a *API) deleteThread(w http.ResponseWriter, r *http.Request) {
@@ -228,50 +208,11 @@ func (a *API) deleteThread(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
-// quiesceTimeout bounds how long a delete waits for cancelled agents.
-const quiesceTimeout = 5 * time.Second
-
-// delete cancels the thread's run and background agents, waits until they
-// stopped and the writer stored what they queued last (run-finish,
-// agent-completed), deletes the thread with its log, messages and
-// confirmations, and ends the thread's open streams. Without the wait, a
-// late event would be appended after the delete, or to a new thread that
-// took the id.
+// delete removes a thread the caller owns (Core.DeleteThread).
 func (a *API) delete(r *http.Request) error {
 	t, err := a.ownedThread(r)
 	if err != nil {
 		return err
 	}
-	a.runs.Cancel(t.ID, instanceai.ReasonUserCancelled)
-	if err := a.quiesce(r.Context(), t.ID); err != nil {
-		return err
-	}
-	if err := a.core.Writer.Sync(r.Context(), t.ID); err != nil {
-		return err
-	}
-	if err := a.store.DeleteThread(r.Context(), t.ID); err != nil {
-		if errors.Is(err, instanceai.ErrNotFound) {
-			return threadNotFound(t.ID)
-		}
-		return err
-	}
-	a.core.Hub.Forget(t.ID)
-	a.runs.ThreadDeleted(t.ID)
-	return nil
-}
-
-// quiesce waits until no run of the thread is live in this process: a
-// cancelled background agent settles its tool calls and queues its
-// agent-completed when its work returns, a moment after the cancel. An
-// agent that ignores cancellation is not waited for beyond quiesceTimeout.
-func (a *API) quiesce(ctx context.Context, threadID string) error {
-	wctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
-	defer cancel()
-	err := a.runs.Wait(wctx, threadID)
-	if err != nil && ctx.Err() == nil {
-		a.cfg.Logger.Warn("deleting a thread whose agents did not stop in time", "thread", threadID,
-			"runs", a.runs.LiveRuns(threadID))
-		return nil
-	}
-	return err
+	return a.core.DeleteThread(r.Context(), t.ID)
 }
