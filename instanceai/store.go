@@ -51,16 +51,13 @@ type EventLog interface {
 	// ReadAfter returns up to limit events with seq > after, in seq order.
 	// limit <= 0 means no limit.
 	ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]StoredEvent, error)
+	// AppendEncoded is Append for events the caller has already encoded:
+	// the writer encodes each event once, for the log and for the live
+	// frame alike. data[i] is the JSON encoding of events[i]; the log may
+	// keep the slices.
+	AppendEncoded(ctx context.Context, threadID string, events []Event, data [][]byte) (firstSeq int64, err error)
 	// NextSeq returns MAX(seq)+1 of the thread's log (1 when empty).
 	NextSeq(ctx context.Context, threadID string) (int64, error)
-}
-
-// EncodedAppender is implemented by logs that store events the caller has
-// already encoded (every built-in store): the writer encodes each event
-// once, for the log and for the live frame alike. data[i] is the JSON
-// encoding of events[i]; the log may keep the slices.
-type EncodedAppender interface {
-	AppendEncoded(ctx context.Context, threadID string, events []Event, data [][]byte) (firstSeq int64, err error)
 }
 
 // ThreadStore keeps threads with their owner and title.

@@ -144,9 +144,8 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 	return s.AppendEncoded(ctx, threadID, events, data)
 }
 
-// AppendEncoded stores events whose JSON encodings the caller made
-// (instanceai.EncodedAppender): the writer encodes each event once. The
-// store keeps the slices.
+// AppendEncoded implements instanceai.EventLog: the writer encodes each
+// event once. The store keeps the slices.
 func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
