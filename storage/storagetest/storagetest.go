@@ -55,6 +55,11 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
 		{"Claims", testClaims},
+		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
+		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
+		{"CloseIsIdempotent", testCloseIdempotent},
+		{"CallsAfterCloseFail", testCallsAfterClose},
+		{"CloseDuringCalls", testCloseDuringCalls},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
