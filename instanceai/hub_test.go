@@ -93,7 +93,10 @@ func TestHubForgetClosesSubscribers(t *testing.T) {
 type rowsLog []StoredEvent
 
 func (l rowsLog) Append(context.Context, string, []Event) (int64, error) { return 0, nil }
-func (l rowsLog) NextSeq(context.Context, string) (int64, error)         { return 0, nil }
+func (l rowsLog) AppendEncoded(context.Context, string, []Event, [][]byte) (int64, error) {
+	return 0, nil
+}
+func (l rowsLog) NextSeq(context.Context, string) (int64, error) { return 0, nil }
 func (l rowsLog) ReadAfter(_ context.Context, _ string, after int64, limit int) ([]StoredEvent, error) {
 	var out []StoredEvent
 	for _, r := range l {

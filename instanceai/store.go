@@ -41,26 +41,60 @@ type Thread struct {
 	UpdatedAt time.Time
 }
 
-// EventLog is the durable, per-thread ordered log. Seqs are contiguous per
-// thread, start at 1 and are assigned inside the append's transaction.
+// EventLog is the durable, per-thread ordered log. Every built-in store
+// (storage/sqlite, storage/postgres, storage/memory) keeps these promises,
+// and the contract suite storage/storagetest checks each of them:
+//
+// Concurrency. Every method may be called from any number of goroutines at
+// once, for the same thread or for different ones; with PostgreSQL, also
+// from several processes on one database. Appends to one thread are
+// serialised by the store; appends to different threads are independent,
+// each thread counting its own seqs, though a backend may still run them
+// one at a time (SQLite has one writer, memory one lock).
+//
+// Seqs. A thread's seqs start at 1 and are contiguous. Each append takes
+// the block of seqs right after the previous committed append's, inside its
+// own transaction, so seq order is commit order: a reader never sees a seq
+// before every smaller one has committed, and an append that has returned
+// is visible, with everything before it, to every later read. A deleted and
+// recreated thread starts again at 1.
+//
+// Failure. An append that returns an error, its ctx having ended or not,
+// stored none of its events and took no seqs: the next append continues
+// where the last successful one ended. (A database connection lost during
+// COMMIT is the exception every database has: the commit may have happened
+// without the store learning of it.) The writer retries a failed append,
+// except one that failed with ErrNotFound.
+//
+// Reading. ReadAfter returns the events with seq > after, in ascending and
+// contiguous seq order, at most limit of them (limit <= 0: all). A negative
+// after reads from the start; an after at or past the end gives no events
+// and no error. Paging with after set to the last seq returned reads every
+// event exactly once. A bounded log (storage/memory) evicts its oldest
+// events: a read then starts at the oldest one kept.
+//
+// After Store.Close, every method fails with an error; none panics.
 type EventLog interface {
-	// Append stores events in one transaction (one multi-row insert) and
-	// returns the seq of the first; the rest follow contiguously. The thread
-	// must exist (ErrNotFound otherwise).
+	// Append encodes events as JSON and stores them as AppendEncoded does.
+	// With no events it stores nothing and returns the seq the next
+	// append would take.
 	Append(ctx context.Context, threadID string, events []Event) (firstSeq int64, err error)
-	// ReadAfter returns up to limit events with seq > after, in seq order.
-	// limit <= 0 means no limit.
-	ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]StoredEvent, error)
-	// NextSeq returns MAX(seq)+1 of the thread's log (1 when empty).
-	NextSeq(ctx context.Context, threadID string) (int64, error)
-}
-
-// EncodedAppender is implemented by logs that store events the caller has
-// already encoded (every built-in store): the writer encodes each event
-// once, for the log and for the live frame alike. data[i] is the JSON
-// encoding of events[i]; the log may keep the slices.
-type EncodedAppender interface {
+	// AppendEncoded stores events in one transaction and returns the seq of
+	// the first; the rest follow contiguously. data[i] is the JSON encoding
+	// of events[i], made once by the caller for the log and the live frame
+	// alike; the log may keep the slices, so the caller must not change
+	// them. A length mismatch is an error and stores nothing. The thread
+	// must exist (ErrNotFound otherwise). With no events it stores nothing
+	// and returns the seq the next append would take.
 	AppendEncoded(ctx context.Context, threadID string, events []Event, data [][]byte) (firstSeq int64, err error)
+	// ReadAfter returns up to limit events with seq > after, in seq order,
+	// each with the bytes it was stored as. limit <= 0 means no limit. A
+	// missing thread is ErrNotFound.
+	ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]StoredEvent, error)
+	// NextSeq returns one more than the highest seq a reader can see (1
+	// when the log is empty; a bounded log counts its evicted events too).
+	// A missing thread is ErrNotFound.
+	NextSeq(ctx context.Context, threadID string) (int64, error)
 }
 
 // ThreadStore keeps threads with their owner and title.
@@ -84,8 +118,15 @@ type Store interface {
 	ConfirmationStore
 	RunIndex
 	RunClaims
-	// Migrate applies the embedded schema migrations.
+	// Migrate applies the embedded schema migrations. It is idempotent, and
+	// several processes may run it at once on one database.
 	Migrate(ctx context.Context) error
+	// Close releases the store. It is idempotent: a second call does
+	// nothing and returns nil. Once Close has returned, every other method
+	// fails with an error (which one is the backend's: database/sql reports
+	// "sql: database is closed") and none panics. Close does not wait for
+	// calls in flight: each of them either completes, as if it had come
+	// first, or fails; an append is never left half done.
 	Close() error
 }
 

@@ -445,7 +445,7 @@ func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
 
 // commit persists the stored items in one append (retrying with backoff),
 // then publishes every item in order. Each event is encoded once: the same
-// bytes go to the log (when it takes encoded rows) and to the live frame.
+// bytes go to the log and to the live frame.
 func (d *threadDrain) commit(items []batchItem) {
 	data := make([][]byte, len(items))
 	var rows []Event
@@ -502,7 +502,6 @@ func (d *threadDrain) commit(items []batchItem) {
 }
 
 func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error) {
-	encoded, _ := d.w.log.(EncodedAppender)
 	backoff := d.w.cfg.RetryBackoff
 	var err error
 	for attempt := 0; attempt <= d.w.cfg.Retries; attempt++ {
@@ -511,11 +510,7 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error
 			backoff = min(backoff*2, d.w.cfg.MaxBackoff)
 		}
 		var first int64
-		if encoded != nil {
-			first, err = encoded.AppendEncoded(context.Background(), d.threadID, rows, data)
-		} else {
-			first, err = d.w.log.Append(context.Background(), d.threadID, rows)
-		}
+		first, err = d.w.log.AppendEncoded(context.Background(), d.threadID, rows, data)
 		if err == nil {
 			return first, nil
 		}

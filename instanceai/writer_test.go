@@ -177,12 +177,13 @@ type countingLog struct {
 	failing atomic.Int64
 }
 
-func (c *countingLog) Append(ctx context.Context, thread string, events []instanceai.Event) (int64, error) {
+// AppendEncoded is the writer's way into the log.
+func (c *countingLog) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
 	c.appends.Add(1)
 	if c.failing.Add(-1) >= 0 {
 		return 0, errors.New("database is down")
 	}
-	return c.EventLog.Append(ctx, thread, events)
+	return c.EventLog.AppendEncoded(ctx, thread, events, data)
 }
 
 func TestPublishesOnlyAfterCommitWithSeqs(t *testing.T) {

@@ -288,7 +288,8 @@ func (s *recordingStore) note(thread, op string) {
 	s.ops[thread] = append(s.ops[thread], op)
 }
 
-func (s *recordingStore) Append(ctx context.Context, thread string, events []instanceai.Event) (int64, error) {
+// AppendEncoded is the writer's way into the log.
+func (s *recordingStore) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
 	for _, ev := range events {
 		op := "append " + string(ev.Type)
 		if p, ok := ev.Payload.(*instanceai.RunFinish); ok {
@@ -296,7 +297,7 @@ func (s *recordingStore) Append(ctx context.Context, thread string, events []ins
 		}
 		s.note(thread, op)
 	}
-	return s.Store.Append(ctx, thread, events)
+	return s.Store.AppendEncoded(ctx, thread, events, data)
 }
 
 func (s *recordingStore) DeleteThread(ctx context.Context, id string) error {

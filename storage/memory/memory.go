@@ -53,9 +53,9 @@ func WithMaxBytes(n int64) Option {
 // Store is an in-memory instanceai.Store. The zero value is not usable; call
 // New.
 type Store struct {
-	// The claims table lives beside the threads; a process-local store has
-	// no other process to share it with.
-	*instanceai.LocalClaims
+	// claims lives beside the threads; a process-local store has no other
+	// process to share it with.
+	claims *instanceai.LocalClaims
 
 	maxEvents int
 	maxBytes  int64
@@ -72,7 +72,13 @@ type Store struct {
 	// added numbers confirmations in insertion order, which breaks ties
 	// between equal timestamps.
 	added int64
+	// closed is set by Close; every call after it fails with errClosed, as
+	// the SQL backends' calls fail on a closed pool.
+	closed bool
 }
+
+// errClosed is what a Store's methods return after Close.
+var errClosed = errors.New("memory: store is closed")
 
 // thread is one thread and its window of events.
 type thread struct {
@@ -112,7 +118,7 @@ var _ instanceai.Store = (*Store)(nil)
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{LocalClaims: instanceai.NewLocalClaims(), maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
+	s := &Store{claims: instanceai.NewLocalClaims(), maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
 		messageIDs: map[string]string{}, confirmations: map[string]*confirmation{}}
 	for _, o := range opts {
 		o(s)
@@ -121,10 +127,37 @@ func New(opts ...Option) *Store {
 }
 
 // Migrate does nothing: there is no schema.
-func (s *Store) Migrate(context.Context) error { return nil }
+func (s *Store) Migrate(context.Context) error { return s.checkOpen() }
 
-// Close does nothing; the data stays readable until the Store is dropped.
-func (s *Store) Close() error { return nil }
+// Close drops the data; later calls fail with an error. Calls already
+// holding the lock finish first. A second Close does nothing.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.threads, s.messageIDs, s.confirmations = nil, nil, nil
+	return nil
+}
+
+// lock takes the store's lock, unless the store is closed: then it returns
+// errClosed, unlocked.
+func (s *Store) lock() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	return nil
+}
+
+// checkOpen returns errClosed after Close.
+func (s *Store) checkOpen() error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	s.mu.Unlock()
+	return nil
+}
 
 func notFound(op, id string) error {
 	return fmt.Errorf("memory: %s thread %q: %w", op, id, instanceai.ErrNotFound)
@@ -144,9 +177,8 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 	return s.AppendEncoded(ctx, threadID, events, data)
 }
 
-// AppendEncoded stores events whose JSON encodings the caller made
-// (instanceai.EncodedAppender): the writer encodes each event once. The
-// store keeps the slices.
+// AppendEncoded implements instanceai.EventLog: the writer encodes each
+// event once. The store keeps the slices.
 func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
@@ -154,7 +186,9 @@ func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []ins
 	if err := records.CheckEncoded(events, data); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[threadID]
 	if t == nil {
@@ -198,7 +232,9 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: read thread %q: %w", threadID, err)
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	t := s.threads[threadID]
 	if t == nil {
 		s.mu.Unlock()
@@ -236,7 +272,9 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 // NextSeq implements instanceai.EventLog. It counts evicted events too: the
 // next seq never goes back.
 func (s *Store) NextSeq(_ context.Context, threadID string) (int64, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[threadID]
 	if t == nil {
@@ -258,7 +296,9 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 	if err := ctx.Err(); err != nil {
 		return instanceai.Thread{}, false, fmt.Errorf("memory: ensure thread %q: %w", t.ID, err)
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return instanceai.Thread{}, false, err
+	}
 	defer s.mu.Unlock()
 	if old := s.threads[t.ID]; old != nil {
 		return old.meta, false, nil
@@ -274,7 +314,9 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 
 // GetThread implements instanceai.ThreadStore.
 func (s *Store) GetThread(_ context.Context, id string) (instanceai.Thread, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return instanceai.Thread{}, err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[id]
 	if t == nil {
@@ -287,7 +329,9 @@ func (s *Store) GetThread(_ context.Context, id string) (instanceai.Thread, erro
 // by id descending, as the SQL backends order them. limit <= 0 means no
 // limit.
 func (s *Store) ListThreads(_ context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	var out []instanceai.Thread
 	for _, t := range s.threads {
 		if t.meta.OwnerID == ownerID {
@@ -314,7 +358,9 @@ func (s *Store) ListThreads(_ context.Context, ownerID string, limit, offset int
 
 // RenameThread implements instanceai.ThreadStore.
 func (s *Store) RenameThread(_ context.Context, id, title string) error {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[id]
 	if t == nil {
@@ -328,7 +374,9 @@ func (s *Store) RenameThread(_ context.Context, id, title string) error {
 // DeleteThread implements instanceai.ThreadStore; the thread's events,
 // messages and confirmations go with it.
 func (s *Store) DeleteThread(_ context.Context, id string) error {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[id]
 	if t == nil {
@@ -343,18 +391,6 @@ func (s *Store) DeleteThread(_ context.Context, id string) error {
 		}
 	}
 	delete(s.threads, id)
-	s.ForgetThread(id)
+	s.claims.ForgetThread(id)
 	return nil
-}
-
-// ClaimThread implements instanceai.RunClaims; like a database's foreign
-// key, it refuses a thread that does not exist.
-func (s *Store) ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (instanceai.ActiveRun, error) {
-	s.mu.Lock()
-	_, ok := s.threads[threadID]
-	s.mu.Unlock()
-	if !ok {
-		return instanceai.ActiveRun{}, notFound("claim", threadID)
-	}
-	return s.LocalClaims.ClaimThread(ctx, threadID, runID, owner, ttl)
 }

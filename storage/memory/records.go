@@ -48,7 +48,9 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		return fmt.Errorf("memory: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
 	}
 	m.CreatedAt = stamp(m.CreatedAt)
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
 	t := s.threads[m.ThreadID]
 	if t == nil {
@@ -65,7 +67,9 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 // ListMessages implements instanceai.MessageStore: oldest first, equal
 // timestamps in insertion order. A missing thread is ErrNotFound.
 func (s *Store) ListMessages(_ context.Context, threadID string) ([]instanceai.Message, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	t := s.threads[threadID]
 	if t == nil {
 		s.mu.Unlock()
@@ -92,7 +96,9 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 	c.CreatedAt = stamp(c.CreatedAt)
 	// Copied, so that the caller's buffer cannot change the stored request.
 	c.Request = json.RawMessage(string(c.Request))
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	defer s.mu.Unlock()
 	if s.threads[c.ThreadID] == nil {
 		return notFound("add confirmation to", c.ThreadID)
@@ -107,7 +113,9 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 
 // GetConfirmation implements instanceai.ConfirmationStore.
 func (s *Store) GetConfirmation(_ context.Context, requestID string) (instanceai.Confirmation, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return instanceai.Confirmation{}, err
+	}
 	defer s.mu.Unlock()
 	c := s.confirmations[requestID]
 	if c == nil {
@@ -128,7 +136,9 @@ func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string
 		err = ctx.Err()
 	}
 	if err == nil {
-		s.mu.Lock()
+		if err := s.lock(); err != nil {
+			return err
+		}
 		switch c := s.confirmations[requestID]; {
 		case c == nil:
 			err = instanceai.ErrNotFound
@@ -154,7 +164,9 @@ func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string
 // first, equal timestamps in insertion order. A missing thread is
 // ErrNotFound.
 func (s *Store) PendingConfirmations(_ context.Context, threadID string) ([]instanceai.Confirmation, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	if s.threads[threadID] == nil {
 		s.mu.Unlock()
 		return nil, notFound("pending confirmations of", threadID)
@@ -186,7 +198,9 @@ func (s *Store) UnfinishedRuns(context.Context) ([]instanceai.RunRef, error) {
 		start int64
 	}
 	var runs []unfinished
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	for id, t := range s.threads {
 		for runID, b := range t.runs {
 			if b.startSeq > 0 && !b.finished {
@@ -208,7 +222,9 @@ func (s *Store) UnfinishedRuns(context.Context) ([]instanceai.RunRef, error) {
 // RunEvents implements instanceai.RunIndex: the run's events still in the
 // window. A missing thread is ErrNotFound.
 func (s *Store) RunEvents(_ context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	t := s.threads[threadID]
 	if t == nil {
 		s.mu.Unlock()

@@ -14,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -24,7 +22,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
-	"github.com/threadline/threadline/storage/internal/records"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 )
 
 //go:embed migrations/*.sql
@@ -34,21 +32,12 @@ var migrationFiles embed.FS
 // statement (a 16-bit count).
 const maxParams = 65535
 
-// Parameters of the events INSERT: two shared by every row (thread id and
-// created_at), five per row.
-const (
-	sharedParams = 2
-	rowParams    = 5
-)
-
 // Store is an instanceai.Store on PostgreSQL.
 type Store struct {
+	*sqllog.Log
 	*claims.Table
 
 	db *sqlx.DB
-	// maxRows is the number of rows per INSERT statement; a larger batch is
-	// split over several statements in the same transaction.
-	maxRows int
 }
 
 var _ instanceai.Store = (*Store)(nil)
@@ -72,13 +61,31 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
-	return &Store{Table: claims.New(dialect, db.DB, db.DB), db: db, maxRows: (maxParams - sharedParams) / rowParams}, nil
+	return &Store{Log: sqllog.New(logDialect, db.DB, db.DB), Table: claims.New(claimsDialect, db.DB, db.DB), db: db}, nil
 }
 
-// dialect spells the claims statements for PostgreSQL: leases on the
+// logDialect stamps events with the database's clock, one clock for every
+// instance. The counter row's lock, taken here, is held until COMMIT: a
+// concurrent appender's UPDATE waits, then sees this one's last_seq and
+// continues after it.
+var logDialect = sqllog.Dialect{
+	Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
+	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+		var last int64
+		var now time.Time
+		err := tx.QueryRowContext(ctx,
+			`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
+			threadID, n).Scan(&last, &now)
+		return last, now, err
+	},
+}
+
+// claimsDialect spells the claims statements for PostgreSQL: leases on the
 // database's clock, which every instance shares.
-var dialect = claims.Dialect{
-	Name: "postgres", DatabaseClock: true, Rebind: claims.RebindDollar,
+var claimsDialect = claims.Dialect{
+	Name: "postgres", Rebind: sqllog.Dollar.Rebind,
+	Now:    func() (string, []any) { return `now()`, nil },
+	Expiry: func(ttl time.Duration) (string, any) { return `now() + make_interval(secs => ?)`, ttl.Seconds() },
 	IsForeignKeyViolation: func(err error) bool {
 		var pe *pq.Error
 		return errors.As(err, &pe) && pe.Code == "23503"
@@ -100,148 +107,6 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // Close closes the connection pool.
 func (s *Store) Close() error { return s.db.Close() }
-
-// Append implements instanceai.EventLog.
-func (s *Store) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
-	if len(events) == 0 {
-		// Nothing to write; report where the next append would start.
-		var next int64
-		err := s.db.QueryRowContext(ctx, `SELECT last_seq + 1 FROM threads WHERE id = $1`, threadID).Scan(&next)
-		if errors.Is(err, sql.ErrNoRows) {
-			err = instanceai.ErrNotFound
-		}
-		if err != nil {
-			return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
-		}
-		return next, nil
-	}
-	data, err := records.EncodeEvents(events)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
-	}
-	return s.AppendEncoded(ctx, threadID, events, data)
-}
-
-// AppendEncoded stores events whose JSON encodings the caller made
-// (instanceai.EncodedAppender): the writer encodes each event once.
-func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, encoded [][]byte) (int64, error) {
-	if err := records.CheckEncoded(events, encoded); err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
-	}
-	if len(events) == 0 {
-		return s.Append(ctx, threadID, nil)
-	}
-	data := make([]string, len(encoded))
-	for i, b := range encoded {
-		data[i] = string(b)
-	}
-	first, err := s.append(ctx, threadID, events, data)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: append to thread %q: %w", threadID, withCtx(ctx, err))
-	}
-	return first, nil
-}
-
-func (s *Store) append(ctx context.Context, threadID string, events []instanceai.Event, data []string) (first int64, err error) {
-	n := int64(len(events))
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	// The row lock taken here is held until COMMIT: a concurrent appender's
-	// UPDATE waits, then sees our last_seq and continues after it.
-	var last int64
-	var now time.Time
-	err = tx.QueryRowContext(ctx,
-		`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
-		threadID, n).Scan(&last, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, instanceai.ErrNotFound
-	}
-	if err != nil {
-		return 0, err
-	}
-	first = last - n + 1
-	for lo := 0; lo < len(events); lo += s.maxRows {
-		hi := min(lo+s.maxRows, len(events))
-		args := make([]any, 0, sharedParams+rowParams*(hi-lo))
-		args = append(args, threadID, now)
-		for i := lo; i < hi; i++ {
-			e := &events[i]
-			args = append(args, first+int64(i), string(e.Type), e.RunID, e.AgentID, data[i])
-		}
-		if _, err := tx.ExecContext(ctx, insertSQL(hi-lo), args...); err != nil {
-			return 0, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return first, nil
-}
-
-// insertSQL is a multi-row INSERT of rows events; $1 (thread id) and $2
-// (created_at) are shared by every row.
-func insertSQL(rows int) string {
-	var b strings.Builder
-	b.Grow(90 + rows*40)
-	b.WriteString(`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `)
-	p := sharedParams + 1
-	for r := range rows {
-		if r > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("($1")
-		for range rowParams {
-			b.WriteString(",$")
-			b.WriteString(strconv.Itoa(p))
-			p++
-		}
-		b.WriteString(",$2)")
-	}
-	return b.String()
-}
-
-// ReadAfter implements instanceai.EventLog.
-func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
-	out, err := s.readAfter(ctx, threadID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read thread %q after %d: %w", threadID, after, withCtx(ctx, err))
-	}
-	return out, nil
-}
-
-func (s *Store) readAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
-	q := `SELECT seq, data FROM events WHERE thread_id = $1 AND seq > $2 ORDER BY seq`
-	args := []any{threadID, after}
-	if limit > 0 {
-		q += ` LIMIT $3`
-		args = append(args, limit)
-	}
-	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
-	return records.QueryEvents(ctx, s.db, exists, q, args...)
-}
-
-// NextSeq implements instanceai.EventLog. It reads the log itself rather
-// than the counter, so it reports what a reader can actually see.
-func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
-	var next int64
-	err := s.db.QueryRowContext(ctx,
-		`SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = t.id) + 1 FROM threads t WHERE t.id = $1`,
-		threadID).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = instanceai.ErrNotFound
-	}
-	if err != nil {
-		return 0, fmt.Errorf("postgres: next seq of thread %q: %w", threadID, withCtx(ctx, err))
-	}
-	return next, nil
-}
 
 // threadRow is a threads row as sqlx scans it.
 type threadRow struct {
@@ -342,7 +207,7 @@ func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset i
 func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE threads SET title = $2, updated_at = now() WHERE id = $1`, id, title)
 	if err == nil {
-		err = mustAffect(res)
+		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: rename thread %q: %w", id, withCtx(ctx, err))
@@ -355,21 +220,10 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM threads WHERE id = $1`, id)
 	if err == nil {
-		err = mustAffect(res)
+		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: delete thread %q: %w", id, withCtx(ctx, err))
-	}
-	return nil
-}
-
-func mustAffect(res sql.Result) error {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return instanceai.ErrNotFound
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/testpg"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 	"github.com/threadline/threadline/storage/storagetest"
 )
 
@@ -99,9 +101,24 @@ func TestConcurrentMigrate(t *testing.T) {
 	}
 }
 
-// The data column holds exactly the bytes json.Marshal produced, so anything
-// reading the table directly sees the wire form.
-func TestStoredBytes(t *testing.T) {
+func TestSQLContract(t *testing.T) {
+	testpg.BaseDSN(t)
+	storagetest.RunSQL(t, func(t *testing.T) storagetest.SQLBackend {
+		s := openDSN(t, freshSchema(t))
+		return storagetest.SQLBackend{Store: s, DB: s.db.DB, SetMaxRows: s.SetMaxRows,
+			ParseTime: func(v any) (time.Time, error) {
+				at, ok := v.(time.Time)
+				if !ok {
+					return time.Time{}, fmt.Errorf("created_at is %T, want a timestamp", v)
+				}
+				return at, nil
+			}}
+	})
+}
+
+// The data column's text is valid JSON to the server too, for ad-hoc
+// queries.
+func TestStoredDataIsJSON(t *testing.T) {
 	ctx := context.Background()
 	s := openMigrated(t)
 	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
@@ -111,150 +128,30 @@ func TestStoredBytes(t *testing.T) {
 	if _, err := s.Append(ctx, "t", events); err != nil {
 		t.Fatal(err)
 	}
-	var rows []struct {
-		Seq     int64     `db:"seq"`
-		Type    string    `db:"type"`
-		RunID   string    `db:"run_id"`
-		AgentID string    `db:"agent_id"`
-		Data    string    `db:"data"`
-		Created time.Time `db:"created_at"`
-	}
-	if err := s.db.SelectContext(ctx, &rows,
-		`SELECT seq, type, run_id, agent_id, data, created_at FROM events WHERE thread_id = 't' ORDER BY seq`); err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != len(events) {
-		t.Fatalf("%d rows, want %d", len(rows), len(events))
-	}
-	for i, r := range rows {
-		want, _ := json.Marshal(&events[i])
-		if r.Data != string(want) {
-			t.Errorf("seq %d data = %s, want %s", r.Seq, r.Data, want)
-		}
-		if r.Type != string(events[i].Type) || r.RunID != events[i].RunID || r.AgentID != events[i].AgentID {
-			t.Errorf("seq %d columns = %s/%s/%s, want %s/%s/%s", r.Seq, r.Type, r.RunID, r.AgentID, events[i].Type, events[i].RunID, events[i].AgentID)
-		}
-		if time.Since(r.Created) > time.Minute {
-			t.Errorf("seq %d created_at = %v, not about now", r.Seq, r.Created)
-		}
-	}
-	// The text is valid JSON to the server too, for ad-hoc queries.
 	var typ string
 	if err := s.db.GetContext(ctx, &typ, `SELECT data::jsonb->>'type' FROM events WHERE thread_id = 't' AND seq = 1`); err != nil || typ != string(events[0].Type) {
 		t.Fatalf("data::jsonb->>'type' = %q, %v", typ, err)
 	}
 }
 
-func countEvents(t *testing.T, s *Store, thread string) int {
-	t.Helper()
-	return countRows(t, s, "events", thread)
-}
-
-func countRows(t *testing.T, s *Store, table, thread string) int {
-	t.Helper()
-	var n int
-	if err := s.db.Get(&n, `SELECT count(*) FROM `+table+` WHERE thread_id = $1`, thread); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// The cascade happens in the database, not only in what ReadAfter shows.
-func TestDeleteRemovesRows(t *testing.T) {
+// A full INSERT statement, as many rows as the protocol's parameter limit
+// allows, is one the server takes; one row more is split.
+func TestFullChunk(t *testing.T) {
 	ctx := context.Background()
 	s := openMigrated(t)
 	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "t", storagetest.TypicalBatch("r", 50)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddMessage(ctx, instanceai.Message{ID: "m", ThreadID: "t", Role: "user", Content: "hi"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "c", ThreadID: "t", Request: json.RawMessage(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1}
-	for table, n := range want {
-		if got := countRows(t, s, table, "t"); got != n {
-			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
-		}
-	}
-	if err := s.DeleteThread(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	for table := range want {
-		if n := countRows(t, s, table, "t"); n != 0 {
-			t.Fatalf("%d %s rows left after delete, want 0", n, table)
-		}
-	}
-}
-
-// A batch larger than one INSERT is split, and all of it commits or none.
-func TestChunkedAppend(t *testing.T) {
-	ctx := context.Background()
-	s := openMigrated(t)
-	s.maxRows = 7
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
-		t.Fatal(err)
-	}
-	batch := storagetest.TypicalBatch("r", 50)
-	if first, err := s.Append(ctx, "t", batch); err != nil || first != 1 {
-		t.Fatalf("Append = %d, %v; want 1", first, err)
-	}
-	got, err := s.ReadAfter(ctx, "t", 0, 0)
-	if err != nil || len(got) != 50 || got[49].Seq != 50 {
-		t.Fatalf("read %d events (%v), want 1..50", len(got), err)
-	}
-
-	// A row squatting on seq 60 makes the second chunk of the next batch
-	// (seqs 58..64) collide with the primary key: the whole batch, and the
-	// counter bump, must roll back.
-	if _, err := s.db.ExecContext(ctx,
-		`INSERT INTO events (thread_id, seq, type, data) VALUES ('t', 60, 'status', '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(ctx, "t", batch[:20]); err == nil {
-		t.Fatal("Append over a squatted seq succeeded")
-	} else if errors.Is(err, instanceai.ErrNotFound) {
-		t.Fatalf("Append over a squatted seq: %v", err)
-	}
-	if n := countEvents(t, s, "t"); n != 51 {
-		t.Fatalf("%d rows after the failed append, want 51 (50 + the squatter)", n)
-	}
-	var last int64
-	if err := s.db.Get(&last, `SELECT last_seq FROM threads WHERE id = 't'`); err != nil || last != 50 {
-		t.Fatalf("last_seq after the failed append = %d, %v; want 50", last, err)
-	}
-}
-
-func TestInsertSQL(t *testing.T) {
-	got := insertSQL(2)
-	want := `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES ($1,$3,$4,$5,$6,$7,$2),($1,$8,$9,$10,$11,$12,$2)`
-	if got != want {
-		t.Fatalf("insertSQL(2) =\n%s\nwant\n%s", got, want)
-	}
-	// A full chunk's highest parameter stays within the protocol's limit.
-	rows := (maxParams - sharedParams) / rowParams
-	if highest := sharedParams + rowParams*rows; highest > maxParams || !strings.HasSuffix(insertSQL(rows), ","+"$"+itoa(highest)+",$2)") {
-		t.Fatalf("a full chunk of %d rows does not end at $%d", rows, highest)
-	}
-	// And the server takes such a statement.
-	ctx := context.Background()
-	s := openMigrated(t)
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
-		t.Fatal(err)
-	}
-	tiny := make([]instanceai.Event, rows+1)
+	tiny := make([]instanceai.Event, s.MaxRows()+1)
 	for i := range tiny {
 		tiny[i] = instanceai.Event{Type: instanceai.TypeStatus, RunID: "r", AgentID: "a", Payload: &instanceai.Status{}}
 	}
 	if first, err := s.Append(ctx, "t", tiny); err != nil || first != 1 {
 		t.Fatalf("Append of %d events (two chunks) = %d, %v", len(tiny), first, err)
 	}
-	if n := countEvents(t, s, "t"); n != len(tiny) {
-		t.Fatalf("%d rows, want %d", n, len(tiny))
+	var n int
+	if err := s.db.Get(&n, `SELECT count(*) FROM events WHERE thread_id = 't'`); err != nil || n != len(tiny) {
+		t.Fatalf("%d rows (%v), want %d", n, err, len(tiny))
 	}
 }
 
@@ -320,7 +217,7 @@ func TestUnfinishedRunsUsesIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var plan []string
-	if err := tx.SelectContext(ctx, &plan, `EXPLAIN `+unfinishedRunsSQL); err != nil {
+	if err := tx.SelectContext(ctx, &plan, `EXPLAIN `+sqllog.UnfinishedRunsSQL); err != nil {
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 )
 
 // orNow is a timestamp parameter: NULL for a zero time, so that the
@@ -36,7 +37,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)`,
 			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, orNow(m.CreatedAt))
 		if err == nil {
-			err = mustAffect(res)
+			err = sqllog.MustAffect(res)
 		}
 	}
 	if err != nil {
@@ -62,7 +63,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 		`SELECT id, thread_id, run_id, role, content, created_at FROM messages WHERE thread_id = $1 ORDER BY created_at, ord`,
 		threadID)
 	if err == nil && len(rows) == 0 {
-		err = s.threadExists(ctx, threadID)
+		err = s.ThreadExists(ctx, threadID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
@@ -73,15 +74,6 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 			Content: r.Content, CreatedAt: r.CreatedAt.UTC()})
 	}
 	return out, nil
-}
-
-func (s *Store) threadExists(ctx context.Context, id string) error {
-	var one int
-	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = $1`, id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return instanceai.ErrNotFound
-	}
-	return err
 }
 
 // AddConfirmation implements instanceai.ConfirmationStore. A zero CreatedAt
@@ -97,7 +89,7 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
 			orNow(c.CreatedAt))
 		if err == nil {
-			err = mustAffect(res)
+			err = sqllog.MustAffect(res)
 		}
 	}
 	if err != nil {
@@ -190,7 +182,7 @@ func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]in
 		`SELECT `+confirmationColumns+` FROM confirmations WHERE thread_id = $1 AND status = $2 ORDER BY created_at, ord`,
 		threadID, instanceai.ConfirmationPending)
 	if err == nil && len(rows) == 0 {
-		err = s.threadExists(ctx, threadID)
+		err = s.ThreadExists(ctx, threadID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: pending confirmations of thread %q: %w", threadID, withCtx(ctx, err))
@@ -200,51 +192,4 @@ func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]in
 		out = append(out, r.confirmation())
 	}
 	return out, nil
-}
-
-// unfinishedRunsSQL lists the runs with a run-start and no run-finish.
-const unfinishedRunsSQL = `SELECT s.thread_id, s.run_id FROM events s
-WHERE s.type = 'run-start' AND NOT EXISTS (
-    SELECT 1 FROM events f WHERE f.type = 'run-finish' AND f.thread_id = s.thread_id AND f.run_id = s.run_id)
-GROUP BY s.thread_id, s.run_id
-ORDER BY s.thread_id, MIN(s.seq)`
-
-// UnfinishedRuns implements instanceai.RunIndex: ordered by thread id, then
-// by the position of the run's run-start in the log. Both sides of the
-// anti-join read the partial indexes of migration 002.
-func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
-	var rows []struct {
-		ThreadID string `db:"thread_id"`
-		RunID    string `db:"run_id"`
-	}
-	err := s.db.SelectContext(ctx, &rows, unfinishedRunsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: unfinished runs: %w", withCtx(ctx, err))
-	}
-	var out []instanceai.RunRef
-	for _, r := range rows {
-		out = append(out, instanceai.RunRef{ThreadID: r.ThreadID, RunID: r.RunID})
-	}
-	return out, nil
-}
-
-// RunEvents implements instanceai.RunIndex. A run's events follow its
-// run-start (the registry emits it first), so the scan starts there rather
-// than at the beginning of the thread; a run without a run-start is looked
-// for in the whole thread. A missing thread is ErrNotFound.
-func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	out, err := s.runEvents(ctx, threadID, runID)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: events of run %q in thread %q: %w", runID, threadID, withCtx(ctx, err))
-	}
-	return out, nil
-}
-
-func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
-	return records.QueryEvents(ctx, s.db, exists,
-		`SELECT seq, data FROM events
-		 WHERE thread_id = $1 AND run_id = $2 AND seq >= COALESCE(
-		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = $1 AND run_id = $2), 0)
-		 ORDER BY seq`, threadID, runID)
 }

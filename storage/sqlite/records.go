@@ -10,6 +10,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 )
 
 // AddMessage implements instanceai.MessageStore. A zero CreatedAt means now.
@@ -28,7 +29,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 			 SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
 			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, formatTime(at), m.ThreadID)
 		if err == nil {
-			err = mustAffect(res)
+			err = sqllog.MustAffect(res)
 		}
 	}
 	if err != nil {
@@ -70,7 +71,7 @@ func (s *Store) listMessages(ctx context.Context, threadID string) ([]instanceai
 		return nil, err
 	}
 	if len(out) == 0 {
-		if err := s.threadExists(ctx, threadID); err != nil {
+		if err := s.ThreadExists(ctx, threadID); err != nil {
 			return nil, err
 		}
 	}
@@ -93,7 +94,7 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
 			formatTime(at), c.ThreadID)
 		if err == nil {
-			err = mustAffect(res)
+			err = sqllog.MustAffect(res)
 		}
 	}
 	if err != nil {
@@ -224,60 +225,9 @@ func (s *Store) pendingConfirmations(ctx context.Context, threadID string) ([]in
 		return nil, err
 	}
 	if len(out) == 0 {
-		if err := s.threadExists(ctx, threadID); err != nil {
+		if err := s.ThreadExists(ctx, threadID); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// unfinishedRunsSQL lists the runs with a run-start and no run-finish.
-const unfinishedRunsSQL = `SELECT s.thread_id, s.run_id FROM events s
-WHERE s.type = 'run-start' AND NOT EXISTS (
-    SELECT 1 FROM events f WHERE f.type = 'run-finish' AND f.thread_id = s.thread_id AND f.run_id = s.run_id)
-GROUP BY s.thread_id, s.run_id
-ORDER BY s.thread_id, MIN(s.seq)`
-
-// UnfinishedRuns implements instanceai.RunIndex: ordered by thread id, then
-// by the position of the run's run-start in the log. Both sides of the
-// anti-join read the partial indexes of migration 002.
-func (s *Store) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
-	rows, err := s.rdb.QueryContext(ctx, unfinishedRunsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
-	}
-	defer rows.Close()
-	var out []instanceai.RunRef
-	for rows.Next() {
-		var r instanceai.RunRef
-		if err := rows.Scan(&r.ThreadID, &r.RunID); err != nil {
-			return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: unfinished runs: %w", err)
-	}
-	return out, nil
-}
-
-// RunEvents implements instanceai.RunIndex. A run's events follow its
-// run-start (the registry emits it first), so the scan starts there rather
-// than at the beginning of the thread; a run without a run-start is looked
-// for in the whole thread. A missing thread is ErrNotFound.
-func (s *Store) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	out, err := s.runEvents(ctx, threadID, runID)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: events of run %q in thread %q: %w", runID, threadID, err)
-	}
-	return out, nil
-}
-
-func (s *Store) runEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
-	return records.QueryEvents(ctx, s.rdb, exists,
-		`SELECT seq, data FROM events
-		 WHERE thread_id = ?1 AND run_id = ?2 AND seq >= COALESCE(
-		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ?1 AND run_id = ?2), 0)
-		 ORDER BY seq`, threadID, runID)
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
-	"github.com/threadline/threadline/storage/internal/records"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -37,13 +37,6 @@ var migrationFiles embed.FS
 
 // maxParams is SQLite's default SQLITE_MAX_VARIABLE_NUMBER (since 3.32).
 const maxParams = 32766
-
-// rowParams is the number of parameters per row of the events INSERT.
-// Every row binds its own thread id and timestamp: numbered parameters
-// (?1 shared by all rows) would be fewer, but the driver resolves each
-// numbered parameter's name by a linear search, which makes binding a large
-// batch quadratic.
-const rowParams = 7
 
 // busyTimeout bounds how long a connection waits for the file lock held by
 // another process (or another Store on the same file) before failing.
@@ -56,6 +49,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 
 // Store is an instanceai.Store on a SQLite file.
 type Store struct {
+	*sqllog.Log
 	*claims.Table
 
 	path string
@@ -66,9 +60,6 @@ type Store struct {
 	wdb *sql.DB
 	// rdb is a pool of query-only connections.
 	rdb *sql.DB
-	// maxRows is the number of rows per INSERT statement; a larger batch is
-	// split over several statements in the same transaction.
-	maxRows int
 }
 
 var _ instanceai.Store = (*Store)(nil)
@@ -109,7 +100,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	wdb.SetConnMaxIdleTime(0)
 	wdb.SetConnMaxLifetime(0)
 
-	s := &Store{path: path, wdb: wdb, maxRows: maxParams / rowParams}
+	s := &Store{path: path, wdb: wdb}
 	var mode string
 	if err := wdb.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
 		wdb.Close()
@@ -138,7 +129,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.rdb = rdb
-	s.Table = claims.New(dialect, wdb, rdb)
+	s.Log = sqllog.New(logDialect, wdb, rdb)
+	s.Table = claims.New(claimsDialect, wdb, rdb)
 	return s, nil
 }
 
@@ -149,11 +141,27 @@ func dsn(path string, params ...string) string {
 	return "file:" + esc + "?" + strings.Join(params, "&")
 }
 
-// dialect spells the claims statements for SQLite: leases in epoch
+// logDialect stamps events with the process clock, in the text form of
+// timeLayout.
+var logDialect = sqllog.Dialect{
+	Name: "sqlite", Placeholders: sqllog.Question, MaxParams: maxParams,
+	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+		now := formatTime(time.Now())
+		var last int64
+		err := tx.QueryRowContext(ctx,
+			`UPDATE threads SET last_seq = last_seq + ?, updated_at = ? WHERE id = ? RETURNING last_seq`,
+			n, now, threadID).Scan(&last)
+		return last, now, err
+	},
+}
+
+// claimsDialect spells the claims statements for SQLite: leases in epoch
 // milliseconds from the process clock, which the processes sharing one
 // file share.
-var dialect = claims.Dialect{
-	Name: "sqlite", Rebind: func(q string) string { return q },
+var claimsDialect = claims.Dialect{
+	Name: "sqlite", Rebind: sqllog.Question.Rebind,
+	Now:                   func() (string, []any) { return `?`, []any{time.Now().UnixMilli()} },
+	Expiry:                func(ttl time.Duration) (string, any) { return `?`, time.Now().Add(ttl).UnixMilli() },
 	IsForeignKeyViolation: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
 }
 
@@ -190,150 +198,6 @@ func parseTime(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("bad stored timestamp %q: %w", s, err)
 	}
 	return t, nil
-}
-
-// Append implements instanceai.EventLog.
-func (s *Store) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
-	if len(events) == 0 {
-		// Nothing to write; report where the next append would start.
-		var next int64
-		err := s.rdb.QueryRowContext(ctx, `SELECT last_seq + 1 FROM threads WHERE id = ?`, threadID).Scan(&next)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, instanceai.ErrNotFound)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
-		}
-		return next, nil
-	}
-	data, err := records.EncodeEvents(events)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
-	}
-	return s.AppendEncoded(ctx, threadID, events, data)
-}
-
-// AppendEncoded stores events whose JSON encodings the caller made
-// (instanceai.EncodedAppender): the writer encodes each event once.
-func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, encoded [][]byte) (int64, error) {
-	if err := records.CheckEncoded(events, encoded); err != nil {
-		return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
-	}
-	if len(events) == 0 {
-		return s.Append(ctx, threadID, nil)
-	}
-	data := make([]string, len(encoded))
-	for i, b := range encoded {
-		data[i] = string(b)
-	}
-	first, err := s.append(ctx, threadID, events, data)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: append to thread %q: %w", threadID, err)
-	}
-	return first, nil
-}
-
-func (s *Store) append(ctx context.Context, threadID string, events []instanceai.Event, data []string) (first int64, err error) {
-	n := int64(len(events))
-	now := formatTime(time.Now())
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	// The counter row hands out this batch's seqs; within the transaction
-	// nobody else can move it, so first..last is ours.
-	var last int64
-	err = tx.QueryRowContext(ctx,
-		`UPDATE threads SET last_seq = last_seq + ?, updated_at = ? WHERE id = ? RETURNING last_seq`,
-		n, now, threadID).Scan(&last)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, instanceai.ErrNotFound
-	}
-	if err != nil {
-		return 0, err
-	}
-	first = last - n + 1
-	for lo := 0; lo < len(events); lo += s.maxRows {
-		hi := min(lo+s.maxRows, len(events))
-		args := make([]any, 0, rowParams*(hi-lo))
-		for i := lo; i < hi; i++ {
-			e := &events[i]
-			args = append(args, threadID, first+int64(i), string(e.Type), e.RunID, e.AgentID, data[i], now)
-		}
-		if _, err := tx.ExecContext(ctx, insertSQL(hi-lo), args...); err != nil {
-			return 0, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return first, nil
-}
-
-// insertSQL is a multi-row INSERT of rows events.
-func insertSQL(rows int) string {
-	const head = `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `
-	const row = `(?,?,?,?,?,?,?)`
-	var b strings.Builder
-	b.Grow(len(head) + rows*(len(row)+1))
-	b.WriteString(head)
-	for r := range rows {
-		if r > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(row)
-	}
-	return b.String()
-}
-
-// ReadAfter implements instanceai.EventLog.
-func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
-	out, err := s.readAfter(ctx, threadID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read thread %q after %d: %w", threadID, after, err)
-	}
-	return out, nil
-}
-
-func (s *Store) readAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
-	q := `SELECT seq, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
-	args := []any{threadID, after}
-	if limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, limit)
-	}
-	exists := func(ctx context.Context) error { return s.threadExists(ctx, threadID) }
-	return records.QueryEvents(ctx, s.rdb, exists, q, args...)
-}
-
-func (s *Store) threadExists(ctx context.Context, id string) error {
-	var one int
-	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM threads WHERE id = ?`, id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return instanceai.ErrNotFound
-	}
-	return err
-}
-
-// NextSeq implements instanceai.EventLog. It reads the log itself rather
-// than the counter, so it reports what a reader can actually see.
-func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
-	var next int64
-	err := s.rdb.QueryRowContext(ctx,
-		`SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = t.id) + 1 FROM threads t WHERE t.id = ?`,
-		threadID).Scan(&next)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = instanceai.ErrNotFound
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: next seq of thread %q: %w", threadID, err)
-	}
-	return next, nil
 }
 
 const threadColumns = `id, owner_id, title, created_at, updated_at`
@@ -446,7 +310,7 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 	res, err := s.wdb.ExecContext(ctx, `UPDATE threads SET title = ?, updated_at = ? WHERE id = ?`,
 		title, formatTime(time.Now()), id)
 	if err == nil {
-		err = mustAffect(res)
+		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlite: rename thread %q: %w", id, err)
@@ -459,21 +323,10 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	res, err := s.wdb.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
 	if err == nil {
-		err = mustAffect(res)
+		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlite: delete thread %q: %w", id, err)
-	}
-	return nil
-}
-
-func mustAffect(res sql.Result) error {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return instanceai.ErrNotFound
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/sqllog"
 	"github.com/threadline/threadline/storage/storagetest"
 )
 
@@ -37,6 +38,20 @@ func openMigrated(t testing.TB) *Store {
 func TestContract(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) instanceai.Store {
 		return openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+	})
+}
+
+func TestSQLContract(t *testing.T) {
+	storagetest.RunSQL(t, func(t *testing.T) storagetest.SQLBackend {
+		s := openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+		return storagetest.SQLBackend{Store: s, DB: s.wdb, SetMaxRows: s.SetMaxRows,
+			ParseTime: func(v any) (time.Time, error) {
+				text, ok := v.(string)
+				if !ok {
+					return time.Time{}, fmt.Errorf("created_at is %T, want TEXT", v)
+				}
+				return parseTime(text)
+			}}
 	})
 }
 
@@ -125,147 +140,6 @@ func TestReopen(t *testing.T) {
 	}
 }
 
-// The data column holds exactly the bytes json.Marshal produced, so anything
-// reading the table directly sees the wire form.
-func TestStoredBytes(t *testing.T) {
-	ctx := context.Background()
-	s := openMigrated(t)
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
-		t.Fatal(err)
-	}
-	events := storagetest.EveryType("run-1")
-	if _, err := s.Append(ctx, "t", events); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, type, run_id, agent_id, data, created_at FROM events WHERE thread_id = 't' ORDER BY seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	i := 0
-	for rows.Next() {
-		var seq int64
-		var typ, run, agent, data, created string
-		if err := rows.Scan(&seq, &typ, &run, &agent, &data, &created); err != nil {
-			t.Fatal(err)
-		}
-		want, _ := json.Marshal(&events[i])
-		if data != string(want) {
-			t.Errorf("seq %d data = %s, want %s", seq, data, want)
-		}
-		if typ != string(events[i].Type) || run != events[i].RunID || agent != events[i].AgentID {
-			t.Errorf("seq %d columns = %s/%s/%s, want %s/%s/%s", seq, typ, run, agent, events[i].Type, events[i].RunID, events[i].AgentID)
-		}
-		if _, err := time.Parse(timeLayout, created); err != nil {
-			t.Errorf("seq %d created_at %q: %v", seq, created, err)
-		}
-		i++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if i != len(events) {
-		t.Fatalf("%d rows, want %d", i, len(events))
-	}
-}
-
-func countEvents(t *testing.T, s *Store, thread string) int {
-	t.Helper()
-	return countRows(t, s, "events", thread)
-}
-
-func countRows(t *testing.T, s *Store, table, thread string) int {
-	t.Helper()
-	var n int
-	if err := s.rdb.QueryRow(`SELECT count(*) FROM `+table+` WHERE thread_id = ?`, thread).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// The cascade happens in the database, not only in what ReadAfter shows.
-func TestDeleteRemovesRows(t *testing.T) {
-	ctx := context.Background()
-	s := openMigrated(t)
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(ctx, "t", storagetest.TypicalBatch("r", 50)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddMessage(ctx, instanceai.Message{ID: "m", ThreadID: "t", Role: "user", Content: "hi"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "c", ThreadID: "t", Request: json.RawMessage(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1}
-	for table, n := range want {
-		if got := countRows(t, s, table, "t"); got != n {
-			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
-		}
-	}
-	if err := s.DeleteThread(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	for table := range want {
-		if n := countRows(t, s, table, "t"); n != 0 {
-			t.Fatalf("%d %s rows left after delete, want 0", n, table)
-		}
-	}
-}
-
-// A batch larger than one INSERT is split, and all of it commits or none.
-func TestChunkedAppend(t *testing.T) {
-	ctx := context.Background()
-	s := openMigrated(t)
-	s.maxRows = 7
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
-		t.Fatal(err)
-	}
-	batch := storagetest.TypicalBatch("r", 50)
-	if first, err := s.Append(ctx, "t", batch); err != nil || first != 1 {
-		t.Fatalf("Append = %d, %v; want 1", first, err)
-	}
-	got, err := s.ReadAfter(ctx, "t", 0, 0)
-	if err != nil || len(got) != 50 || got[49].Seq != 50 {
-		t.Fatalf("read %d events (%v), want 1..50", len(got), err)
-	}
-
-	// A row squatting on seq 60 makes the second chunk of the next batch
-	// (seqs 58..64) collide with the primary key: the whole batch, and the
-	// counter bump, must roll back.
-	if _, err := s.wdb.ExecContext(ctx,
-		`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES ('t', 60, 'status', '', '', '{}', ?)`,
-		formatTime(time.Now())); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(ctx, "t", batch[:20]); err == nil {
-		t.Fatal("Append over a squatted seq succeeded")
-	} else if errors.Is(err, instanceai.ErrNotFound) {
-		t.Fatalf("Append over a squatted seq: %v", err)
-	}
-	if n := countEvents(t, s, "t"); n != 51 {
-		t.Fatalf("%d rows after the failed append, want 51 (50 + the squatter)", n)
-	}
-	var last int64
-	if err := s.rdb.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 50 {
-		t.Fatalf("last_seq after the failed append = %d, %v; want 50", last, err)
-	}
-}
-
-func TestInsertSQL(t *testing.T) {
-	got := insertSQL(2)
-	want := `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES (?,?,?,?,?,?,?),(?,?,?,?,?,?,?)`
-	if got != want {
-		t.Fatalf("insertSQL(2) =\n%s\nwant\n%s", got, want)
-	}
-	s := openMigrated(t)
-	if n := strings.Count(insertSQL(s.maxRows), "?"); n > maxParams || n+rowParams <= maxParams {
-		t.Fatalf("a full chunk binds %d parameters; the limit is %d", n, maxParams)
-	}
-}
-
 // rawAppend is the baseline of BenchmarkAppend: one hand-written multi-row
 // INSERT in autocommit, seqs supplied by the caller, no counter row.
 func rawAppend(s *Store) storagetest.RawAppend {
@@ -312,7 +186,7 @@ func BenchmarkWriter(b *testing.B) {
 // UnfinishedRuns reads only the run-boundary indexes, never the whole log.
 func TestUnfinishedRunsUsesIndexes(t *testing.T) {
 	s := openMigrated(t)
-	rows, err := s.rdb.Query(`EXPLAIN QUERY PLAN ` + unfinishedRunsSQL)
+	rows, err := s.rdb.Query(`EXPLAIN QUERY PLAN ` + sqllog.UnfinishedRunsSQL)
 	if err != nil {
 		t.Fatal(err)
 	}

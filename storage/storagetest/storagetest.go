@@ -55,6 +55,11 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
 		{"Claims", testClaims},
+		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
+		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
+		{"CloseIsIdempotent", testCloseIdempotent},
+		{"CallsAfterCloseFail", testCallsAfterClose},
+		{"CloseDuringCalls", testCloseDuringCalls},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -774,10 +779,6 @@ func testCancelledContext(t *testing.T, s instanceai.Store) {
 // count mismatch is refused without storing anything.
 func testAppendEncoded(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
-	enc, ok := s.(instanceai.EncodedAppender)
-	if !ok {
-		t.Fatalf("%T does not take encoded rows", s)
-	}
 	ensure(t, s, "enc", "owner")
 	events := []instanceai.Event{textEvent("a", 0), textEvent("a", 1)}
 	data := make([][]byte, len(events))
@@ -788,14 +789,14 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 		}
 		data[i] = b
 	}
-	if _, err := enc.AppendEncoded(ctx, "enc", events, data[:1]); err == nil {
+	if _, err := s.AppendEncoded(ctx, "enc", events, data[:1]); err == nil {
 		t.Fatal("one encoding for two events was accepted")
 	}
-	first, err := enc.AppendEncoded(ctx, "enc", events, data)
+	first, err := s.AppendEncoded(ctx, "enc", events, data)
 	if err != nil || first != 1 {
 		t.Fatalf("AppendEncoded: first %d, %v", first, err)
 	}
-	if first, err := enc.AppendEncoded(ctx, "enc", nil, nil); err != nil || first != 3 {
+	if first, err := s.AppendEncoded(ctx, "enc", nil, nil); err != nil || first != 3 {
 		t.Fatalf("empty AppendEncoded: %d %v", first, err)
 	}
 	rows, err := s.ReadAfter(ctx, "enc", 0, 0)
@@ -812,7 +813,7 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 			t.Fatalf("row %d: stored bytes %s, want %s", i, row.Data, data[i])
 		}
 	}
-	if _, err := enc.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
+	if _, err := s.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("append to a missing thread: %v", err)
 	}
 }

@@ -2,11 +2,11 @@
 // SQLite and PostgreSQL backends: the active_runs table with one row per
 // thread that has an active run.
 //
-// The two dialects differ in their clock. PostgreSQL leases are set and
-// compared with the database's now(), so instances on hosts whose clocks
-// disagree still agree on when a lease ran out. SQLite is a file on one
-// machine, whose processes share one clock: leases are epoch milliseconds
-// from the process.
+// The two databases differ in their clock, which each backend passes in as
+// SQL: PostgreSQL leases are set and compared with the database's now(), so
+// instances on hosts whose clocks disagree still agree on when a lease ran
+// out; SQLite is a file on one machine, whose processes share one clock, so
+// its leases are epoch milliseconds from the process.
 package claims
 
 import (
@@ -14,7 +14,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
@@ -24,11 +23,12 @@ import (
 type Dialect struct {
 	// Name prefixes errors ("postgres", "sqlite").
 	Name string
-	// DatabaseClock: leases use the database's now() (in seconds, as a
-	// float parameter for the ttl); otherwise epoch milliseconds passed in.
-	DatabaseClock bool
 	// Rebind turns ? placeholders into the database's.
 	Rebind func(string) string
+	// Now is the SQL for the lease clock's current time, with its
+	// parameters; Expiry the SQL for "now + ttl", with its parameter.
+	Now    func() (sql string, args []any)
+	Expiry func(ttl time.Duration) (sql string, arg any)
 	// IsForeignKeyViolation recognises a claim on a thread that does not
 	// exist.
 	IsForeignKeyViolation func(error) bool
@@ -41,33 +41,16 @@ type Table struct {
 	// writer connection apart from its readers; PostgreSQL passes one pool
 	// twice).
 	w, r *sql.DB
-	now  func() time.Time
 }
 
 var _ instanceai.RunClaims = (*Table)(nil)
 
 // New returns the claims table of a database.
 func New(d Dialect, writer, reader *sql.DB) *Table {
-	return &Table{d: d, w: writer, r: reader, now: time.Now}
+	return &Table{d: d, w: writer, r: reader}
 }
 
 func (t *Table) q(s string) string { return t.d.Rebind(s) }
-
-// expiry is the SQL for "now + ttl" and its argument.
-func (t *Table) expiry(ttl time.Duration) (string, any) {
-	if t.d.DatabaseClock {
-		return `now() + make_interval(secs => ?)`, ttl.Seconds()
-	}
-	return `?`, t.now().Add(ttl).UnixMilli()
-}
-
-// current is the SQL for "now" and its arguments.
-func (t *Table) current() (string, []any) {
-	if t.d.DatabaseClock {
-		return `now()`, nil
-	}
-	return `?`, []any{t.now().UnixMilli()}
-}
 
 const columns = `thread_id, run_id, owner_id, suspended, lease_expires`
 
@@ -104,14 +87,14 @@ func (t *Table) wrap(op, threadID string, err error) error {
 
 // ClaimThread implements instanceai.RunClaims.
 func (t *Table) ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (instanceai.ActiveRun, error) {
-	exp, expArg := t.expiry(ttl)
+	exp, expArg := t.d.Expiry(ttl)
 	// The INSERT makes the row only if the thread has none; otherwise the
 	// existing row is read and reported. It can vanish in between (its run
 	// finished): then the loop tries again.
 	for range 3 {
 		row, err := t.scan(t.w.QueryRowContext(ctx, t.q(
 			`INSERT INTO active_runs (thread_id, run_id, owner_id, suspended, lease_expires)
-			 VALUES (?, ?, ?, `+t.falseValue()+`, `+exp+`)
+			 VALUES (?, ?, ?, false, `+exp+`)
 			 ON CONFLICT (thread_id) DO NOTHING RETURNING `+columns),
 			threadID, runID, owner, expArg))
 		if err == nil {
@@ -134,13 +117,6 @@ func (t *Table) ClaimThread(ctx context.Context, threadID, runID, owner string, 
 	return instanceai.ActiveRun{}, t.wrap("claim", threadID, errors.New("its active run kept changing, giving up"))
 }
 
-func (t *Table) falseValue() string {
-	if t.d.DatabaseClock {
-		return "false"
-	}
-	return "0"
-}
-
 // ActiveRun implements instanceai.RunClaims.
 func (t *Table) ActiveRun(ctx context.Context, threadID string) (instanceai.ActiveRun, error) {
 	row, err := t.scan(t.r.QueryRowContext(ctx, t.q(`SELECT `+columns+` FROM active_runs WHERE thread_id = ?`), threadID))
@@ -152,8 +128,8 @@ func (t *Table) ActiveRun(ctx context.Context, threadID string) (instanceai.Acti
 
 // TakeRun implements instanceai.RunClaims.
 func (t *Table) TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (bool, error) {
-	exp, expArg := t.expiry(ttl)
-	now, nowArg := t.current()
+	exp, expArg := t.d.Expiry(ttl)
+	now, nowArg := t.d.Now()
 	res, err := t.w.ExecContext(ctx, t.q(
 		`UPDATE active_runs SET owner_id = ?, lease_expires = `+exp+`
 		 WHERE thread_id = ? AND run_id = ? AND (owner_id = '' OR lease_expires < `+now+`)`),
@@ -168,18 +144,8 @@ func (t *Table) TakeRun(ctx context.Context, threadID, runID, owner string, ttl 
 // SuspendRun implements instanceai.RunClaims.
 func (t *Table) SuspendRun(ctx context.Context, threadID, runID string, suspended bool) error {
 	_, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET suspended = ? WHERE thread_id = ? AND run_id = ?`),
-		t.boolValue(suspended), threadID, runID)
+		suspended, threadID, runID)
 	return t.wrap("suspend the run of", threadID, err)
-}
-
-func (t *Table) boolValue(b bool) any {
-	if t.d.DatabaseClock {
-		return b
-	}
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // DisownRun implements instanceai.RunClaims.
@@ -197,7 +163,7 @@ func (t *Table) ReleaseRun(ctx context.Context, threadID, runID string) error {
 
 // RenewRuns implements instanceai.RunClaims.
 func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
-	exp, expArg := t.expiry(ttl)
+	exp, expArg := t.d.Expiry(ttl)
 	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE active_runs SET lease_expires = `+exp+` WHERE owner_id = ? RETURNING thread_id, run_id`),
 		expArg, owner)
 	if err != nil {
@@ -220,7 +186,7 @@ func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) 
 
 // ExpiredRuns implements instanceai.RunClaims.
 func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error) {
-	now, nowArg := t.current()
+	now, nowArg := t.d.Now()
 	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+columns+` FROM active_runs
 		WHERE owner_id <> '' AND lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
 	if err != nil {
@@ -239,19 +205,4 @@ func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
 	}
 	return out, nil
-}
-
-// RebindDollar numbers ? placeholders as $1, $2, … for PostgreSQL.
-func RebindDollar(q string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range q {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

@@ -5,8 +5,6 @@
 package records
 
 import (
-	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,49 +72,4 @@ func CheckEncoded(events []instanceai.Event, data [][]byte) error {
 		return fmt.Errorf("%d encodings for %d events", len(data), len(events))
 	}
 	return nil
-}
-
-// Querier runs a query (a *sql.DB or *sqlx.DB).
-type Querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// QueryEvents runs a query of (seq, data) rows of one thread. Only an empty
-// answer needs telling apart from a missing thread: then exists is asked
-// (it returns instanceai.ErrNotFound for a missing thread).
-func QueryEvents(ctx context.Context, db Querier, exists func(context.Context) error, query string, args ...any) ([]instanceai.StoredEvent, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := scanEvents(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		if err := exists(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// scanEvents reads (seq, data) rows into stored events, keeping each row's
-// bytes, and closes the rows.
-func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
-	defer rows.Close()
-	var out []instanceai.StoredEvent
-	for rows.Next() {
-		var se instanceai.StoredEvent
-		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
-		if err := rows.Scan(&se.Seq, &data); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(data, &se.Event); err != nil {
-			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
-		}
-		se.Data = data
-		out = append(out, se)
-	}
-	return out, rows.Err()
 }

@@ -1,0 +1,378 @@
+// Package sqllog is the event log and run index on SQL tables, shared by
+// the SQLite and PostgreSQL backends. The threads table's last_seq counter
+// hands out seqs: an append bumps it inside its transaction, so seqs follow
+// commit order and never skip; the events table holds the rows.
+//
+// What the two databases do differently is data in a Dialect: how
+// placeholders are spelled (and with them the layout of the multi-row
+// INSERT), how many one statement may bind, and whose clock stamps the rows.
+package sqllog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/records"
+)
+
+// Placeholders is how a database spells bind parameters.
+type Placeholders int
+
+const (
+	// Question is SQLite's ?. Every row of the events INSERT binds all of
+	// its values, thread id and timestamp included: numbered parameters
+	// (?1 shared by all rows) would be fewer, but the driver resolves each
+	// numbered parameter's name by a linear search, which makes binding a
+	// large batch quadratic.
+	Question Placeholders = iota
+	// Dollar is PostgreSQL's $1, $2, …. The events INSERT binds the thread
+	// id and the timestamp once, as $1 and $2, and the rest per row.
+	Dollar
+)
+
+// Rebind turns the ? placeholders of q into p's.
+func (p Placeholders) Rebind(q string) string {
+	if p != Dollar {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// sharedParams and rowParams count the parameters of the events INSERT that
+// all rows share and that each row binds.
+func (p Placeholders) sharedParams() int {
+	if p == Dollar {
+		return 2
+	}
+	return 0
+}
+
+func (p Placeholders) rowParams() int { return 7 - p.sharedParams() }
+
+// insertSQL is a multi-row INSERT of rows events.
+func (p Placeholders) insertSQL(rows int) string {
+	const head = `INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at) VALUES `
+	var b strings.Builder
+	b.Grow(len(head) + rows*40)
+	b.WriteString(head)
+	next := p.sharedParams() + 1
+	for r := range rows {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		if p != Dollar {
+			b.WriteString(`(?,?,?,?,?,?,?)`)
+			continue
+		}
+		b.WriteString("($1")
+		for range p.rowParams() {
+			b.WriteString(",$")
+			b.WriteString(strconv.Itoa(next))
+			next++
+		}
+		b.WriteString(",$2)")
+	}
+	return b.String()
+}
+
+// insertArgs are the parameters of insertSQL(len(events)) for events that
+// take the seqs from first on. The data column is text, so the encodings go
+// in as strings (lib/pq would send []byte as bytea).
+func (p Placeholders) insertArgs(threadID string, stamp any, first int64, events []instanceai.Event, data [][]byte) []any {
+	args := make([]any, 0, p.sharedParams()+p.rowParams()*len(events))
+	if p == Dollar {
+		args = append(args, threadID, stamp)
+	}
+	for i := range events {
+		e := &events[i]
+		seq := first + int64(i)
+		if p == Dollar {
+			args = append(args, seq, string(e.Type), e.RunID, e.AgentID, string(data[i]))
+		} else {
+			args = append(args, threadID, seq, string(e.Type), e.RunID, e.AgentID, string(data[i]), stamp)
+		}
+	}
+	return args
+}
+
+// Dialect is what one database does differently.
+type Dialect struct {
+	// Name prefixes errors ("sqlite", "postgres").
+	Name         string
+	Placeholders Placeholders
+	// MaxParams is the most bind parameters one statement may have; a
+	// larger batch is split over several INSERTs in the same transaction.
+	MaxParams int
+	// Reserve moves the thread's counter on by n inside tx and stamps its
+	// updated_at. It returns the new last_seq and the created_at value of
+	// the batch's rows, or sql.ErrNoRows for a missing thread.
+	Reserve func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (last int64, stamp any, err error)
+	// Err, when set, amends every error before it is wrapped (PostgreSQL
+	// adds the context's error to its driver's own).
+	Err func(ctx context.Context, err error) error
+}
+
+// Log implements instanceai.EventLog and instanceai.RunIndex on one
+// database.
+type Log struct {
+	d Dialect
+	// w takes the appends, r the reads (SQLite keeps one writer connection
+	// apart from its readers; PostgreSQL passes one pool twice).
+	w, r    *sql.DB
+	maxRows int
+}
+
+var (
+	_ instanceai.EventLog = (*Log)(nil)
+	_ instanceai.RunIndex = (*Log)(nil)
+)
+
+// New returns the event log of a database.
+func New(d Dialect, writer, reader *sql.DB) *Log {
+	p := d.Placeholders
+	return &Log{d: d, w: writer, r: reader, maxRows: (d.MaxParams - p.sharedParams()) / p.rowParams()}
+}
+
+// MaxRows is the number of rows one INSERT statement takes.
+func (l *Log) MaxRows() int { return l.maxRows }
+
+// SetMaxRows lowers the number of rows per INSERT statement, so that a test
+// can split a small batch.
+func (l *Log) SetMaxRows(n int) { l.maxRows = max(1, min(n, l.maxRows)) }
+
+func (l *Log) q(query string) string { return l.d.Placeholders.Rebind(query) }
+
+// fail wraps err with the backend's name and what was being done.
+func (l *Log) fail(ctx context.Context, err error, format string, args ...any) error {
+	if l.d.Err != nil {
+		err = l.d.Err(ctx, err)
+	}
+	return fmt.Errorf("%s: %s: %w", l.d.Name, fmt.Sprintf(format, args...), err)
+}
+
+// Append implements instanceai.EventLog.
+func (l *Log) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
+	data, err := records.EncodeEvents(events)
+	if err != nil {
+		return 0, l.fail(ctx, err, "append to thread %q", threadID)
+	}
+	return l.AppendEncoded(ctx, threadID, events, data)
+}
+
+// AppendEncoded implements instanceai.EventLog.
+func (l *Log) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	first, err := l.appendEncoded(ctx, threadID, events, data)
+	if err != nil {
+		return 0, l.fail(ctx, err, "append to thread %q", threadID)
+	}
+	return first, nil
+}
+
+func (l *Log) appendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	if err := records.CheckEncoded(events, data); err != nil {
+		return 0, err
+	}
+	if len(events) == 0 {
+		// Nothing to write; report where the next append would start.
+		var next int64
+		err := l.r.QueryRowContext(ctx, l.q(`SELECT last_seq + 1 FROM threads WHERE id = ?`), threadID).Scan(&next)
+		return next, notFound(err)
+	}
+	return l.append(ctx, threadID, events, data)
+}
+
+func (l *Log) append(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (first int64, err error) {
+	n := int64(len(events))
+	tx, err := l.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	// Within the transaction nobody else can move the counter (SQLite has
+	// one writer; PostgreSQL's row lock queues the others until COMMIT), so
+	// first..last is this batch's.
+	last, stamp, err := l.d.Reserve(ctx, tx, threadID, n)
+	if err != nil {
+		return 0, notFound(err)
+	}
+	first = last - n + 1
+	p := l.d.Placeholders
+	for lo := 0; lo < len(events); lo += l.maxRows {
+		hi := min(lo+l.maxRows, len(events))
+		args := p.insertArgs(threadID, stamp, first+int64(lo), events[lo:hi], data[lo:hi])
+		if _, err := tx.ExecContext(ctx, p.insertSQL(hi-lo), args...); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return first, nil
+}
+
+// notFound turns "no such row" into instanceai.ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return instanceai.ErrNotFound
+	}
+	return err
+}
+
+// ReadAfter implements instanceai.EventLog.
+func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	q := `SELECT seq, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
+	args := []any{threadID, after}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	out, err := l.queryEvents(ctx, threadID, q, args...)
+	if err != nil {
+		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
+	}
+	return out, nil
+}
+
+// NextSeq implements instanceai.EventLog. It reads the log itself rather
+// than the counter, so it reports what a reader can actually see.
+func (l *Log) NextSeq(ctx context.Context, threadID string) (int64, error) {
+	var next int64
+	err := l.r.QueryRowContext(ctx, l.q(
+		`SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = t.id) + 1 FROM threads t WHERE t.id = ?`),
+		threadID).Scan(&next)
+	if err != nil {
+		return 0, l.fail(ctx, notFound(err), "next seq of thread %q", threadID)
+	}
+	return next, nil
+}
+
+// ThreadExists returns instanceai.ErrNotFound for a missing thread. Queries
+// of a thread's rows ask it only when they found none, to tell an empty
+// answer from a missing thread.
+func (l *Log) ThreadExists(ctx context.Context, id string) error {
+	var one int
+	return notFound(l.r.QueryRowContext(ctx, l.q(`SELECT 1 FROM threads WHERE id = ?`), id).Scan(&one))
+}
+
+// UnfinishedRunsSQL lists the runs with a run-start and no run-finish. Both
+// sides of the anti-join read the partial indexes of migration 002.
+const UnfinishedRunsSQL = `SELECT s.thread_id, s.run_id FROM events s
+WHERE s.type = 'run-start' AND NOT EXISTS (
+    SELECT 1 FROM events f WHERE f.type = 'run-finish' AND f.thread_id = s.thread_id AND f.run_id = s.run_id)
+GROUP BY s.thread_id, s.run_id
+ORDER BY s.thread_id, MIN(s.seq)`
+
+// UnfinishedRuns implements instanceai.RunIndex: ordered by thread id, then
+// by the position of the run's run-start in the log.
+func (l *Log) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
+	out, err := l.unfinishedRuns(ctx)
+	if err != nil {
+		return nil, l.fail(ctx, err, "unfinished runs")
+	}
+	return out, nil
+}
+
+func (l *Log) unfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
+	rows, err := l.r.QueryContext(ctx, UnfinishedRunsSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []instanceai.RunRef
+	for rows.Next() {
+		var r instanceai.RunRef
+		if err := rows.Scan(&r.ThreadID, &r.RunID); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RunEvents implements instanceai.RunIndex. A run's events follow its
+// run-start (the registry emits it first), so the scan starts there rather
+// than at the beginning of the thread; a run without a run-start is looked
+// for in the whole thread. A missing thread is ErrNotFound.
+func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	out, err := l.queryEvents(ctx, threadID,
+		`SELECT seq, data FROM events
+		 WHERE thread_id = ? AND run_id = ? AND seq >= COALESCE(
+		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ? AND run_id = ?), 0)
+		 ORDER BY seq`, threadID, runID, threadID, runID)
+	if err != nil {
+		return nil, l.fail(ctx, err, "events of run %q in thread %q", runID, threadID)
+	}
+	return out, nil
+}
+
+// queryEvents runs a query (with ? placeholders) of (seq, data) rows of one
+// thread. Only an empty answer needs telling apart from a missing thread.
+func (l *Log) queryEvents(ctx context.Context, threadID, query string, args ...any) ([]instanceai.StoredEvent, error) {
+	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := l.ThreadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// scanEvents reads (seq, data) rows into stored events, keeping each row's
+// bytes, and closes the rows.
+func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
+	defer rows.Close()
+	var out []instanceai.StoredEvent
+	for rows.Next() {
+		var se instanceai.StoredEvent
+		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
+		if err := rows.Scan(&se.Seq, &data); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &se.Event); err != nil {
+			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
+		}
+		se.Data = data
+		out = append(out, se)
+	}
+	return out, rows.Err()
+}
+
+// MustAffect returns instanceai.ErrNotFound when res changed no row.
+func MustAffect(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return instanceai.ErrNotFound
+	}
+	return nil
+}

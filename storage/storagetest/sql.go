@@ -1,0 +1,187 @@
+package storagetest
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// SQLBackend is a store on a SQL database with a way to its tables, for
+// the checks that look beneath the interface.
+type SQLBackend struct {
+	instanceai.Store
+	// DB reads and writes the store's tables directly (for SQLite, its
+	// writer: the readers are query-only).
+	DB *sql.DB
+	// SetMaxRows makes appends split a batch into INSERT statements of at
+	// most n rows.
+	SetMaxRows func(n int)
+	// ParseTime reads a created_at value as the database returns it.
+	ParseTime func(v any) (time.Time, error)
+}
+
+// SQLOpener returns a fresh, empty SQL backend. The suite migrates the
+// store and closes it.
+type SQLOpener func(t *testing.T) SQLBackend
+
+// RunSQL checks the rows a SQL backend keeps: their columns and bytes,
+// that a delete takes every row of the thread, and that a batch split over
+// several statements commits whole or not at all. Its statements bind no
+// parameters, so they read the same in every dialect.
+func RunSQL(t *testing.T, open SQLOpener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, b SQLBackend)
+	}{
+		{"StoredBytes", testStoredBytes},
+		{"DeleteRemovesRows", testDeleteRemovesRows},
+		{"ChunkedAppendIsAtomic", testChunkedAppend},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b SQLBackend
+			openMigrated(t, func(t *testing.T) instanceai.Store {
+				b = open(t)
+				return b.Store
+			})
+			tc.fn(t, b)
+		})
+	}
+}
+
+// testStoredBytes: the data column holds exactly the bytes json.Marshal
+// produced, so anything reading the table directly sees the wire form; the
+// other columns copy the event's and the append's time.
+func testStoredBytes(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	ensure(t, b, "t", "o")
+	events := EveryType("run-1")
+	before := time.Now()
+	if _, err := b.Append(ctx, "t", events); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.DB.QueryContext(ctx, `SELECT seq, type, run_id, agent_id, data, created_at FROM events WHERE thread_id = 't' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var seq int64
+		var typ, run, agent, data string
+		var created any
+		if err := rows.Scan(&seq, &typ, &run, &agent, &data, &created); err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(events) {
+			t.Fatalf("more rows than the %d events appended", len(events))
+		}
+		want, _ := json.Marshal(&events[i])
+		if data != string(want) {
+			t.Errorf("seq %d data = %s, want %s", seq, data, want)
+		}
+		if typ != string(events[i].Type) || run != events[i].RunID || agent != events[i].AgentID {
+			t.Errorf("seq %d columns = %s/%s/%s, want %s/%s/%s", seq, typ, run, agent, events[i].Type, events[i].RunID, events[i].AgentID)
+		}
+		at, err := b.ParseTime(created)
+		if err != nil {
+			t.Errorf("seq %d created_at %v: %v", seq, created, err)
+		} else if at.Before(before.Add(-timeWindow)) || at.After(time.Now().Add(timeWindow)) {
+			t.Errorf("seq %d created_at = %v, not about now", seq, at)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != len(events) {
+		t.Fatalf("%d rows, want %d", i, len(events))
+	}
+}
+
+// countRows counts the rows of thread "t" in table.
+func countRows(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM ` + table + ` WHERE thread_id = 't'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// testDeleteRemovesRows: the cascade happens in the database, not only in
+// what the store's reads show.
+func testDeleteRemovesRows(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	ensure(t, b, "t", "o")
+	if _, err := b.Append(ctx, "t", TypicalBatch("r", 50)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddMessage(ctx, instanceai.Message{ID: "m", ThreadID: "t", Role: "user", Content: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "c", ThreadID: "t", Request: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ClaimThread(ctx, "t", "r", "inst", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1, "active_runs": 1}
+	for table, n := range want {
+		if got := countRows(t, b.DB, table); got != n {
+			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
+		}
+	}
+	if err := b.DeleteThread(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for table := range want {
+		if n := countRows(t, b.DB, table); n != 0 {
+			t.Fatalf("%d %s rows left after delete, want 0", n, table)
+		}
+	}
+}
+
+// testChunkedAppend: a batch larger than one INSERT is split, and all of it
+// commits or none, counter bump included.
+func testChunkedAppend(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	b.SetMaxRows(7)
+	ensure(t, b, "t", "o")
+	batch := TypicalBatch("r", 50)
+	if first, err := b.Append(ctx, "t", batch); err != nil || first != 1 {
+		t.Fatalf("Append = %d, %v; want 1", first, err)
+	}
+	got, err := b.ReadAfter(ctx, "t", 0, 0)
+	if err != nil || len(got) != 50 || got[49].Seq != 50 {
+		t.Fatalf("read %d events (%v), want 1..50", len(got), err)
+	}
+
+	// A row squatting on seq 60 makes the second chunk of the next batch
+	// (seqs 58..64) collide with the primary key: the whole batch, and the
+	// counter bump, must roll back. The timestamp literal is one both
+	// databases read.
+	if _, err := b.DB.ExecContext(ctx,
+		`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
+		 VALUES ('t', 60, 'status', '', '', '{}', '2025-06-01T12:00:00.000000Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "t", batch[:20]); err == nil {
+		t.Fatal("Append over a squatted seq succeeded")
+	} else if errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append over a squatted seq: %v", err)
+	}
+	if n := countRows(t, b.DB, "events"); n != 51 {
+		t.Fatalf("%d rows after the failed append, want 51 (50 + the squatter)", n)
+	}
+	var last int64
+	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 50 {
+		t.Fatalf("last_seq after the failed append = %d, %v; want 50", last, err)
+	}
+}
