@@ -158,3 +158,11 @@ func dialSmallReadBuffer(ctx context.Context, network, addr string) (net.Conn, e
 	}
 	return c, err
 }
+
+// WithTest returns a copy of s whose helpers report to t: a subtest's own
+// t, say, so that a failure stops the subtest rather than its parent.
+func (s *Server) WithTest(t testing.TB) *Server {
+	c := *s
+	c.t = t
+	return &c
+}
