@@ -16,6 +16,8 @@ import (
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/metrics"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // The fakes below replay the upstream wire formats of PROTOCOLS §3: an
@@ -144,24 +146,24 @@ func startOpenAI(t *testing.T, store instanceai.Store) (*harness, *fakeLLM) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, store, options{agent: agent, llmHealth: agent.HealthHandler()}), llm
+	return start(t, store, servertest.Options{Agent: agent, Config: server.Config{LLMHealth: agent.HealthHandler()}}), llm
 }
 
 func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		h, llm := startOpenAI(t, store)
 
 		// Native: a tool loop of two model calls, then a follow-up that
 		// carries the first exchange as history.
 		llm.script(toolStep(), answerStep("The answer is 42.", 20, 7))
-		h.do(http.MethodPost, "/instance-ai/threads", `{"id":"oa"}`)
-		live := h.connect("oa", "", false)
-		runID := h.chat("oa", "What is the answer?")
-		frames := live.until(wait, isRunFinish(runID))
+		h.EnsureThread("oa")
+		live := h.Connect("oa", "", false)
+		runID := h.Chat("oa", "What is the answer?")
+		frames := live.Until(wait, servertest.IsRunFinish(runID))
 		var text strings.Builder
 		var calls, results []string
 		for _, f := range frames {
-			switch p := f.ev.Payload.(type) {
+			switch p := f.Decoded.Payload.(type) {
 			case *instanceai.Text:
 				// Deltas, or the stored block when the stream caught up
 				// from the log: the feed sends each text once.
@@ -172,7 +174,7 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 				results = append(results, string(p.Result))
 			}
 		}
-		fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+		fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 		if text.String() != "Let me check. The answer is 42." || fmt.Sprint(calls) != `[lookup{"q":"answer"}]` || fmt.Sprint(results) != `[{"answer":42}]` {
 			t.Fatalf("native run: text %q calls %v results %v", text.String(), calls, results)
 		}
@@ -185,8 +187,8 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 		}
 
 		llm.script(answerStep("Still 42.", 40, 3))
-		runID = h.chat("oa", "And now?")
-		live.until(wait, isRunFinish(runID))
+		runID = h.Chat("oa", "And now?")
+		live.Until(wait, servertest.IsRunFinish(runID))
 		if got := strings.Join(llm.messages(2), " | "); got != `user:What is the answer? | assistant:Let me check. →lookup | tool:{"answer":42} | assistant:The answer is 42. | user:And now?` {
 			t.Fatalf("follow-up sent %s", got)
 		}
@@ -216,7 +218,7 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 			t.Fatalf("AG-UI follow-up sent %s", got)
 		}
 
-		code, restored := h.do(http.MethodGet, "/instance-ai/threads/ag-oa/messages", "")
+		code, restored := h.Do(http.MethodGet, "/instance-ai/threads/ag-oa/messages", "")
 		msgs, _ := restored["messages"].([]any)
 		if code != http.StatusOK || len(msgs) != 4 || msgs[0].(map[string]any)["content"] != "What is the answer?" || msgs[2].(map[string]any)["content"] != "Sure?" {
 			t.Fatalf("AG-UI runs' messages: %d %v", code, restored)
@@ -238,7 +240,7 @@ func TestOpenAIAgentThroughBothProtocols(t *testing.T) {
 			t.Fatalf("AG-UI history sent %s", got)
 		}
 
-		code, health := h.do(http.MethodGet, "/llm/health", "")
+		code, health := h.Do(http.MethodGet, "/llm/health", "")
 		if code != http.StatusOK || health["status"] != "available" || health["llm_model"] != "test-model" || health["is_local"] != true {
 			t.Fatalf("/llm/health: %d %v", code, health)
 		}
@@ -264,23 +266,23 @@ func ndjsonServer(t *testing.T, fixture string, piece int) *httptest.Server {
 }
 
 func TestN8NAgentThroughBothProtocols(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		m := metrics.New()
 		hook := ndjsonServer(t, "../agent/n8n/testdata/split_object.ndjson", 5)
 		agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "reviewer", URL: hook.URL + "/webhook/review"}}, Observer: m})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := start(t, store, options{agent: agent, metrics: m})
+		h := start(t, store, servertest.Options{Agent: agent, Config: server.Config{Metrics: m}})
 
-		h.do(http.MethodPost, "/instance-ai/threads", `{"id":"hook"}`)
-		live := h.connect("hook", "", false)
-		runID := h.chat("hook", "Review my change")
-		frames := live.until(wait, isRunFinish(runID))
+		h.EnsureThread("hook")
+		live := h.Connect("hook", "", false)
+		runID := h.Chat("hook", "Review my change")
+		frames := live.Until(wait, servertest.IsRunFinish(runID))
 		var text strings.Builder
 		var calls []string
 		for _, f := range frames {
-			switch p := f.ev.Payload.(type) {
+			switch p := f.Decoded.Payload.(type) {
 			case *instanceai.Text:
 				text.WriteString(p.Text)
 			case *instanceai.ToolCall:
@@ -290,7 +292,7 @@ func TestN8NAgentThroughBothProtocols(t *testing.T) {
 		if got := text.String(); got != "Let me look.  Here is the diff." || fmt.Sprint(calls) != "[show_diff]" {
 			t.Fatalf("native run: text %q, calls %v", got, calls)
 		}
-		if fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCompleted {
+		if fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCompleted {
 			t.Fatalf("run-finish %+v", fin)
 		}
 
@@ -318,9 +320,9 @@ func TestN8NAgentThroughBothProtocols(t *testing.T) {
 // TestRealAgentsInterop runs the real @ag-ui/client against both agents.
 func TestRealAgentsInterop(t *testing.T) {
 	node := interopNode(t)
-	h, llm := startOpenAI(t, openStore(t, "memory"))
+	h, llm := startOpenAI(t, servertest.OpenStore(t, "memory"))
 	llm.script(toolStep(), answerStep("The answer is 42.", 20, 7))
-	rep := runInterop(t, node, h.srv.URL+"/run-agent", `[{"name":"openai","message":"What is the answer?"}]`, 1)
+	rep := runInterop(t, node, h.URL+"/run-agent", `[{"name":"openai","message":"What is the answer?"}]`, 1)
 	rep.Results[0].succeeded(t, "openai agent")
 	if n := countOf(rep.Results[0].Events, "TOOL_CALL_RESULT"); n != 1 {
 		t.Fatalf("openai agent: events %v", rep.Results[0].Events)
@@ -331,8 +333,8 @@ func TestRealAgentsInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = start(t, openStore(t, "memory"), options{agent: agent})
-	rep = runInterop(t, node, h.srv.URL+"/run-agent", `[{"name":"n8n","message":"Review my change"}]`, 1)
+	h = start(t, servertest.OpenStore(t, "memory"), servertest.Options{Agent: agent})
+	rep = runInterop(t, node, h.URL+"/run-agent", `[{"name":"n8n","message":"Review my change"}]`, 1)
 	rep.Results[0].succeeded(t, "n8n agent")
 	if n := countOf(rep.Results[0].Events, "TOOL_CALL_START"); n != 1 {
 		t.Fatalf("n8n agent: events %v", rep.Results[0].Events)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // runAgentResult is one /run-agent answer read to its end.
@@ -31,14 +32,14 @@ func postAndRead(h *harness, body string) (r runAgentResult) {
 	defer func() { r.end = time.Now() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/run-agent", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL+"/run-agent", strings.NewReader(body))
 	if err != nil {
 		r.err = err
 		return r
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	res, err := h.client.Do(req)
+	res, err := h.Client.Do(req)
 	if err != nil {
 		r.err = err
 		return r
@@ -100,12 +101,12 @@ func concurrently(h *harness, bodies []string) []runAgentResult {
 }
 
 func TestRunAgentConcurrentThreads(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 5 * time.Millisecond})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond})
 		const n = 5
 		bodies := make([]string, n)
 		for i := range bodies {
-			bodies[i] = runInput(fmt.Sprintf("ag-conc-%d", i), fmt.Sprintf("r-conc-%d", i), "tools", nil)
+			bodies[i] = servertest.RunAgentInput(fmt.Sprintf("ag-conc-%d", i), fmt.Sprintf("r-conc-%d", i), "tools", nil)
 		}
 		results := concurrently(h, bodies)
 		latestStart, earliestEnd := results[0].start, results[0].end
@@ -144,11 +145,11 @@ func TestRunAgentConcurrentThreads(t *testing.T) {
 }
 
 func TestRunAgentConcurrentSameThread(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 5 * time.Millisecond})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond})
 		results := concurrently(h, []string{
-			runInput("ag-same", "r-same-a", "long 200", nil),
-			runInput("ag-same", "r-same-b", "long 200", nil),
+			servertest.RunAgentInput("ag-same", "r-same-a", "long 200", nil),
+			servertest.RunAgentInput("ag-same", "r-same-b", "long 200", nil),
 		})
 		var streams, conflicts int
 		for i, r := range results {
@@ -183,7 +184,7 @@ func TestRunAgentConcurrentSameThread(t *testing.T) {
 			t.Fatalf("want one stream and one 409, got %d and %d", streams, conflicts)
 		}
 		runs := 0
-		for _, row := range replay(t, store, "ag-same") {
+		for _, row := range servertest.StoredEvents(t, store, "ag-same") {
 			if row.Event.Type == instanceai.TypeRunStart {
 				runs++
 			}

@@ -2,18 +2,16 @@ package server_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 func TestCORS(t *testing.T) {
-	store := openStore(t, "memory")
-	app := server.New(store, &script.Agent{}, server.Config{AllowedOrigins: []string{"https://app.example.com"}, AgentName: "script"})
-	srv := httptest.NewServer(app.Handler())
-	t.Cleanup(srv.Close)
+	store := servertest.OpenStore(t, "memory")
+	srv := servertest.Start(t, store, servertest.Options{
+		Config: server.Config{AllowedOrigins: []string{"https://app.example.com"}, AgentName: "script"}})
 
 	send := func(method, path, origin string, hdr map[string]string) *http.Response {
 		t.Helper()
@@ -71,8 +69,7 @@ func TestCORS(t *testing.T) {
 	}
 
 	// No configured origins: no CORS headers at all.
-	plain := httptest.NewServer(server.New(store, &script.Agent{}, server.Config{}).Handler())
-	t.Cleanup(plain.Close)
+	plain := servertest.Start(t, store, servertest.Options{})
 	req, _ := http.NewRequest(http.MethodGet, plain.URL+"/health", nil)
 	req.Header.Set("Origin", "https://app.example.com")
 	res, err = http.DefaultClient.Do(req)

@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 func TestRunAgentFrontendTool(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
 		tools := []any{map[string]any{"name": "pickColor", "description": "Asks the user for a color",
 			"parameters": map[string]any{"type": "object", "properties": map[string]any{}}}}
 
@@ -65,7 +66,7 @@ func TestRunAgentFrontendTool(t *testing.T) {
 				t.Fatalf("native runs %v", runs)
 			}
 			sawResult := false
-			for _, r := range replay(t, store, thread) {
+			for _, r := range servertest.StoredEvents(t, store, thread) {
 				if p, ok := r.Event.Payload.(*instanceai.ToolResult); ok && p.ToolCallID == callID {
 					sawResult = true
 					if r.Event.RunID != callRun || string(p.Result) != `"teal"` {
@@ -79,7 +80,7 @@ func TestRunAgentFrontendTool(t *testing.T) {
 			if !sawResult {
 				t.Fatal("no tool-result stored for the frontend call")
 			}
-			code, body := h.do(http.MethodGet, "/instance-ai/threads/"+thread+"/messages", "")
+			code, body := h.Do(http.MethodGet, "/instance-ai/threads/"+thread+"/messages", "")
 			if code != http.StatusOK || !strings.Contains(fmt.Sprint(body), "teal") {
 				t.Fatalf("messages view %d does not carry the result: %v", code, body)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // aguiEvent is one received AG-UI event with the SSE id it came with.
@@ -28,44 +29,13 @@ func (e aguiEvent) str(key string) string {
 	return s
 }
 
-// runInput builds a RunAgentInput body with one user message.
-func runInput(thread, runID, message string, extra map[string]any) string {
-	in := map[string]any{
-		"threadId": thread, "runId": runID,
-		"messages": []any{map[string]any{"id": "u1", "role": "user", "content": message}},
-	}
-	for k, v := range extra {
-		in[k] = v
-	}
-	b, _ := json.Marshal(in)
-	return string(b)
-}
-
-// postRunAgent sends a /run-agent request; accept "" sends no Accept header.
-func (h *harness) postRunAgent(ctx context.Context, body, accept string) *http.Response {
-	h.t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/run-agent", strings.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	res, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return res
-}
-
 // runAgent posts a run and reads its whole AG-UI stream, checking the
 // framing and the verifier's rules.
 func (h *harness) runAgent(thread, runID, message string, extra map[string]any) []aguiEvent {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := h.postRunAgent(ctx, runInput(thread, runID, message, extra), "text/event-stream")
+	res := h.PostRunAgent(ctx, servertest.RunAgentInput(thread, runID, message, extra), "text/event-stream")
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(res.Body)
@@ -227,7 +197,7 @@ func waitRunFinish(t *testing.T, store instanceai.Store, thread string, timeout 
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		for _, r := range replay(t, store, thread) {
+		for _, r := range servertest.StoredEvents(t, store, thread) {
 			if p, ok := r.Event.Payload.(*instanceai.RunFinish); ok {
 				return p
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // interopDir holds the pinned @ag-ui/client and the script that drives it.
@@ -131,7 +132,7 @@ func runInterop(t *testing.T, node, url, scenarios string, want int) interopRepo
 // /run-agent for the reference scenarios.
 func TestAGUIInteropHttpAgent(t *testing.T) {
 	node := interopNode(t)
-	h := start(t, openStore(t, "memory"), options{})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	scenarios := `[
 		{"name":"simple","message":"hello interop"},
 		{"name":"tools","message":"tools"},
@@ -142,7 +143,7 @@ func TestAGUIInteropHttpAgent(t *testing.T) {
 		{"name":"frontend-tool","message":"frontend-tool","toolResult":"teal",
 			"tools":[{"name":"pickColor","description":"Asks the user for a color","parameters":{"type":"object","properties":{}}}]}
 	]`
-	rep := runInterop(t, node, h.srv.URL+"/run-agent", scenarios, 7)
+	rep := runInterop(t, node, h.URL+"/run-agent", scenarios, 7)
 	for _, r := range rep.Results {
 		t.Run(r.Name, func(t *testing.T) {
 			if r.Error != nil {
@@ -267,7 +268,7 @@ func waitLogEnd(t *testing.T, store instanceai.Store, thread string, timeout tim
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		rows := replay(t, store, thread)
+		rows := servertest.StoredEvents(t, store, thread)
 		if n := len(rows); n > 0 {
 			if fin, ok := rows[n-1].Event.Payload.(*instanceai.RunFinish); ok {
 				return fin
@@ -304,8 +305,8 @@ func lastAssistantText(messages []map[string]any) string {
 // time: a background agent, an abort, and a rejoin after an abort.
 func TestAGUIInteropLiveRuns(t *testing.T) {
 	node := interopNode(t)
-	store := openStore(t, "memory")
-	h := start(t, store, options{delay: 2 * time.Millisecond})
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{AgentDelay: 2 * time.Millisecond})
 	const rejoinDeltas = 500
 	scenarios := fmt.Sprintf(`[
 		{"name":"background","message":"background"},
@@ -313,7 +314,7 @@ func TestAGUIInteropLiveRuns(t *testing.T) {
 		{"name":"rejoin","message":"long %d","abortAfter":"TEXT_MESSAGE_CONTENT",
 			"forwardedProps":{"onDisconnect":"continue"},"rejoin":true}
 	]`, script.MaxLong, rejoinDeltas)
-	rep := runInterop(t, node, h.srv.URL+"/run-agent", scenarios, 3)
+	rep := runInterop(t, node, h.URL+"/run-agent", scenarios, 3)
 	for _, r := range rep.Results {
 		t.Run(r.Name, func(t *testing.T) {
 			for _, w := range r.Warnings {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // rejoinRequest opens GET /agui/threads/{thread}/events; header and query
@@ -20,7 +21,7 @@ import (
 // sends no Accept header.
 func (h *harness) rejoinRequest(ctx context.Context, thread, header, query, accept string) *http.Response {
 	h.t.Helper()
-	url := h.srv.URL + "/agui/threads/" + thread + "/events"
+	url := h.URL + "/agui/threads/" + thread + "/events"
 	if query != "" {
 		url += "?lastEventId=" + query
 	}
@@ -34,7 +35,7 @@ func (h *harness) rejoinRequest(ctx context.Context, thread, header, query, acce
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	res, err := h.client.Do(req)
+	res, err := h.Client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func storedRun(t *testing.T, store instanceai.Store, thread, runID string) ([]in
 	t.Helper()
 	var evs []instanceai.Event
 	var last int64
-	for _, r := range replay(t, store, thread) {
+	for _, r := range servertest.StoredEvents(t, store, thread) {
 		last = r.Seq
 		if r.Event.RunID == runID {
 			evs = append(evs, r.Event)
@@ -222,7 +223,7 @@ func waitRow(t *testing.T, store instanceai.Store, thread, runID string, match f
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, r := range replay(t, store, thread) {
+		for _, r := range servertest.StoredEvents(t, store, thread) {
 			if r.Event.RunID == runID && match(r.Event) {
 				return r.Seq
 			}
@@ -241,16 +242,16 @@ func rowType(typ instanceai.EventType) func(instanceai.Event) bool {
 // RUN_STARTED, the whole conversation and the run's terminal event, whatever
 // the cursor.
 func TestAGUIRejoinFinishedRun(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 
-		first := h.chat("th", "tools")
+		first := h.Chat("th", "tools")
 		waitRow(t, store, "th", first, rowType(instanceai.TypeRunFinish))
 		// The title derived from the first message is queued by the chat
 		// request and may be stored after the run's finish: let it land.
-		if err := h.app.Writer.Sync(ctx, "th"); err != nil {
+		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
 			t.Fatal(err)
 		}
 		events := h.openRejoin(ctx, "th", "").rest()
@@ -273,7 +274,7 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 
 		// A failed run ends the rejoined stream with RUN_ERROR; an early
 		// cursor still gets the whole conversation.
-		second := h.chat("th", "error")
+		second := h.Chat("th", "error")
 		waitRow(t, store, "th", second, rowType(instanceai.TypeRunFinish))
 		events = h.openRejoin(ctx, "th", "1").rest()
 		msgs = checkRejoined(t, events, "th", second, 1)
@@ -290,14 +291,14 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 // with no cursor and one at the run's run-start; each stream is one valid
 // AG-UI run whose text, snapshot plus streamed, is the whole run's text.
 func TestAGUIRejoinMidRun(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: time.Millisecond})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 
-		earlier := h.chat("th", "simple hi")
+		earlier := h.Chat("th", "simple hi")
 		waitRow(t, store, "th", earlier, rowType(instanceai.TypeRunFinish))
-		runID := h.chat("th", "long 100000")
+		runID := h.Chat("th", "long 100000")
 		startSeq := waitRow(t, store, "th", runID, rowType(instanceai.TypeRunStart))
 		time.Sleep(150 * time.Millisecond) // let text stream before the rejoin
 
@@ -313,9 +314,7 @@ func TestAGUIRejoinMidRun(t *testing.T) {
 				return contents >= 20
 			})
 		}
-		if code, out := h.do(http.MethodPost, "/instance-ai/chat/th/cancel", ""); code != http.StatusOK {
-			t.Fatalf("cancel: %d %v", code, out)
-		}
+		h.Cancel("th")
 		zeroEvents, laterEvents := fromZero.rest(), later.rest()
 
 		runEvents, last := storedRun(t, store, "th", runID)
@@ -371,12 +370,12 @@ func TestAGUIRejoinMidRun(t *testing.T) {
 // open opens it again before the tail continues it, and the run's text
 // before the cursor is in the snapshot.
 func TestAGUIRejoinReopensToolCall(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 50 * time.Millisecond})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 50 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 
-		runID := h.chat("th", "tools")
+		runID := h.Chat("th", "tools")
 		cursor := waitRow(t, store, "th", runID, rowType(instanceai.TypeToolInputStart))
 		events := h.openRejoin(ctx, "th", strconv.FormatInt(cursor, 10)).rest()
 		msgs := checkRejoined(t, events, "th", runID, cursor)
@@ -405,12 +404,12 @@ func TestAGUIRejoinReopensToolCall(t *testing.T) {
 
 // TestAGUIRejoinErrors: the answers before any stream.
 func TestAGUIRejoinErrors(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{tokens: aliceToken + "=alice," + bobToken + "=bob"})
-		alice, bob := h.as(aliceToken), h.as(bobToken)
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{Tokens: aliceToken + "=alice," + bobToken + "=bob"})
+		alice, bob := h.As(aliceToken), h.As(bobToken)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		runID := alice.chat("th-a", "simple hi")
+		runID := alice.Chat("th-a", "simple hi")
 		waitRow(t, store, "th-a", runID, rowType(instanceai.TypeRunFinish))
 		if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "empty", OwnerID: "alice"}); err != nil {
 			t.Fatal(err)
@@ -467,11 +466,11 @@ func TestAGUIRejoinErrors(t *testing.T) {
 // TestAGUIRejoinWaitingForConfirmation: a run suspended on a confirmation
 // rejoins as a run that ends with its interrupt.
 func TestAGUIRejoinWaitingForConfirmation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		runID := h.chat("th", "confirm")
+		runID := h.Chat("th", "confirm")
 		waitRow(t, store, "th", runID, rowType(instanceai.TypeConfirmRequest))
 		events := h.openRejoin(ctx, "th", "").rest()
 		checkRejoined(t, events, "th", runID, 0)
@@ -480,6 +479,6 @@ func TestAGUIRejoinWaitingForConfirmation(t *testing.T) {
 		if end.typ != "RUN_FINISHED" || out["type"] != "interrupt" {
 			t.Fatalf("rejoin of a suspended run ends with %s", end.raw)
 		}
-		h.do(http.MethodPost, "/instance-ai/chat/th/cancel", "")
+		h.Do(http.MethodPost, "/instance-ai/chat/th/cancel", "")
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // runAgentBody posts a RunAgentInput and reads its whole AG-UI stream,
@@ -18,7 +19,7 @@ func (h *harness) runAgentBody(body string) []aguiEvent {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := h.postRunAgent(ctx, body, "text/event-stream")
+	res := h.PostRunAgent(ctx, body, "text/event-stream")
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
@@ -43,7 +44,7 @@ func (h *harness) runAgentRejected(body string) (status int, code, field string)
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := h.postRunAgent(ctx, body, "text/event-stream")
+	res := h.PostRunAgent(ctx, body, "text/event-stream")
 	code, field = readJSONError(h.t, res)
 	return res.StatusCode, code, field
 }
@@ -93,7 +94,7 @@ func interruptOf(t *testing.T, h *harness, thread string) map[string]any {
 func nativeRuns(t *testing.T, store instanceai.Store, thread string) []string {
 	t.Helper()
 	var ids []string
-	for _, r := range replay(t, store, thread) {
+	for _, r := range servertest.StoredEvents(t, store, thread) {
 		if r.Event.Type == instanceai.TypeRunStart {
 			ids = append(ids, r.Event.RunID)
 		}
@@ -102,8 +103,8 @@ func nativeRuns(t *testing.T, store instanceai.Store, thread string) []string {
 }
 
 func TestRunAgentResume(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
 		user := []any{map[string]any{"id": "u1", "role": "user", "content": "confirm"}}
 		resumeBody := func(thread, runID string, resume []any) string {
 			return inputJSON(map[string]any{"threadId": thread, "runId": runID, "messages": user, "resume": resume})
@@ -132,7 +133,7 @@ func TestRunAgentResume(t *testing.T) {
 			if got := textOf(evs); !strings.Contains(got, "is archived") || strings.Contains(got, "I can archive") {
 				t.Fatalf("resumed text %q", got)
 			}
-			if st := h.status(thread); st.HasActiveRun || st.IsSuspended {
+			if st := h.ThreadStatus(thread); st.HasActiveRun || st.IsSuspended {
 				t.Fatalf("status after the resumed run: %+v", st)
 			}
 			if runs := nativeRuns(t, store, thread); len(runs) != 1 {
@@ -186,7 +187,7 @@ func TestRunAgentResume(t *testing.T) {
 				name, body, field string
 				status            int
 			}{
-				{"missing resume", runInput(thread, "r-x", "hello", nil), "resume", http.StatusBadRequest},
+				{"missing resume", servertest.RunAgentInput(thread, "r-x", "hello", nil), "resume", http.StatusBadRequest},
 				{"unknown interrupt id", resumeBody(thread, "r-x", []any{
 					map[string]any{"interruptId": id, "status": "resolved", "payload": map[string]any{"approved": true}},
 					map[string]any{"interruptId": "cr_nope", "status": "resolved", "payload": map[string]any{"approved": true}}}),
@@ -202,7 +203,7 @@ func TestRunAgentResume(t *testing.T) {
 			}
 			// Nothing was answered: the run still waits, and a valid resume
 			// continues it.
-			if st := h.status(thread); !st.IsSuspended {
+			if st := h.ThreadStatus(thread); !st.IsSuspended {
 				t.Fatalf("status after rejected resumes: %+v", st)
 			}
 			evs := h.runAgentBody(resumeBody(thread, "r-ok", []any{map[string]any{"interruptId": id, "status": "cancelled"}}))
@@ -218,7 +219,7 @@ func TestRunAgentResume(t *testing.T) {
 
 		t.Run("busy thread", func(t *testing.T) {
 			thread := "ag-resume-busy"
-			slow := start(t, store, options{delay: 5 * time.Millisecond})
+			slow := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond})
 			stop := openLongRun(t, slow, thread, nil)
 			defer stop()
 			status, code, _ := slow.runAgentRejected(resumeBody(thread, "r-busy", []any{map[string]any{"interruptId": "cr_x", "status": "cancelled"}}))

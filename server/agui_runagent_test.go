@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 func TestRunAgentScenarios(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
 
 		t.Run("simple", func(t *testing.T) {
 			evs := h.runAgent("ag-simple", "agrun-1", "hello there", nil)
@@ -94,12 +96,10 @@ func TestRunAgentScenarios(t *testing.T) {
 			if last.typ != "RUN_FINISHED" || outcome["type"] != "interrupt" {
 				t.Fatalf("last event %s", last.raw)
 			}
-			if st := h.status("ag-confirm"); !st.IsSuspended {
+			if st := h.ThreadStatus("ag-confirm"); !st.IsSuspended {
 				t.Fatalf("native status after the interrupt: %+v", st)
 			}
-			if code, out := h.do(http.MethodPost, "/instance-ai/chat/ag-confirm/cancel", ""); code != http.StatusOK {
-				t.Fatalf("cancel: %d %v", code, out)
-			}
+			h.Cancel("ag-confirm")
 		})
 
 		t.Run("state", func(t *testing.T) {
@@ -114,14 +114,14 @@ func TestRunAgentScenarios(t *testing.T) {
 
 		t.Run("native view of the same thread", func(t *testing.T) {
 			evs := h.runAgent("ag-native", "agrun-6", "hello native", nil)
-			st := h.status("ag-native")
+			st := h.ThreadStatus("ag-native")
 			if st.HasActiveRun {
 				t.Fatalf("status after the stream ended: %+v", st)
 			}
-			c := h.connect("ag-native", "", false)
-			frames := c.until(5*time.Second, isType(instanceai.TypeRunFinish))
-			if frames[0].ev.Type != instanceai.TypeRunStart {
-				t.Fatalf("native stream starts with %s", frames[0].ev.Type)
+			c := h.Connect("ag-native", "", false)
+			frames := c.Until(5*time.Second, isType(instanceai.TypeRunFinish))
+			if frames[0].Decoded.Type != instanceai.TypeRunStart {
+				t.Fatalf("native stream starts with %s", frames[0].Decoded.Type)
 			}
 			var maxID int64
 			for _, e := range evs {
@@ -145,9 +145,9 @@ func TestRunAgentScenarios(t *testing.T) {
 }
 
 func TestRunAgentAccept(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	for i, accept := range []string{"", "*/*", "text/*", "text/event-stream", "application/json, text/event-stream;q=0.5"} {
-		res := h.postRunAgent(context.Background(), runInput("ag-accept", "r"+string(rune('a'+i)), "hi", nil), accept)
+		res := h.PostRunAgent(context.Background(), servertest.RunAgentInput("ag-accept", "r"+string(rune('a'+i)), "hi", nil), accept)
 		body := bufio.NewReader(res.Body)
 		var sawTerminal bool
 		for {
@@ -165,7 +165,7 @@ func TestRunAgentAccept(t *testing.T) {
 		}
 	}
 	for _, accept := range []string{"application/json", "text/html", "text/event-stream;q=0"} {
-		res := h.postRunAgent(context.Background(), runInput("ag-accept", "rx", "hi", nil), accept)
+		res := h.PostRunAgent(context.Background(), servertest.RunAgentInput("ag-accept", "rx", "hi", nil), accept)
 		if res.StatusCode != http.StatusNotAcceptable {
 			t.Fatalf("Accept %q: status %d", accept, res.StatusCode)
 		}
@@ -176,7 +176,7 @@ func TestRunAgentAccept(t *testing.T) {
 }
 
 func TestRunAgentRejectsBadRequests(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{maxBody: 2048, delay: 5 * time.Millisecond})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 2048}})
 	cases := []struct {
 		name, body string
 		status     int
@@ -189,11 +189,11 @@ func TestRunAgentRejectsBadRequests(t *testing.T) {
 		{"no user message", `{"threadId":"t","runId":"r","messages":[{"id":"1","role":"assistant","content":"hi"}]}`, http.StatusBadRequest, "messages"},
 		{"bad role", `{"threadId":"t","runId":"r","messages":[{"id":"1","role":"robot","content":"hi"}]}`, http.StatusBadRequest, "messages[0].role"},
 		{"bad thread id", `{"threadId":"-x y","runId":"r","messages":[{"id":"1","role":"user","content":"hi"}]}`, http.StatusBadRequest, "threadId"},
-		{"too large", runInput("t", "r", strings.Repeat("x", 4096), nil), http.StatusRequestEntityTooLarge, ""},
+		{"too large", servertest.RunAgentInput("t", "r", strings.Repeat("x", 4096), nil), http.StatusRequestEntityTooLarge, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := h.postRunAgent(context.Background(), c.body, "text/event-stream")
+			res := h.PostRunAgent(context.Background(), c.body, "text/event-stream")
 			if res.StatusCode != c.status {
 				res.Body.Close()
 				t.Fatalf("status %d, want %d", res.StatusCode, c.status)
@@ -206,7 +206,7 @@ func TestRunAgentRejectsBadRequests(t *testing.T) {
 
 	t.Run("snake_case input", func(t *testing.T) {
 		body := `{"thread_id":"ag-snake","run_id":"r-s","forwarded_props":{},"messages":[{"role":"user","content":"hello snake"}]}`
-		res := h.postRunAgent(context.Background(), body, "text/event-stream")
+		res := h.PostRunAgent(context.Background(), body, "text/event-stream")
 		defer res.Body.Close()
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", res.StatusCode)
@@ -222,8 +222,8 @@ func TestRunAgentRejectsBadRequests(t *testing.T) {
 	})
 
 	t.Run("active run", func(t *testing.T) {
-		h.chat("ag-busy", "long 100000")
-		res := h.postRunAgent(context.Background(), runInput("ag-busy", "r-busy", "hi", nil), "text/event-stream")
+		h.Chat("ag-busy", "long 100000")
+		res := h.PostRunAgent(context.Background(), servertest.RunAgentInput("ag-busy", "r-busy", "hi", nil), "text/event-stream")
 		if res.StatusCode != http.StatusConflict {
 			res.Body.Close()
 			t.Fatalf("status %d, want 409", res.StatusCode)
@@ -231,21 +231,21 @@ func TestRunAgentRejectsBadRequests(t *testing.T) {
 		if code, _ := readJSONError(t, res); code != "run_active" {
 			t.Fatalf("code %q", code)
 		}
-		h.do(http.MethodPost, "/instance-ai/chat/ag-busy/cancel", "")
+		h.Do(http.MethodPost, "/instance-ai/chat/ag-busy/cancel", "")
 	})
 }
 
 func TestRunAgentOtherUsersThread(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{tokens: "tok-alice=alice,tok-bob=bob"})
-	alice, bob := h.as("tok-alice"), h.as("tok-bob")
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-alice=alice,tok-bob=bob"})
+	alice, bob := h.As("tok-alice"), h.As("tok-bob")
 	alice.runAgent("ag-private", "r1", "hello", nil)
-	res := bob.postRunAgent(context.Background(), runInput("ag-private", "r2", "hello", nil), "text/event-stream")
+	res := bob.PostRunAgent(context.Background(), servertest.RunAgentInput("ag-private", "r2", "hello", nil), "text/event-stream")
 	if res.StatusCode != http.StatusNotFound {
 		res.Body.Close()
 		t.Fatalf("bob on alice's thread: %d", res.StatusCode)
 	}
 	readJSONError(t, res)
-	res = h.postRunAgent(context.Background(), runInput("ag-private", "r3", "hello", nil), "text/event-stream")
+	res = h.PostRunAgent(context.Background(), servertest.RunAgentInput("ag-private", "r3", "hello", nil), "text/event-stream")
 	res.Body.Close()
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("without a token: %d", res.StatusCode)
@@ -257,7 +257,7 @@ func TestRunAgentOtherUsersThread(t *testing.T) {
 func openLongRun(t *testing.T, h *harness, thread string, extra map[string]any) context.CancelFunc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	res := h.postRunAgent(ctx, runInput(thread, "r-"+thread, "long 300", extra), "text/event-stream")
+	res := h.PostRunAgent(ctx, servertest.RunAgentInput(thread, "r-"+thread, "long 300", extra), "text/event-stream")
 	if res.StatusCode != http.StatusOK {
 		cancel()
 		t.Fatalf("status %d", res.StatusCode)
@@ -277,8 +277,8 @@ func openLongRun(t *testing.T, h *harness, thread string, extra map[string]any) 
 }
 
 func TestRunAgentDisconnect(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 5 * time.Millisecond})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond})
 
 		t.Run("cancels the run", func(t *testing.T) {
 			drop := openLongRun(t, h, "ag-drop", nil)
@@ -293,7 +293,7 @@ func TestRunAgentDisconnect(t *testing.T) {
 			drop := openLongRun(t, h, "ag-keep", map[string]any{"forwardedProps": map[string]any{"onDisconnect": "continue"}})
 			drop()
 			time.Sleep(50 * time.Millisecond)
-			if st := h.status("ag-keep"); !st.HasActiveRun {
+			if st := h.ThreadStatus("ag-keep"); !st.HasActiveRun {
 				t.Fatalf("run stopped after the disconnect: %+v", st)
 			}
 			fin := waitRunFinish(t, store, "ag-keep", 20*time.Second)
@@ -305,9 +305,9 @@ func TestRunAgentDisconnect(t *testing.T) {
 }
 
 func TestHealthAndStatus(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{tokens: "tok=alice"})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok=alice"})
 	// No token: both are outside authentication.
-	code, health := h.do(http.MethodGet, "/health", "")
+	code, health := h.Do(http.MethodGet, "/health", "")
 	if code != http.StatusOK || health["status"] != "healthy" || health["active_runs"] != float64(0) {
 		t.Fatalf("health: %d %v", code, health)
 	}
@@ -317,7 +317,7 @@ func TestHealthAndStatus(t *testing.T) {
 	if _, ok := health["agents"].([]any); !ok {
 		t.Fatalf("health agents: %v", health["agents"])
 	}
-	code, status := h.do(http.MethodGet, "/status", "")
+	code, status := h.Do(http.MethodGet, "/status", "")
 	if code != http.StatusOK || status["ag_ui_version"] != "1.0" {
 		t.Fatalf("status: %d %v", code, status)
 	}
@@ -341,9 +341,9 @@ func TestHealthAndStatus(t *testing.T) {
 // TestRunAgentShutdownIsNotACancel: a server shutdown ends the AG-UI stream
 // but records the run as ended by the shutdown, not by the user.
 func TestRunAgentShutdownIsNotACancel(t *testing.T) {
-	store := openStore(t, "memory")
-	h := start(t, store, options{delay: 2 * time.Millisecond})
-	res := h.postRunAgent(context.Background(), runInput("th", "r1", "long 100000", nil), "text/event-stream")
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{AgentDelay: 2 * time.Millisecond})
+	res := h.PostRunAgent(context.Background(), servertest.RunAgentInput("th", "r1", "long 100000", nil), "text/event-stream")
 	defer res.Body.Close()
 	buf := make([]byte, 4096)
 	var seen strings.Builder
@@ -356,7 +356,7 @@ func TestRunAgentShutdownIsNotACancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.app.Shutdown(ctx); err != nil {
+	if err := h.App.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if fin := waitRunFinish(t, store, "th", wait); fin.Status != instanceai.RunCancelled || fin.Reason != instanceai.ReasonServiceShutdown {
@@ -368,8 +368,8 @@ func TestRunAgentShutdownIsNotACancel(t *testing.T) {
 // gives the client a valid stream that ends in RUN_ERROR, and the native
 // log ends the run with an error.
 func TestRunAgentEndsWithRunErrorWhenTheAgentPanics(t *testing.T) {
-	store := openStore(t, "memory")
-	h := start(t, store, options{agent: instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{Agent: instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
 		_ = run.Emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: run.ID + ":seg:1",
 			Payload: &instanceai.Text{Text: "starting"}})
 		panic("agent bug")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 const (
@@ -54,10 +55,10 @@ func jsonString(v any) (string, error) {
 // user's thread is a 404 exactly like an unknown one, and the events of a
 // run carry the user id of the token that started it.
 func TestAuthentication(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		logs := &syncBuffer{}
-		h := start(t, store, options{tokens: aliceToken + "=alice," + bobToken + "=bob", logs: logs})
-		alice, bob := h.as(aliceToken), h.as(bobToken)
+		h := start(t, store, servertest.Options{Tokens: aliceToken + "=alice," + bobToken + "=bob", Logs: logs})
+		alice, bob := h.As(aliceToken), h.As(bobToken)
 
 		// Without a valid token: 401 with a Bearer challenge, before any
 		// other check (the thread and the body are never looked at).
@@ -69,7 +70,7 @@ func TestAuthentication(t *testing.T) {
 		} {
 			for _, header := range []string{"", "Bearer wrong-token-000000", "Basic " + aliceToken, "Bearer", "Bearer " + aliceToken + "x",
 				"Bearer " + aliceToken[:len(aliceToken)-1], aliceToken} {
-				req, _ := http.NewRequest(c.method, h.srv.URL+c.path, strings.NewReader(c.body))
+				req, _ := http.NewRequest(c.method, h.URL+c.path, strings.NewReader(c.body))
 				if header != "" {
 					req.Header.Set("Authorization", header)
 				}
@@ -92,7 +93,7 @@ func TestAuthentication(t *testing.T) {
 			t.Fatal("an unauthenticated request created a thread")
 		}
 		// The scheme is case-insensitive.
-		req, _ := http.NewRequest("GET", h.srv.URL+"/instance-ai/threads", nil)
+		req, _ := http.NewRequest("GET", h.URL+"/instance-ai/threads", nil)
 		req.Header.Set("Authorization", "bearer "+aliceToken)
 		if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("lower-case scheme: %v %v", res.StatusCode, err)
@@ -101,25 +102,25 @@ func TestAuthentication(t *testing.T) {
 		}
 
 		// Each user works in their own threads.
-		run := alice.chat("a1", "simple from alice")
-		alice.create(`{"id":"a2","title":"Alice's secret plan"}`, http.StatusCreated)
-		bob.chat("b1", "simple from bob")
-		frames := alice.connect("a1", "", false).until(wait, isRunFinish(run))
+		run := alice.Chat("a1", "simple from alice")
+		alice.CreateThread(`{"id":"a2","title":"Alice's secret plan"}`, http.StatusCreated)
+		bob.Chat("b1", "simple from bob")
+		frames := alice.Connect("a1", "", false).Until(wait, servertest.IsRunFinish(run))
 		for _, f := range frames {
 			if f.Event != "" {
 				continue // a run-sync frame carries no event
 			}
-			if f.ev.UserID != "alice" {
-				t.Fatalf("alice's run has a %s event of user %q", f.ev.Type, f.ev.UserID)
+			if f.Decoded.UserID != "alice" {
+				t.Fatalf("alice's run has a %s event of user %q", f.Decoded.Type, f.Decoded.UserID)
 			}
 		}
 		if th, err := store.GetThread(context.Background(), "a1"); err != nil || th.OwnerID != "alice" {
 			t.Fatalf("a1 = %+v, %v; want owner alice", th, err)
 		}
-		if got := ids(alice.list("").Threads); !slices.Equal(got, []string{"a2", "a1"}) {
+		if got := ids(alice.ListThreads("").Threads); !slices.Equal(got, []string{"a2", "a1"}) {
 			t.Fatalf("alice's threads = %v", got)
 		}
-		if got := ids(bob.list("").Threads); !slices.Equal(got, []string{"b1"}) {
+		if got := ids(bob.ListThreads("").Threads); !slices.Equal(got, []string{"b1"}) {
 			t.Fatalf("bob's threads = %v", got)
 		}
 
@@ -134,12 +135,12 @@ func TestAuthentication(t *testing.T) {
 			{"GET", "/instance-ai/threads/%s/status", ""},
 		} {
 			for _, victim := range []string{"a1", "a2"} {
-				code, out := bob.do(c.method, strings.Replace(c.path, "%s", victim, 1), c.body)
+				code, out := bob.Do(c.method, strings.Replace(c.path, "%s", victim, 1), c.body)
 				errorOf(t, "bob "+c.method+" "+c.path+" "+victim, code, out, http.StatusNotFound, "thread_not_found", "threadId")
 				if c.method == "POST" && !strings.HasSuffix(c.path, "/cancel") {
 					continue // a chat to an unknown thread creates it
 				}
-				unknownCode, unknown := bob.do(c.method, strings.Replace(c.path, "%s", "zz", 1), c.body)
+				unknownCode, unknown := bob.Do(c.method, strings.Replace(c.path, "%s", "zz", 1), c.body)
 				msg := func(m map[string]any, id string) string {
 					e, _ := m["error"].(map[string]any)
 					s, _ := e["message"].(string)
@@ -152,23 +153,23 @@ func TestAuthentication(t *testing.T) {
 		}
 		// Taking alice's id for a new thread is refused without a word of
 		// what the thread is.
-		code, out := bob.do("POST", "/instance-ai/threads", `{"id":"a2"}`)
+		code, out := bob.Do("POST", "/instance-ai/threads", `{"id":"a2"}`)
 		errorOf(t, "bob creates a2", code, out, http.StatusConflict, "thread_id_unavailable", "id")
 		if body, _ := jsonString(out); strings.Contains(body, "alice") || strings.Contains(body, "secret") {
 			t.Errorf("the refusal tells about alice's thread: %s", body)
 		}
 		// Nothing bob tried changed alice's threads: no rename, no delete, no
 		// run.
-		if got := alice.list("").Threads; len(got) != 2 || got[0].Title != "Alice's secret plan" {
+		if got := alice.ListThreads("").Threads; len(got) != 2 || got[0].Title != "Alice's secret plan" {
 			t.Fatalf("alice's threads after bob's attempts = %+v", got)
 		}
-		if r := h.app.Runs.Active("a1"); r != nil {
+		if r := h.App.Runs.Active("a1"); r != nil {
 			t.Fatalf("bob started run %s in alice's thread", r.ID)
 		}
-		if err := h.app.Writer.Sync(context.Background(), "a1"); err != nil {
+		if err := h.App.Writer.Sync(context.Background(), "a1"); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range replay(t, store, "a1") {
+		for _, r := range servertest.StoredEvents(t, store, "a1") {
 			if r.Event.UserID != "alice" && r.Event.UserID != "" {
 				t.Fatalf("alice's log holds a %s event of user %q", r.Event.Type, r.Event.UserID)
 			}

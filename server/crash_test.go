@@ -19,6 +19,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/internal/testpg"
+	"github.com/threadline/threadline/server/servertest"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -175,16 +176,15 @@ func (p *process) acked(ctx context.Context, thread string, stop func(ev instanc
 }
 
 // replayAll reads the whole thread after a restart, until runID's run-finish.
-func (p *process) replayAll(thread, runID string) []frame {
+func (p *process) replayAll(thread, runID string) []servertest.Frame {
 	p.t.Helper()
 	res, err := http.Get(p.url + "/instance-ai/events/" + thread)
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer res.Body.Close()
-	c := &conn{t: p.t, res: res, rd: ssestream.NewReader(res.Body), cancel: func() {}, frames: make(chan frameOrErr, 1024)}
-	go c.pump()
-	return c.until(wait, isRunFinish(runID))
+	c := servertest.ReadStream(p.t, res, nil, servertest.DefaultBacklog)
+	return c.Until(wait, servertest.IsRunFinish(runID))
 }
 
 var crashStores = []struct {
@@ -221,16 +221,16 @@ func TestCrashSweep(t *testing.T) {
 
 				p = launch(t, spec, c.delay)
 				frames := p.replayAll(thread, runID)
-				fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+				fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 				if fin.Status != instanceai.RunInterrupted || fin.Reason != instanceai.ReasonCrashed ||
-					frames[len(frames)-1].ev.AgentID != instanceai.OrchestratorAgentID(runID) {
-					t.Fatalf("%s: run ended %+v", c.message, frames[len(frames)-1].ev)
+					frames[len(frames)-1].Decoded.AgentID != instanceai.OrchestratorAgentID(runID) {
+					t.Fatalf("%s: run ended %+v", c.message, frames[len(frames)-1].Decoded)
 				}
 				stored := map[string]string{}
 				open := map[string]bool{}
 				for _, f := range frames {
 					stored[f.ID] = f.Data
-					switch pl := f.ev.Payload.(type) {
+					switch pl := f.Decoded.Payload.(type) {
 					case *instanceai.ToolCall:
 						open[pl.ToolCallID] = true
 					case *instanceai.ToolResult:
@@ -249,7 +249,7 @@ func TestCrashSweep(t *testing.T) {
 				}
 				var events []instanceai.Event
 				for _, f := range frames {
-					events = append(events, f.ev)
+					events = append(events, f.Decoded)
 				}
 				if id := loadingToolCall(agenttree.Fold(events)); id != "" {
 					t.Fatalf("%s: the folded tree still shows tool call %s loading", c.message, id)
@@ -257,7 +257,7 @@ func TestCrashSweep(t *testing.T) {
 				if c.message == "tools" {
 					interrupted := 0
 					for _, f := range frames {
-						if f.ev.Type == instanceai.TypeToolInterrupted {
+						if f.Decoded.Type == instanceai.TypeToolInterrupted {
 							interrupted++
 						}
 					}
@@ -357,7 +357,7 @@ func TestSuspendedRunSurvivesRestart(t *testing.T) {
 					t.Fatalf("%v: confirm after restart: %d\n%s", stop, code, p.logs)
 				}
 				frames := p.replayAll(thread, runID)
-				fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+				fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 				if fin.Status != instanceai.RunCompleted || !strings.Contains(texts(frames), "is archived") {
 					t.Fatalf("%v: resumed run ended %+v with text %q", stop, fin, texts(frames))
 				}
@@ -393,10 +393,10 @@ func TestCancelSuspendedRunAfterRestart(t *testing.T) {
 		t.Fatalf("cancel: %d", code)
 	}
 	frames := p.replayAll("th", runID)
-	fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+	fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 	settled := false
 	for _, f := range frames {
-		if r, ok := f.ev.Payload.(*instanceai.ToolResult); ok && r.ToolCallID == toolCallID {
+		if r, ok := f.Decoded.Payload.(*instanceai.ToolResult); ok && r.ToolCallID == toolCallID {
 			settled = strings.Contains(string(r.Result), "cancelled")
 		}
 	}

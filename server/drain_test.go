@@ -8,29 +8,30 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // While an instance drains before a shutdown, a request that would start a
 // run gets 503 server_draining with Retry-After (so a balancer retries it
 // elsewhere) and changes nothing; /health says draining; reads go on.
 func TestDrainingAnswers503(t *testing.T) {
-	store := openStore(t, "memory")
-	h := start(t, store, options{})
-	run := h.chat("th", "simple hi")
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{})
+	run := h.Chat("th", "simple hi")
 	waitRow(t, store, "th", run, rowType(instanceai.TypeRunFinish))
-	if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+	if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 		t.Fatal(err)
 	}
-	before := len(replay(t, store, "th"))
+	before := len(servertest.StoredEvents(t, store, "th"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	h.app.Runs.Drain(ctx)
+	h.App.Runs.Drain(ctx)
 
 	for _, tc := range []struct{ path, body string }{
 		{"/instance-ai/chat/th", `{"message":"simple"}`},
-		{"/run-agent", runInput("th", "agui-1", "simple", nil)},
+		{"/run-agent", servertest.RunAgentInput("th", "agui-1", "simple", nil)},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+tc.path, strings.NewReader(tc.body))
+		req, _ := http.NewRequest(http.MethodPost, h.URL+tc.path, strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -43,14 +44,14 @@ func TestDrainingAnswers503(t *testing.T) {
 			t.Fatalf("POST %s while draining: %d Retry-After %q %s", tc.path, res.StatusCode, res.Header.Get("Retry-After"), raw)
 		}
 	}
-	if n := len(replay(t, store, "th")); n != before {
+	if n := len(servertest.StoredEvents(t, store, "th")); n != before {
 		t.Fatalf("the log grew from %d to %d events while draining", before, n)
 	}
-	code, out := h.do(http.MethodGet, "/health", "")
+	code, out := h.Do(http.MethodGet, "/health", "")
 	if code != http.StatusServiceUnavailable || out["status"] != "draining" {
 		t.Fatalf("/health while draining: %d %v", code, out)
 	}
-	if code, _ := h.do(http.MethodGet, "/instance-ai/threads/th/status", ""); code != http.StatusOK {
+	if code, _ := h.Do(http.MethodGet, "/instance-ai/threads/th/status", ""); code != http.StatusOK {
 		t.Fatalf("status while draining: %d", code)
 	}
 }

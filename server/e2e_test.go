@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 const wait = 20 * time.Second
@@ -20,22 +22,24 @@ const wait = 20 * time.Second
 // TestReplayAtEveryCursor: for a finished thread, a connection at any cursor
 // gets exactly the stored events after it, in order, each with its id.
 func TestReplayAtEveryCursor(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
-		h.chat("th", "tools")
-		live := h.connect("th", "", false)
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
+		h.Chat("th", "tools")
+		live := h.Connect("th", "", false)
 		var last string
 		for _, msg := range []string{"simple replay", "tasks"} {
 			// Wait for the previous run to finish before sending the next.
-			frames := live.until(wait, func(f frame) bool { return f.ev.Type == instanceai.TypeRunFinish })
-			last = frames[len(frames)-1].ev.RunID
-			h.chat("th", msg)
+			frames := live.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeRunFinish })
+			last = frames[len(frames)-1].Decoded.RunID
+			h.Chat("th", msg)
 		}
-		live.until(wait, func(f frame) bool { return f.ev.Type == instanceai.TypeRunFinish && f.ev.RunID != last })
-		if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+		live.Until(wait, func(f servertest.Frame) bool {
+			return f.Decoded.Type == instanceai.TypeRunFinish && f.Decoded.RunID != last
+		})
+		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
-		log := replay(t, store, "th")
+		log := servertest.StoredEvents(t, store, "th")
 		if len(log) < 20 {
 			t.Fatalf("only %d stored events", len(log))
 		}
@@ -44,9 +48,9 @@ func TestReplayAtEveryCursor(t *testing.T) {
 			if len(want) == 0 {
 				continue
 			}
-			conn := h.connect("th", strconv.Itoa(c), c%2 == 1)
-			got := conn.until(wait, func(f frame) bool { return f.ID == strconv.FormatInt(log[len(log)-1].Seq, 10) })
-			conn.close()
+			conn := h.Connect("th", strconv.Itoa(c), c%2 == 1)
+			got := conn.Until(wait, func(f servertest.Frame) bool { return f.ID == strconv.FormatInt(log[len(log)-1].Seq, 10) })
+			conn.Close()
 			if len(got) != len(want) {
 				t.Fatalf("cursor %d: got %d frames, want %d", c, len(got), len(want))
 			}
@@ -58,13 +62,9 @@ func TestReplayAtEveryCursor(t *testing.T) {
 			}
 		}
 		// Nothing more arrives after the replay of a finished thread.
-		conn := h.connect("th", strconv.Itoa(len(log)), false)
-		select {
-		case fe := <-conn.frames:
-			if fe.err == nil && !fe.f.IsComment() {
-				t.Fatalf("unexpected frame after the end: %+v", fe.f)
-			}
-		case <-time.After(200 * time.Millisecond):
+		conn := h.Connect("th", strconv.Itoa(len(log)), false)
+		if f, ok := conn.FrameWithin(200 * time.Millisecond); ok && !f.IsComment() {
+			t.Fatalf("unexpected frame after the end: %+v", f)
 		}
 	})
 }
@@ -88,14 +88,14 @@ func newTextClient() *textClient {
 	return &textClient{segments: map[string]string{}, closed: map[string]bool{}, known: map[string]bool{}}
 }
 
-func (c *textClient) apply(f frame) {
+func (c *textClient) apply(f servertest.Frame) {
 	if f.Event != "" {
 		return // control frames such as run-sync
 	}
 	if f.HasID {
 		c.lastID = f.ID
 	}
-	ev := f.ev
+	ev := f.Decoded
 	switch ev.Type {
 	case instanceai.TypeTextDelta:
 		c.see(ev.ResponseID)
@@ -142,32 +142,32 @@ func (c *textClient) text() string {
 func (h *harness) follow(thread, runID string, every int, pause time.Duration) *textClient {
 	h.t.Helper()
 	c := newTextClient()
-	conn := h.connect(thread, "", false)
+	conn := h.Connect(thread, "", false)
 	n := 0
 	for {
-		f, err := conn.next(wait)
+		f, err := conn.Next(wait)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				c.dropped++
-				conn.close()
+				conn.Close()
 				c.beforeReconnect()
-				conn = h.connect(thread, c.lastID, c.reconnect%2 == 0)
+				conn = h.Connect(thread, c.lastID, c.reconnect%2 == 0)
 				continue
 			}
 			h.t.Fatalf("stream error: %v", err)
 		}
 		c.apply(f)
-		if f.ev.Type == instanceai.TypeRunFinish && f.ev.RunID == runID {
-			conn.close()
+		if f.Decoded.Type == instanceai.TypeRunFinish && f.Decoded.RunID == runID {
+			conn.Close()
 			return c
 		}
 		if pause > 0 {
 			time.Sleep(pause)
 		}
 		if n++; every > 0 && n%every == 0 {
-			conn.close()
+			conn.Close()
 			c.beforeReconnect()
-			conn = h.connect(thread, c.lastID, c.reconnect%2 == 0)
+			conn = h.Connect(thread, c.lastID, c.reconnect%2 == 0)
 		}
 	}
 }
@@ -177,9 +177,9 @@ func (h *harness) follow(thread, runID string, every int, pause time.Duration) *
 // the same durable events, order and text as one that never disconnected,
 // and both match the log.
 func TestReconnectingClientEndsLikeASteadyOne(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 200 * time.Microsecond})
-		runID := h.chat("th", "long 5000")
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 200 * time.Microsecond})
+		runID := h.Chat("th", "long 5000")
 		type result struct{ c *textClient }
 		steadyc, jumpyc := make(chan *textClient, 1), make(chan *textClient, 1)
 		go func() { steadyc <- h.follow("th", runID, 0, 0) }()
@@ -206,9 +206,9 @@ func TestReconnectingClientEndsLikeASteadyOne(t *testing.T) {
 // with a tiny queue is disconnected; reconnecting with its cursor it still
 // ends with everything.
 func TestSlowSubscriberIsDroppedAndCatchesUp(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{queue: 8, smallBuffers: true, delay: 200 * time.Microsecond})
-		runID := h.chat("th", "long 3000")
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{SmallBuffers: true, AgentDelay: 200 * time.Microsecond, Config: server.Config{SubscriberQueue: 8}})
+		runID := h.Chat("th", "long 3000")
 		slow := h.follow("th", runID, 0, 2*time.Millisecond)
 		if slow.dropped == 0 {
 			t.Fatal("the slow subscriber was never dropped")
@@ -230,7 +230,7 @@ func expectedLongText(n int) string {
 func assertLogText(t *testing.T, store instanceai.Store, thread, want string) {
 	t.Helper()
 	var got strings.Builder
-	for _, r := range replay(t, store, thread) {
+	for _, r := range servertest.StoredEvents(t, store, thread) {
 		if r.Event.Type == instanceai.TypeTextBlock {
 			got.WriteString(r.Event.Payload.(*instanceai.Text).Text)
 		}
@@ -241,17 +241,17 @@ func assertLogText(t *testing.T, store instanceai.Store, thread, want string) {
 }
 
 func TestLiveFramesCarryIDsOnlyWhenDurable(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{})
-	runID := h.chat("th", "tasks")
-	frames := h.connect("th", "", false).until(wait, isRunFinish(runID))
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	runID := h.Chat("th", "tasks")
+	frames := h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(runID))
 	var prev int64
 	for _, f := range frames {
 		if f.Event != "" {
 			continue // control frames such as run-sync
 		}
-		d := instanceai.DurabilityOf(f.ev.Type)
+		d := instanceai.DurabilityOf(f.Decoded.Type)
 		if f.HasID != (d != instanceai.Ephemeral) {
-			t.Fatalf("%s frame id present=%v", f.ev.Type, f.HasID)
+			t.Fatalf("%s frame id present=%v", f.Decoded.Type, f.HasID)
 		}
 		if f.HasID {
 			id, _ := strconv.ParseInt(f.ID, 10, 64)
@@ -264,8 +264,8 @@ func TestLiveFramesCarryIDsOnlyWhenDurable(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: 5 * time.Millisecond, maxBody: 1024})
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 1024}})
 		cases := []struct {
 			name, method, path, body string
 			status                   int
@@ -282,7 +282,7 @@ func TestRequestErrors(t *testing.T) {
 			{"unknown thread cancel", "POST", "/instance-ai/chat/nope/cancel", ``, 404, "thread_not_found", "threadId"},
 		}
 		for _, c := range cases {
-			code, out := h.do(c.method, c.path, c.body)
+			code, out := h.Do(c.method, c.path, c.body)
 			errObj, _ := out["error"].(map[string]any)
 			if code != c.status || errObj["code"] != c.code || errObj["message"] == "" {
 				t.Errorf("%s: %d %v, want %d %s", c.name, code, out, c.status, c.code)
@@ -301,11 +301,11 @@ func TestRequestErrors(t *testing.T) {
 		}
 
 		// Cursors are checked once the thread exists.
-		runID := h.chat("th", "long 100000")
+		runID := h.Chat("th", "long 100000")
 		for _, c := range []struct{ header, query, field string }{
 			{"abc", "", "Last-Event-ID"}, {"-1", "", "Last-Event-ID"}, {"", "1.5", "lastEventId"}, {"", "-3", "lastEventId"},
 		} {
-			req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/instance-ai/events/th?lastEventId="+c.query, nil)
+			req, _ := http.NewRequest(http.MethodGet, h.URL+"/instance-ai/events/th?lastEventId="+c.query, nil)
 			if c.query == "" {
 				req.URL.RawQuery = ""
 			}
@@ -330,18 +330,16 @@ func TestRequestErrors(t *testing.T) {
 		}
 
 		// One active run per thread.
-		code, out := h.do("POST", "/instance-ai/chat/th", `{"message":"again"}`)
+		code, out := h.Do("POST", "/instance-ai/chat/th", `{"message":"again"}`)
 		errObj, _ := out["error"].(map[string]any)
 		details, _ := errObj["details"].(map[string]any)
 		if code != http.StatusConflict || errObj["code"] != "run_active" || details["runId"] != runID {
 			t.Fatalf("second run: %d %v", code, out)
 		}
-		if code, _ := h.do("POST", "/instance-ai/chat/th/cancel", ""); code != 200 {
-			t.Fatalf("cancel: %d", code)
-		}
+		h.Cancel("th")
 		// After the cancel a new message is accepted.
-		next := h.chat("th", "simple")
-		h.connect("th", "", false).until(wait, isRunFinish(next))
+		next := h.Chat("th", "simple")
+		h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(next))
 	})
 }
 
@@ -349,29 +347,27 @@ func TestRequestErrors(t *testing.T) {
 // a cancelled result; run-finish{cancelled, user_cancelled} is the run's
 // last event; cancel is idempotent.
 func TestCancelMidRun(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		// The pause between events leaves each tool call in flight long
 		// enough for the cancel to land while it runs.
-		h := start(t, store, options{delay: 100 * time.Millisecond})
-		runID := h.chat("th", "tools")
-		conn := h.connect("th", "", false)
-		conn.until(wait, func(f frame) bool { return f.ev.Type == instanceai.TypeToolCall })
+		h := start(t, store, servertest.Options{AgentDelay: 100 * time.Millisecond})
+		runID := h.Chat("th", "tools")
+		conn := h.Connect("th", "", false)
+		conn.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeToolCall })
 		for range 2 {
-			if code, out := h.do("POST", "/instance-ai/chat/th/cancel", ""); code != 200 || out["ok"] != true {
-				t.Fatalf("cancel: %d %v", code, out)
-			}
+			h.Cancel("th")
 		}
-		rest := conn.until(wait, isRunFinish(runID))
-		finish := rest[len(rest)-1].ev.Payload.(*instanceai.RunFinish)
+		rest := conn.Until(wait, servertest.IsRunFinish(runID))
+		finish := rest[len(rest)-1].Decoded.Payload.(*instanceai.RunFinish)
 		if finish.Status != instanceai.RunCancelled || finish.Reason != instanceai.ReasonUserCancelled {
 			t.Fatalf("run-finish = %+v", finish)
 		}
 		// Give the agent time to misbehave, then check nothing followed.
 		time.Sleep(150 * time.Millisecond)
-		if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
-		log := replay(t, store, "th")
+		log := servertest.StoredEvents(t, store, "th")
 		if last := log[len(log)-1].Event; last.Type != instanceai.TypeRunFinish {
 			t.Fatalf("an event was stored after run-finish: %s", last.Type)
 		}
@@ -404,9 +400,9 @@ func TestCancelMidRun(t *testing.T) {
 }
 
 func TestStreamHeadersFirstCommentAndHeartbeat(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{heartbeat: 40 * time.Millisecond})
-	h.chat("th", "simple")
-	res, err := http.Get(h.srv.URL + "/instance-ai/events/th")
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{Heartbeat: 40 * time.Millisecond}})
+	h.Chat("th", "simple")
+	res, err := http.Get(h.URL + "/instance-ai/events/th")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,26 +442,26 @@ func TestStreamHeadersFirstCommentAndHeartbeat(t *testing.T) {
 // stream stores the open text as a block and ends the run cancelled with
 // reason service_shutdown.
 func TestShutdownFlushesOpenSegments(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: time.Millisecond})
-		runID := h.chat("th", "long 100000")
-		conn := h.connect("th", "", false)
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: time.Millisecond})
+		runID := h.Chat("th", "long 100000")
+		conn := h.Connect("th", "", false)
 		var live strings.Builder
 		for live.Len() < 200 {
-			f, err := conn.next(wait)
+			f, err := conn.Next(wait)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.ev.Type == instanceai.TypeTextDelta {
-				live.WriteString(f.ev.Payload.(*instanceai.Text).Text)
+			if f.Decoded.Type == instanceai.TypeTextDelta {
+				live.WriteString(f.Decoded.Payload.(*instanceai.Text).Text)
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.app.Shutdown(ctx); err != nil {
+		if err := h.App.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		log := replay(t, store, "th")
+		log := servertest.StoredEvents(t, store, "th")
 		var block string
 		for _, r := range log {
 			if r.Event.Type == instanceai.TypeTextBlock {

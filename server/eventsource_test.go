@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/threadline/threadline/server/servertest"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -21,13 +22,13 @@ const eventSourceDir = "testdata/eventsource"
 func TestBrowserEventSource(t *testing.T) {
 	node := nodeWith(t, eventSourceDir, "eventsource")
 	const token = "tok-eventsource-0123456789"
-	h := start(t, openStore(t, "memory"), options{tokens: token + "=alice", queryToken: true}).as(token)
-	runID := h.chat("es", "tools")
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: token + "=alice", QueryToken: true}).As(token)
+	runID := h.Chat("es", "tools")
 
 	follow := func(query string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, node, "follow.js", h.srv.URL+"/instance-ai/events/es?"+query, runID)
+		cmd := exec.CommandContext(ctx, node, "follow.js", h.URL+"/instance-ai/events/es?"+query, runID)
 		cmd.Dir = eventSourceDir
 		var stderr strings.Builder
 		cmd.Stderr = &stderr

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // evictedThread runs `tools` on a memory store that keeps 6 events per
@@ -17,14 +19,14 @@ import (
 // the log as kept and the run id.
 func evictedThread(t *testing.T) (*harness, instanceai.Store, []instanceai.StoredEvent) {
 	t.Helper()
-	store := openStore(t, "memory?max-events=6")
-	h := start(t, store, options{})
-	run := h.chat("ev", "tools")
+	store := servertest.OpenStore(t, "memory?max-events=6")
+	h := start(t, store, servertest.Options{})
+	run := h.Chat("ev", "tools")
 	waitRow(t, store, "ev", run, rowType(instanceai.TypeRunFinish))
-	if err := h.app.Writer.Sync(context.Background(), "ev"); err != nil {
+	if err := h.App.Writer.Sync(context.Background(), "ev"); err != nil {
 		t.Fatal(err)
 	}
-	kept := replay(t, store, "ev")
+	kept := servertest.StoredEvents(t, store, "ev")
 	if len(kept) != 6 || kept[0].Seq < 3 {
 		t.Fatalf("the store kept %d events from seq %d; the test needs the start evicted", len(kept), kept[0].Seq)
 	}
@@ -37,11 +39,11 @@ func evictedThread(t *testing.T) (*harness, instanceai.Store, []instanceai.Store
 func TestEvictedCursorGetsResetFrame(t *testing.T) {
 	h, _, kept := evictedThread(t)
 	oldest, last := kept[0].Seq, kept[len(kept)-1].Seq
-	untilLast := func(f frame) bool { return f.ID == strconv.FormatInt(last, 10) }
+	untilLast := func(f servertest.Frame) bool { return f.ID == strconv.FormatInt(last, 10) }
 	for _, tc := range []struct{ cursor, query string }{{"", ""}, {"1", ""}, {strconv.FormatInt(oldest-2, 10), ""}, {"1", "channel=tools"}} {
-		c := h.connectQuery("ev", tc.query, tc.cursor, false)
-		frames := c.until(5*time.Second, untilLast)
-		c.close()
+		c := h.ConnectQuery("ev", tc.query, tc.cursor, false)
+		frames := c.Until(5*time.Second, untilLast)
+		c.Close()
 		r := frames[0]
 		if r.Event != instanceai.ResetFrameType || r.ID != strconv.FormatInt(oldest-1, 10) {
 			t.Fatalf("cursor %q: first frame %+v, want a reset with id %d", tc.cursor, r.Frame, oldest-1)
@@ -70,8 +72,8 @@ func TestEvictedCursorGetsResetFrame(t *testing.T) {
 		}
 	}
 	// Inside the window: no reset, the log after the cursor.
-	c := h.connect("ev", strconv.FormatInt(oldest-1, 10), true)
-	frames := c.until(5*time.Second, untilLast)
+	c := h.Connect("ev", strconv.FormatInt(oldest-1, 10), true)
+	frames := c.Until(5*time.Second, untilLast)
 	if frames[0].Event != "" || frames[0].ID != strconv.FormatInt(oldest, 10) || len(frames) != len(kept) {
 		t.Fatalf("cursor %d: %d frames from %+v, want the %d kept events", oldest-1, len(frames), frames[0].Frame, len(kept))
 	}
@@ -82,7 +84,7 @@ func TestEvictedCursorGetsResetFrame(t *testing.T) {
 // of an AG-UI run, instead of mapping a run with a hole in it.
 func TestAGUIRejoinAfterEvictionEndsWithRunError(t *testing.T) {
 	h, store, _ := evictedThread(t)
-	run := h.chat("ev", "confirm")
+	run := h.Chat("ev", "confirm")
 	waitRow(t, store, "ev", run, rowType(instanceai.TypeConfirmRequest))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -95,7 +97,7 @@ func TestAGUIRejoinAfterEvictionEndsWithRunError(t *testing.T) {
 		t.Fatalf("stream %v ends with %s, want RUN_ERROR code events_evicted", types(events), end.raw)
 	}
 	// The run itself goes on: the answer still resumes it.
-	code, out := h.do(http.MethodGet, "/instance-ai/threads/ev/status", "")
+	code, out := h.Do(http.MethodGet, "/instance-ai/threads/ev/status", "")
 	if code != http.StatusOK || out["isSuspended"] != true {
 		t.Fatalf("status %d %v, want the run still suspended", code, out)
 	}
@@ -105,11 +107,11 @@ func TestAGUIRejoinAfterEvictionEndsWithRunError(t *testing.T) {
 // not read) picks up again from its cursor; when the store has evicted
 // what it missed, the stream ends with RUN_ERROR{code: events_evicted}.
 func TestAGUIRunStreamAfterEvictionEndsWithRunError(t *testing.T) {
-	store := openStore(t, "memory?max-events=1")
-	h := start(t, store, options{queue: 1, smallBuffers: true, delay: 200 * time.Microsecond})
+	store := servertest.OpenStore(t, "memory?max-events=1")
+	h := start(t, store, servertest.Options{SmallBuffers: true, AgentDelay: 200 * time.Microsecond, Config: server.Config{SubscriberQueue: 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := h.postRunAgent(ctx, runInput("ev", "agui-run", "long 2000", nil), "text/event-stream")
+	res := h.PostRunAgent(ctx, servertest.RunAgentInput("ev", "agui-run", "long 2000", nil), "text/event-stream")
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("run-agent: %d", res.StatusCode)

@@ -12,6 +12,8 @@ import (
 	"github.com/threadline/threadline/agent/n8n"
 	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // The live tests run the real agents against real upstreams when they are
@@ -30,17 +32,17 @@ import (
 
 func liveRun(t *testing.T, h *harness, thread string) {
 	t.Helper()
-	h.do(http.MethodPost, "/instance-ai/threads", `{"id":"`+thread+`"}`)
-	live := h.connect(thread, "", false)
-	runID := h.chat(thread, "Say hello in five words.")
-	frames := live.until(wait, isRunFinish(runID))
+	h.EnsureThread(thread)
+	live := h.Connect(thread, "", false)
+	runID := h.Chat(thread, "Say hello in five words.")
+	frames := live.Until(wait, servertest.IsRunFinish(runID))
 	var text strings.Builder
 	for _, f := range frames {
-		if p, ok := f.ev.Payload.(*instanceai.Text); ok && (f.ev.Type == instanceai.TypeTextDelta || f.ev.Type == instanceai.TypeTextBlock) {
+		if p, ok := f.Decoded.Payload.(*instanceai.Text); ok && (f.Decoded.Type == instanceai.TypeTextDelta || f.Decoded.Type == instanceai.TypeTextBlock) {
 			text.WriteString(p.Text)
 		}
 	}
-	fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+	fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 	if fin.Status != instanceai.RunCompleted || strings.TrimSpace(text.String()) == "" {
 		t.Fatalf("native run: status %s (%s), text %q", fin.Status, fin.Reason, text.String())
 	}
@@ -63,15 +65,15 @@ func TestLiveOpenAI(t *testing.T) {
 			"/v1/models":           "../agent/openai/testdata/llamacpp_models.json",
 		})+"/v1", "tiny"
 	}
-	store := openStore(t, "memory")
+	store := servertest.OpenStore(t, "memory")
 	agent, err := openai.New(openai.Config{BaseURL: base, Model: model,
 		APIKey: os.Getenv("THREADLINE_LIVE_OPENAI_API_KEY"), Store: store,
 		RequestOptions: json.RawMessage(os.Getenv("THREADLINE_LIVE_OPENAI_REQUEST_OPTIONS"))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, store, options{agent: agent, llmHealth: agent.HealthHandler()})
-	if code, body := h.do(http.MethodGet, "/llm/health", ""); code != http.StatusOK {
+	h := start(t, store, servertest.Options{Agent: agent, Config: server.Config{LLMHealth: agent.HealthHandler()}})
+	if code, body := h.Do(http.MethodGet, "/llm/health", ""); code != http.StatusOK {
 		t.Fatalf("/llm/health: %d %v", code, body)
 	}
 	liveRun(t, h, "live-openai")
@@ -88,7 +90,7 @@ func TestLiveN8N(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	liveRun(t, start(t, openStore(t, "memory"), options{agent: agent}), "live-n8n")
+	liveRun(t, start(t, servertest.OpenStore(t, "memory"), servertest.Options{Agent: agent}), "live-n8n")
 }
 
 // replayServer answers each path with a recorded body (SSE recordings

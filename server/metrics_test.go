@@ -10,14 +10,15 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // scrape reads /metrics and returns each sample line's value by its name
 // and labels as the exposition format prints them.
 func (h *harness) scrape() map[string]float64 {
 	h.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/metrics", nil)
-	res, err := h.client.Do(req)
+	req, _ := http.NewRequest(http.MethodGet, h.URL+"/metrics", nil)
+	res, err := h.Client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -44,17 +45,17 @@ func (h *harness) scrape() map[string]float64 {
 }
 
 func TestMetrics(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	before := h.scrape()
-	h.do(http.MethodPost, "/instance-ai/threads", `{"id":"metrics"}`)
-	live := h.connect("metrics", "", false)
-	runID := h.chat("metrics", "tools")
-	live.until(wait, isRunFinish(runID))
-	if err := h.app.Writer.Sync(context.Background(), "metrics"); err != nil {
+	h.EnsureThread("metrics")
+	live := h.Connect("metrics", "", false)
+	runID := h.Chat("metrics", "tools")
+	live.Until(wait, servertest.IsRunFinish(runID))
+	if err := h.App.Writer.Sync(context.Background(), "metrics"); err != nil {
 		t.Fatal(err)
 	}
 	after := h.scrape()
-	stored := replay(t, h.app.Store, "metrics")
+	stored := servertest.StoredEvents(t, h.App.Store, "metrics")
 
 	if got := after[`threadline_events_published_total{type="run-start"}`] - before[`threadline_events_published_total{type="run-start"}`]; got != 1 {
 		t.Fatalf("run-start events counted %v, want 1", got)
@@ -88,12 +89,12 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestMetricsNeedATokenWhenAuthIsOn(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{tokens: "tok-a=alice"})
-	code, _ := h.do(http.MethodGet, "/metrics", "")
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-a=alice"})
+	code, _ := h.Do(http.MethodGet, "/metrics", "")
 	if code != http.StatusUnauthorized {
 		t.Fatalf("/metrics without a token: %d", code)
 	}
-	if m := h.as("tok-a").scrape(); len(m) == 0 {
+	if m := h.As("tok-a").scrape(); len(m) == 0 {
 		t.Fatal("no metrics with a token")
 	}
 }
@@ -111,18 +112,18 @@ func (a *namedAgent) Run(ctx context.Context, run *instanceai.Run) error {
 
 func TestAgentNames(t *testing.T) {
 	agent := &namedAgent{picked: make(chan string, 4)}
-	h := start(t, openStore(t, "memory"), options{agent: agent})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Agent: agent})
 
-	code, body := h.do(http.MethodPost, "/instance-ai/chat/named", `{"message":"hi","agent":"billing"}`)
+	code, body := h.Do(http.MethodPost, "/instance-ai/chat/named", `{"message":"hi","agent":"billing"}`)
 	if code != http.StatusBadRequest || fieldOf(body) != "agent" || !strings.Contains(body["error"].(map[string]any)["message"].(string), "support, sales") {
 		t.Fatalf("unknown agent: %d %v", code, body)
 	}
-	h.chat("named", "plain")
+	h.Chat("named", "plain")
 	if got := <-agent.picked; got != "" {
 		t.Fatalf("default run picked %q", got)
 	}
-	waitRunFinish(t, h.app.Store, "named", wait)
-	code, body = h.do(http.MethodPost, "/instance-ai/chat/named2", `{"message":"hi","agent":"sales"}`)
+	waitRunFinish(t, h.App.Store, "named", wait)
+	code, body = h.Do(http.MethodPost, "/instance-ai/chat/named2", `{"message":"hi","agent":"sales"}`)
 	if code != http.StatusOK {
 		t.Fatalf("named agent: %d %v", code, body)
 	}
@@ -137,7 +138,7 @@ func TestAgentNames(t *testing.T) {
 		{map[string]any{"agent": "billing"}, http.StatusBadRequest},
 		{map[string]any{"agent": 7}, http.StatusBadRequest},
 	} {
-		status, errCode, field := h.runAgentRejected(runInput("ag-named", "r1", "hi", map[string]any{"forwardedProps": c.props}))
+		status, errCode, field := h.runAgentRejected(servertest.RunAgentInput("ag-named", "r1", "hi", map[string]any{"forwardedProps": c.props}))
 		if status != c.want || field != "forwardedProps.agent" {
 			t.Fatalf("forwardedProps %v: %d %s %s", c.props, status, errCode, field)
 		}
@@ -147,7 +148,7 @@ func TestAgentNames(t *testing.T) {
 		t.Fatalf("AG-UI run picked %q, ended %s", got, evs[len(evs)-1].typ)
 	}
 
-	code, body = h.do(http.MethodGet, "/status", "")
+	code, body = h.Do(http.MethodGet, "/status", "")
 	agents, _ := body["agents"].(map[string]any)
 	if code != http.StatusOK || len(agents) != 2 || agents["support"] == nil {
 		t.Fatalf("/status lists %v", body)

@@ -20,6 +20,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/internal/testredis"
+	"github.com/threadline/threadline/server/servertest"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -57,7 +58,7 @@ func cluster(t *testing.T, store, bus string, n int, delay time.Duration, flags 
 }
 
 // stream opens a live connection to the thread with an optional cursor.
-func (p *process) stream(thread, cursor string) *conn {
+func (p *process) stream(thread, cursor string) *servertest.Conn {
 	p.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+thread, nil)
@@ -69,18 +70,15 @@ func (p *process) stream(thread, cursor string) *conn {
 		cancel()
 		p.t.Fatal(err)
 	}
-	c := &conn{t: p.t, res: res, rd: ssestream.NewReader(res.Body), cancel: cancel, frames: make(chan frameOrErr, 1<<14)}
-	go c.pump()
-	p.t.Cleanup(c.close)
-	return c
+	return servertest.ReadStream(p.t, res, cancel, 1<<14)
 }
 
 // deltaText is the text of the frames' text deltas, in order.
-func deltaText(frames []frame) string {
+func deltaText(frames []servertest.Frame) string {
 	var b strings.Builder
 	for _, f := range frames {
-		if f.ev.Type == instanceai.TypeTextDelta {
-			b.WriteString(f.ev.Payload.(*instanceai.Text).Text)
+		if f.Decoded.Type == instanceai.TypeTextDelta {
+			b.WriteString(f.Decoded.Payload.(*instanceai.Text).Text)
 		}
 	}
 	return b.String()
@@ -111,15 +109,15 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			if code := c.post("/instance-ai/chat/live", `{"message":"simple"}`); code != http.StatusConflict {
 				t.Fatalf("chat on C during A's run: %d, want 409", code)
 			}
-			frames := onB.until(wait, isRunFinish(run))
-			fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish)
+			frames := onB.Until(wait, servertest.IsRunFinish(run))
+			fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
 			if fin.Status != instanceai.RunCompleted {
 				t.Fatalf("run ended %+v", fin)
 			}
 			var block string
 			for _, f := range a.replayAll("live", run) {
-				if f.ev.Type == instanceai.TypeTextBlock {
-					block += f.ev.Payload.(*instanceai.Text).Text
+				if f.Decoded.Type == instanceai.TypeTextBlock {
+					block += f.Decoded.Payload.(*instanceai.Text).Text
 				}
 			}
 			if got := deltaText(frames); got != block || block == "" {
@@ -129,12 +127,12 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			// Cancel through C.
 			onB2 := b.stream("cancel", "")
 			run = a.chat("cancel", "long 100000")
-			onB2.until(wait, func(f frame) bool { return f.ev.Type == instanceai.TypeTextDelta })
+			onB2.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
 			if code := c.post("/instance-ai/chat/cancel/cancel", ""); code != http.StatusOK {
 				t.Fatalf("cancel on C: %d", code)
 			}
-			frames = onB2.until(wait, isRunFinish(run))
-			if fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCancelled {
+			frames = onB2.Until(wait, servertest.IsRunFinish(run))
+			if fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCancelled {
 				t.Fatalf("cancelled through C, the run ended %+v", fin)
 			}
 			if code := c.post("/instance-ai/chat/cancel", `{"message":"simple"}`); code != http.StatusOK {
@@ -145,13 +143,14 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			onB3 := b.stream("confirm", "")
 			run = a.chat("confirm", "confirm")
 			var requestID string
-			onB3.until(wait, func(f frame) bool {
-				if p, ok := f.ev.Payload.(*instanceai.ConfirmationRequest); ok {
+			onB3.Until(wait, func(f servertest.Frame) bool {
+				if p, ok := f.Decoded.Payload.(*instanceai.ConfirmationRequest); ok {
 					requestID = p.RequestID
 					return true
 				}
 				return false
 			})
+
 			var st instanceai.ThreadStatus
 			c.get("/instance-ai/threads/confirm/status", &st)
 			if !st.HasActiveRun || !st.IsSuspended || st.RunID != run {
@@ -160,15 +159,15 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			if code := c.post("/instance-ai/confirm/"+requestID, `{"approved":true}`); code != http.StatusOK {
 				t.Fatalf("confirm on C: %d", code)
 			}
-			frames = onB3.until(wait, isRunFinish(run))
-			if fin := frames[len(frames)-1].ev.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCompleted {
+			frames = onB3.Until(wait, servertest.IsRunFinish(run))
+			if fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCompleted {
 				t.Fatalf("confirmed through C, the run ended %+v", fin)
 			}
 
 			// kill -9 of A mid-run.
 			onB4 := b.stream("crash", "")
 			run = a.chat("crash", "long 100000")
-			seen := onB4.until(wait, func(f frame) bool { return f.ev.Type == instanceai.TypeTextDelta })
+			seen := onB4.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
 			killedAt := time.Now()
 			a.kill()
 			var cursor string
@@ -177,13 +176,13 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 					cursor = f.ID
 				}
 			}
-			onB4.close()
+			onB4.Close()
 			// The client resumes on C with its cursor.
-			rest := c.stream("crash", cursor).until(wait+testLease, isRunFinish(run))
+			rest := c.stream("crash", cursor).Until(wait+testLease, servertest.IsRunFinish(run))
 			if took := time.Since(killedAt); took > 3*testLease {
 				t.Fatalf("the dead instance's run was settled after %v, lease %v", took, testLease)
 			}
-			fin = rest[len(rest)-1].ev.Payload.(*instanceai.RunFinish)
+			fin = rest[len(rest)-1].Decoded.Payload.(*instanceai.RunFinish)
 			if fin.Status != instanceai.RunInterrupted || fin.Reason != instanceai.ReasonCrashed {
 				t.Fatalf("crashed run ended %+v", fin)
 			}
@@ -229,7 +228,7 @@ func TestSecondProcessChangesNothing(t *testing.T) {
 	frames := first.replayAll("th", run)
 	finishes := 0
 	for _, f := range frames {
-		if p, ok := f.ev.Payload.(*instanceai.RunFinish); ok {
+		if p, ok := f.Decoded.Payload.(*instanceai.RunFinish); ok {
 			finishes++
 			if p.Status != instanceai.RunCompleted {
 				t.Fatalf("the first process's run ended %+v", p)
@@ -409,7 +408,7 @@ func TestClusterRollingRestart(t *testing.T) {
 			if len(refused) > 0 {
 				t.Fatalf("chats refused during the restarts: %v", refused)
 			}
-			db := openStore(t, store)
+			db := servertest.OpenStore(t, store)
 
 			// Every accepted run completes once; the followers catch up.
 			for _, th := range threads {
@@ -418,7 +417,7 @@ func TestClusterRollingRestart(t *testing.T) {
 					t.Fatalf("thread %s: only %d runs accepted under load", th, len(runs))
 				}
 				ps[0].replayAll(th, runs[len(runs)-1]) // waits for the last run-finish
-				rows := replay(t, db, th)
+				rows := servertest.StoredEvents(t, db, th)
 				finishes := map[string]int{}
 				var logIDs []string
 				logData := map[string]string{}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 var textChannelTypes = map[instanceai.EventType]bool{
@@ -24,23 +25,23 @@ func isLifecycle(t instanceai.EventType) bool {
 // exactly its events with the thread's ids, both frame runs with run-start
 // and run-finish, and together they cover the whole log.
 func TestChannelPartitioning(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
-		h.do(http.MethodPost, "/instance-ai/threads", `{"id":"part"}`)
-		text := h.connectQuery("part", "channel=text", "", false)
-		tools := h.connectQuery("part", "channel=tools", "", false)
-		runID := h.chat("part", "tools")
-		liveText := text.until(wait, isRunFinish(runID))
-		liveTools := tools.until(wait, isRunFinish(runID))
-		if err := h.app.Writer.Sync(context.Background(), "part"); err != nil {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
+		h.EnsureThread("part")
+		text := h.ConnectQuery("part", "channel=text", "", false)
+		tools := h.ConnectQuery("part", "channel=tools", "", false)
+		runID := h.Chat("part", "tools")
+		liveText := text.Until(wait, servertest.IsRunFinish(runID))
+		liveTools := tools.Until(wait, servertest.IsRunFinish(runID))
+		if err := h.App.Writer.Sync(context.Background(), "part"); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range liveText {
 			if f.Event == "run-sync" {
 				continue // both channels carry it
 			}
-			if !textChannelTypes[f.ev.Type] && !isLifecycle(f.ev.Type) {
-				t.Fatalf("text channel carried a %s event", f.ev.Type)
+			if !textChannelTypes[f.Decoded.Type] && !isLifecycle(f.Decoded.Type) {
+				t.Fatalf("text channel carried a %s event", f.Decoded.Type)
 			}
 		}
 		sawTool := false
@@ -48,19 +49,19 @@ func TestChannelPartitioning(t *testing.T) {
 			if f.Event == "run-sync" {
 				continue
 			}
-			if textChannelTypes[f.ev.Type] {
-				t.Fatalf("tools channel carried a %s event", f.ev.Type)
+			if textChannelTypes[f.Decoded.Type] {
+				t.Fatalf("tools channel carried a %s event", f.Decoded.Type)
 			}
-			sawTool = sawTool || f.ev.Type == instanceai.TypeToolCall
+			sawTool = sawTool || f.Decoded.Type == instanceai.TypeToolCall
 		}
-		if !sawTool || liveText[0].ev.Type != instanceai.TypeRunStart || liveTools[0].ev.Type != instanceai.TypeRunStart {
-			t.Fatalf("channels miss their run framing or tool calls: text %d frames, tools %d (first %q/%s, %q/%s)", len(liveText), len(liveTools), liveText[0].Event, liveText[0].ev.Type, liveTools[0].Event, liveTools[0].ev.Type)
+		if !sawTool || liveText[0].Decoded.Type != instanceai.TypeRunStart || liveTools[0].Decoded.Type != instanceai.TypeRunStart {
+			t.Fatalf("channels miss their run framing or tool calls: text %d frames, tools %d (first %q/%s, %q/%s)", len(liveText), len(liveTools), liveText[0].Event, liveText[0].Decoded.Type, liveTools[0].Event, liveTools[0].Decoded.Type)
 		}
 
 		// Every stored row is in exactly one channel, or in both when it
 		// frames the run; each channel's replay after any cursor is the
 		// log's rows of that channel after it, with their ids.
-		log := replay(t, store, "part")
+		log := servertest.StoredEvents(t, store, "part")
 		// The thread's derived title may be stored after the run: the
 		// comparison covers the run's rows.
 		end := len(log)
@@ -79,9 +80,9 @@ func TestChannelPartitioning(t *testing.T) {
 						want = append(want, row)
 					}
 				}
-				conn := h.connectQuery("part", "channel="+ch, cursor, false)
-				got := conn.until(wait, isRunFinish(runID))
-				conn.close()
+				conn := h.ConnectQuery("part", "channel="+ch, cursor, false)
+				got := conn.Until(wait, servertest.IsRunFinish(runID))
+				conn.Close()
 				if len(got) != len(want) {
 					t.Fatalf("channel %s after %s: %d frames, want %d", ch, cursor, len(got), len(want))
 				}
@@ -94,7 +95,7 @@ func TestChannelPartitioning(t *testing.T) {
 			}
 		}
 
-		code, body := h.do(http.MethodGet, "/instance-ai/events/part?channel=audio", "")
+		code, body := h.Do(http.MethodGet, "/instance-ai/events/part?channel=audio", "")
 		if code != http.StatusBadRequest || fieldOf(body) != "channel" {
 			t.Fatalf("bad channel: %d %v", code, body)
 		}

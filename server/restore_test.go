@@ -10,6 +10,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 type messagesPage struct {
@@ -28,7 +29,7 @@ type messagesPage struct {
 
 func (h *harness) messages(thread, query string) messagesPage {
 	h.t.Helper()
-	res, err := h.client.Get(h.srv.URL + "/instance-ai/threads/" + thread + "/messages" + query)
+	res, err := h.Client.Get(h.URL + "/instance-ai/threads/" + thread + "/messages" + query)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -57,13 +58,13 @@ func treeJSON(t *testing.T, n *agenttree.AgentNode) string {
 // tree; at the end its tree equals the fold of the whole stored run, both
 // for a finished run and for one caught mid-stream.
 func TestSessionRestoreWhileStreaming(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		// Long enough pauses that the messages are loaded mid-run even on a
 		// loaded machine.
-		h := start(t, store, options{delay: 25 * time.Millisecond})
+		h := start(t, store, servertest.Options{AgentDelay: 25 * time.Millisecond})
 		for _, msg := range []string{"tools", "long 120"} {
 			thread := "restore-" + msg[:4]
-			runID := h.chat(thread, msg)
+			runID := h.Chat(thread, msg)
 			// Load the messages once the run has stored a few events.
 			var page messagesPage
 			var restored *agenttree.State
@@ -82,17 +83,17 @@ func TestSessionRestoreWhileStreaming(t *testing.T) {
 					}
 				}
 			}
-			conn := h.connect(thread, strconv.FormatInt(page.NextEventID-1, 10), true)
-			for _, f := range conn.until(wait, isRunFinish(runID)) {
+			conn := h.Connect(thread, strconv.FormatInt(page.NextEventID-1, 10), true)
+			for _, f := range conn.Until(wait, servertest.IsRunFinish(runID)) {
 				if f.Event == "" {
-					restored.Apply(f.ev)
+					restored.Apply(f.Decoded)
 				}
 			}
-			if err := h.app.Writer.Sync(context.Background(), thread); err != nil {
+			if err := h.App.Writer.Sync(context.Background(), thread); err != nil {
 				t.Fatal(err)
 			}
 			var all []instanceai.Event
-			for _, r := range replay(t, store, thread) {
+			for _, r := range servertest.StoredEvents(t, store, thread) {
 				all = append(all, r.Event)
 			}
 			if got, want := treeJSON(t, restored.Tree()), treeJSON(t, agenttree.Fold(all)); got != want {
@@ -108,11 +109,11 @@ func TestSessionRestoreWhileStreaming(t *testing.T) {
 }
 
 func TestMessagesPagination(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	var runs []string
 	for i := range 3 {
-		runID := h.chat("th", "simple "+strconv.Itoa(i))
-		h.connect("th", "", false).until(wait, isRunFinish(runID))
+		runID := h.Chat("th", "simple "+strconv.Itoa(i))
+		h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(runID))
 		runs = append(runs, runID)
 	}
 	all := h.messages("th", "")
@@ -126,7 +127,7 @@ func TestMessagesPagination(t *testing.T) {
 		t.Fatalf("pages: newest %+v older %+v", newest.Messages, older.Messages)
 	}
 	for _, q := range []string{"?limit=0", "?limit=201", "?page=-1", "?limit=x"} {
-		res, err := h.client.Get(h.srv.URL + "/instance-ai/threads/th/messages" + q)
+		res, err := h.Client.Get(h.URL + "/instance-ai/threads/th/messages" + q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,11 +142,11 @@ func TestMessagesPagination(t *testing.T) {
 // id-less run-sync frame with the run's folded tree before the live tail;
 // a thread with nothing live gets none.
 func TestRunSyncOnConnect(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{delay: 2 * time.Millisecond})
-	runID := h.chat("th", "long 100000")
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{AgentDelay: 2 * time.Millisecond})
+	runID := h.Chat("th", "long 100000")
 	time.Sleep(50 * time.Millisecond)
-	conn := h.connect("th", "", false)
-	frames := conn.until(wait, func(f frame) bool { return f.Event == "run-sync" })
+	conn := h.Connect("th", "", false)
+	frames := conn.Until(wait, func(f servertest.Frame) bool { return f.Event == "run-sync" })
 	sync := frames[len(frames)-1]
 	if sync.HasID {
 		t.Fatal("run-sync frame carries an id")
@@ -160,24 +161,20 @@ func TestRunSyncOnConnect(t *testing.T) {
 	}
 	var sent string
 	for _, f := range frames {
-		if f.ev.Type == instanceai.TypeTextDelta {
-			sent += f.ev.Payload.(*instanceai.Text).Text
+		if f.Decoded.Type == instanceai.TypeTextDelta {
+			sent += f.Decoded.Payload.(*instanceai.Text).Text
 		}
 	}
 	if payload.RunID != runID || payload.Status != "active" || payload.AgentTree == nil || payload.AgentTree.TextContent != sent {
 		t.Fatalf("run-sync = %s (text sent before it: %d bytes)", sync.Data, len(sent))
 	}
-	h.do("POST", "/instance-ai/chat/th/cancel", "")
-	conn.until(wait, isRunFinish(runID))
-	conn.close()
+	h.Cancel("th")
+	conn.Until(wait, servertest.IsRunFinish(runID))
+	conn.Close()
 
-	quiet := h.connect("th", "", false)
-	quiet.until(wait, isRunFinish(runID))
-	select {
-	case fe := <-quiet.frames:
-		if fe.err == nil && fe.f.Event == "run-sync" {
-			t.Fatal("run-sync sent for a thread with nothing live")
-		}
-	case <-time.After(200 * time.Millisecond):
+	quiet := h.Connect("th", "", false)
+	quiet.Until(wait, servertest.IsRunFinish(runID))
+	if f, ok := quiet.FrameWithin(200 * time.Millisecond); ok && f.Event == "run-sync" {
+		t.Fatal("run-sync sent for a thread with nothing live")
 	}
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/threadline/threadline/server/servertest"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,7 +10,7 @@ import (
 // TestUnmatchedRoutes checks that a wrong method is a JSON 405 naming the
 // allowed ones, and an unknown path a JSON 404.
 func TestUnmatchedRoutes(t *testing.T) {
-	h := start(t, openStore(t, "memory"), options{tokens: "tok-routes-0123456789=alice"})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-routes-0123456789=alice"})
 	for _, c := range []struct {
 		method, path string
 		code         int
@@ -22,8 +23,8 @@ func TestUnmatchedRoutes(t *testing.T) {
 		{http.MethodDelete, "/health", http.StatusMethodNotAllowed, "GET"},
 		{http.MethodGet, "/no/such/endpoint", http.StatusNotFound, ""},
 	} {
-		req, _ := http.NewRequest(c.method, h.srv.URL+c.path, strings.NewReader("{}"))
-		res, err := h.client.Do(req)
+		req, _ := http.NewRequest(c.method, h.URL+c.path, strings.NewReader("{}"))
+		res, err := h.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,62 +13,10 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
 )
 
-type threadJSON struct {
-	ID        string    `json:"id"`
-	Title     string    `json:"title"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
-}
-
-type threadPage struct {
-	Threads []threadJSON `json:"threads"`
-	Page    int          `json:"page"`
-	Limit   int          `json:"limit"`
-	HasMore bool         `json:"hasMore"`
-}
-
-// call sends a request and decodes a JSON answer into out (when not nil).
-func (h *harness) call(method, path, body string, out any) int {
-	h.t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	res, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if out != nil && res.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			h.t.Fatalf("%s %s: %d %q: %v", method, path, res.StatusCode, raw, err)
-		}
-	}
-	return res.StatusCode
-}
-
-func (h *harness) list(query string) threadPage {
-	h.t.Helper()
-	var p threadPage
-	if code := h.call(http.MethodGet, "/instance-ai/threads"+query, "", &p); code != http.StatusOK {
-		h.t.Fatalf("list threads%s: %d", query, code)
-	}
-	return p
-}
-
-func (h *harness) create(body string, want int) threadJSON {
-	h.t.Helper()
-	var th threadJSON
-	if code := h.call(http.MethodPost, "/instance-ai/threads", body, &th); code != want {
-		h.t.Fatalf("create thread %s: %d, want %d", body, code, want)
-	}
-	return th
-}
-
-func ids(ts []threadJSON) []string {
+func ids(ts []servertest.Thread) []string {
 	out := []string{}
 	for _, t := range ts {
 		out = append(out, t.ID)
@@ -88,30 +35,30 @@ func errorOf(t *testing.T, what string, code int, out map[string]any, wantStatus
 }
 
 func TestThreadsCreateListRenameDelete(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{})
-		if p := h.list(""); len(p.Threads) != 0 || p.Page != 1 || p.Limit != 20 || p.HasMore || p.Threads == nil {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{})
+		if p := h.ListThreads(""); len(p.Threads) != 0 || p.Page != 1 || p.Limit != 20 || p.HasMore || p.Threads == nil {
 			t.Fatalf("empty list = %+v", p)
 		}
 
 		// Created without a body, with an id and a title, and again.
 		before := time.Now()
-		anon := h.create("", http.StatusCreated)
+		anon := h.CreateThread("", http.StatusCreated)
 		if !strings.HasPrefix(anon.ID, "thread_") || anon.Title != "" {
 			t.Fatalf("thread created without a body = %+v", anon)
 		}
 		if anon.CreatedAt.Before(before.Add(-time.Minute)) || anon.UpdatedAt.Before(anon.CreatedAt) {
 			t.Fatalf("timestamps of a new thread: %+v", anon)
 		}
-		if th := h.create(`{}`, http.StatusCreated); !strings.HasPrefix(th.ID, "thread_") || th.ID == anon.ID {
+		if th := h.CreateThread(`{}`, http.StatusCreated); !strings.HasPrefix(th.ID, "thread_") || th.ID == anon.ID {
 			t.Fatalf("thread created with {} = %+v", th)
 		}
-		mine := h.create(`{"id":"mine","title":"  My  plans \t"}`, http.StatusCreated)
+		mine := h.CreateThread(`{"id":"mine","title":"  My  plans \t"}`, http.StatusCreated)
 		if mine.ID != "mine" || mine.Title != "My  plans" {
 			t.Fatalf("thread created with id and title = %+v", mine)
 		}
 		// The same id again is the same thread, as stored.
-		if again := h.create(`{"id":"mine","title":"other"}`, http.StatusOK); again.ID != "mine" || again.Title != "My  plans" ||
+		if again := h.CreateThread(`{"id":"mine","title":"other"}`, http.StatusOK); again.ID != "mine" || again.Title != "My  plans" ||
 			!again.CreatedAt.Equal(mine.CreatedAt) {
 			t.Fatalf("create of an existing id = %+v, want %+v", again, mine)
 		}
@@ -120,7 +67,7 @@ func TestThreadsCreateListRenameDelete(t *testing.T) {
 			{`{"title":"` + strings.Repeat("é", 201) + `"}`, "title"}, {`{"title":"two\nlines"}`, "title"},
 			{`{"id":7}`, "id"}, {`{"title":`, ""},
 		} {
-			code, out := h.do(http.MethodPost, "/instance-ai/threads", c.body)
+			code, out := h.Do(http.MethodPost, "/instance-ai/threads", c.body)
 			wantCode := "invalid_field"
 			if c.field == "" {
 				wantCode = "invalid_json"
@@ -131,9 +78,9 @@ func TestThreadsCreateListRenameDelete(t *testing.T) {
 		// Newest first, paged.
 		var made []string
 		for i := range 5 {
-			made = append(made, h.create(fmt.Sprintf(`{"id":"p%d"}`, i), http.StatusCreated).ID)
+			made = append(made, h.CreateThread(fmt.Sprintf(`{"id":"p%d"}`, i), http.StatusCreated).ID)
 		}
-		all := h.list("?limit=100")
+		all := h.ListThreads("?limit=100")
 		slices.Reverse(made)
 		want := append(made, "mine")
 		if got := ids(all.Threads); len(got) != 8 || !slices.Equal(got[:6], want) {
@@ -146,7 +93,7 @@ func TestThreadsCreateListRenameDelete(t *testing.T) {
 		}
 		var paged []string
 		for page := 1; page <= 4; page++ {
-			p := h.list(fmt.Sprintf("?limit=3&page=%d", page))
+			p := h.ListThreads(fmt.Sprintf("?limit=3&page=%d", page))
 			if p.Page != page || p.Limit != 3 || p.HasMore != (page < 3) || len(p.Threads) > 3 {
 				t.Fatalf("page %d = %+v", page, p)
 			}
@@ -159,13 +106,13 @@ func TestThreadsCreateListRenameDelete(t *testing.T) {
 			{"?limit=0", "limit"}, {"?limit=101", "limit"}, {"?limit=abc", "limit"}, {"?limit=-1", "limit"},
 			{"?page=0", "page"}, {"?page=-2", "page"}, {"?page=1.5", "page"}, {"?page=99999999999999999999", "page"},
 		} {
-			code, out := h.do(http.MethodGet, "/instance-ai/threads"+q.query, "")
+			code, out := h.Do(http.MethodGet, "/instance-ai/threads"+q.query, "")
 			errorOf(t, "list"+q.query, code, out, http.StatusBadRequest, "invalid_query", q.field)
 		}
 
 		// Rename.
-		var renamed threadJSON
-		if code := h.call(http.MethodPatch, "/instance-ai/threads/mine", `{"title":"  Weather → Slack  "}`, &renamed); code != http.StatusOK {
+		var renamed servertest.Thread
+		if code := h.DoInto(http.MethodPatch, "/instance-ai/threads/mine", `{"title":"  Weather → Slack  "}`, &renamed); code != http.StatusOK {
 			t.Fatalf("rename: %d", code)
 		}
 		if renamed.ID != "mine" || renamed.Title != "Weather → Slack" || !renamed.CreatedAt.Equal(mine.CreatedAt) ||
@@ -173,62 +120,62 @@ func TestThreadsCreateListRenameDelete(t *testing.T) {
 			t.Fatalf("renamed = %+v (was %+v)", renamed, mine)
 		}
 		long := strings.Repeat("ü", 200)
-		if code := h.call(http.MethodPatch, "/instance-ai/threads/mine", `{"title":"`+long+`"}`, &renamed); code != http.StatusOK || renamed.Title != long {
+		if code := h.DoInto(http.MethodPatch, "/instance-ai/threads/mine", `{"title":"`+long+`"}`, &renamed); code != http.StatusOK || renamed.Title != long {
 			t.Fatalf("rename to 200 characters: %d %q", code, renamed.Title)
 		}
 		for _, body := range []string{`{}`, `{"title":null}`, `{"title":"   "}`, `{"title":"a` + long + `"}`, `{"title":"tab\there"}`, `{"title":1}`} {
-			code, out := h.do(http.MethodPatch, "/instance-ai/threads/mine", body)
+			code, out := h.Do(http.MethodPatch, "/instance-ai/threads/mine", body)
 			errorOf(t, "rename "+body, code, out, http.StatusBadRequest, "invalid_field", "title")
 		}
-		code, out := h.do(http.MethodPatch, "/instance-ai/threads/nope", `{"title":"x"}`)
+		code, out := h.Do(http.MethodPatch, "/instance-ai/threads/nope", `{"title":"x"}`)
 		errorOf(t, "rename unknown", code, out, http.StatusNotFound, "thread_not_found", "threadId")
 		if th, err := store.GetThread(context.Background(), "mine"); err != nil || th.Title != long {
 			t.Fatalf("stored thread after rename = %+v, %v", th, err)
 		}
 
 		// Delete.
-		h.chat("p2", "simple")
-		if code, out := h.do(http.MethodDelete, "/instance-ai/threads/p2", ""); code != http.StatusOK || out["ok"] != true {
+		h.Chat("p2", "simple")
+		if code, out := h.Do(http.MethodDelete, "/instance-ai/threads/p2", ""); code != http.StatusOK || out["ok"] != true {
 			t.Fatalf("delete: %d %v", code, out)
 		}
-		if got := ids(h.list("?limit=100").Threads); slices.Contains(got, "p2") || len(got) != 7 {
+		if got := ids(h.ListThreads("?limit=100").Threads); slices.Contains(got, "p2") || len(got) != 7 {
 			t.Fatalf("threads after delete = %v", got)
 		}
 		for _, c := range []struct{ method, path string }{
 			{http.MethodDelete, "/instance-ai/threads/p2"}, {http.MethodGet, "/instance-ai/events/p2"},
 			{http.MethodPatch, "/instance-ai/threads/p2"}, {http.MethodDelete, "/instance-ai/threads/never"},
 		} {
-			code, out := h.do(c.method, c.path, `{"title":"x"}`)
+			code, out := h.Do(c.method, c.path, `{"title":"x"}`)
 			errorOf(t, c.method+" "+c.path+" after delete", code, out, http.StatusNotFound, "thread_not_found", "threadId")
 		}
 	})
 }
 
 // titleEvents returns the thread-title-updated frames among frames.
-func titleEvents(frames []frame) []frame {
-	var out []frame
+func titleEvents(frames []servertest.Frame) []servertest.Frame {
+	var out []servertest.Frame
 	for _, f := range frames {
-		if f.ev.Type == instanceai.TypeThreadTitleUpdated {
+		if f.Decoded.Type == instanceai.TypeThreadTitleUpdated {
 			out = append(out, f)
 		}
 	}
 	return out
 }
 
-func checkTitleEvent(t *testing.T, f frame, title, runID, user string) {
+func checkTitleEvent(t *testing.T, f servertest.Frame, title, runID, user string) {
 	t.Helper()
-	p, ok := f.ev.Payload.(*instanceai.ThreadTitle)
-	if !ok || p.Title != title || f.ev.AgentID != "system" || f.ev.UserID != user || f.ev.TS == 0 || !f.HasID ||
-		f.ev.RunID == "" || (runID != "" && f.ev.RunID != runID) {
-		t.Fatalf("title event id %q %+v %+v; want title %q, run %q, user %q", f.ID, f.ev, f.ev.Payload, title, runID, user)
+	p, ok := f.Decoded.Payload.(*instanceai.ThreadTitle)
+	if !ok || p.Title != title || f.Decoded.AgentID != "system" || f.Decoded.UserID != user || f.Decoded.TS == 0 || !f.HasID ||
+		f.Decoded.RunID == "" || (runID != "" && f.Decoded.RunID != runID) {
+		t.Fatalf("title event id %q %+v %+v; want title %q, run %q, user %q", f.ID, f.Decoded, f.Decoded.Payload, title, runID, user)
 	}
 }
 
 // seenBoth is a stop condition that holds once a and b each held for some
 // frame.
-func seenBoth(a, b func(frame) bool) func(frame) bool {
+func seenBoth(a, b func(servertest.Frame) bool) func(servertest.Frame) bool {
 	var sawA, sawB bool
-	return func(f frame) bool {
+	return func(f servertest.Frame) bool {
 		sawA, sawB = sawA || a(f), sawB || b(f)
 		return sawA && sawB
 	}
@@ -237,33 +184,31 @@ func seenBoth(a, b func(frame) bool) func(frame) bool {
 // TestRenameEmitsTitleEvent: a rename is announced on the thread's stream
 // and stored in its log; during a run it belongs to that run.
 func TestRenameEmitsTitleEvent(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, options{delay: time.Millisecond})
-		h.create(`{"id":"th"}`, http.StatusCreated)
-		conn := h.connect("th", "", false)
-		if code := h.call(http.MethodPatch, "/instance-ai/threads/th", `{"title":"Idle rename"}`, nil); code != http.StatusOK {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: time.Millisecond})
+		h.CreateThread(`{"id":"th"}`, http.StatusCreated)
+		conn := h.Connect("th", "", false)
+		if code := h.DoInto(http.MethodPatch, "/instance-ai/threads/th", `{"title":"Idle rename"}`, nil); code != http.StatusOK {
 			t.Fatalf("rename: %d", code)
 		}
-		idle := conn.until(wait, isType(instanceai.TypeThreadTitleUpdated))
+		idle := conn.Until(wait, isType(instanceai.TypeThreadTitleUpdated))
 		checkTitleEvent(t, idle[len(idle)-1], "Idle rename", "", "local")
 
-		runID := h.chat("th", "long 100000")
-		if code := h.call(http.MethodPatch, "/instance-ai/threads/th", `{"title":"Busy rename"}`, nil); code != http.StatusOK {
+		runID := h.Chat("th", "long 100000")
+		if code := h.DoInto(http.MethodPatch, "/instance-ai/threads/th", `{"title":"Busy rename"}`, nil); code != http.StatusOK {
 			t.Fatalf("rename: %d", code)
 		}
-		busy := titleEvents(conn.until(wait, func(f frame) bool {
-			return f.ev.Type == instanceai.TypeThreadTitleUpdated && f.ev.Payload.(*instanceai.ThreadTitle).Title == "Busy rename"
+		busy := titleEvents(conn.Until(wait, func(f servertest.Frame) bool {
+			return f.Decoded.Type == instanceai.TypeThreadTitleUpdated && f.Decoded.Payload.(*instanceai.ThreadTitle).Title == "Busy rename"
 		}))
 		checkTitleEvent(t, busy[len(busy)-1], "Busy rename", runID, "local")
-		if code, _ := h.do(http.MethodPost, "/instance-ai/chat/th/cancel", ""); code != http.StatusOK {
-			t.Fatalf("cancel: %d", code)
-		}
-		conn.until(wait, isRunFinish(runID))
-		if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+		h.Cancel("th")
+		conn.Until(wait, servertest.IsRunFinish(runID))
+		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		var stored []string
-		for _, r := range replay(t, store, "th") {
+		for _, r := range servertest.StoredEvents(t, store, "th") {
 			if p, ok := r.Event.Payload.(*instanceai.ThreadTitle); ok {
 				stored = append(stored, p.Title)
 			}
@@ -319,19 +264,19 @@ func (s *recordingStore) history(thread string) []string {
 // thread's streams end, nothing is written afterwards, and the id can be
 // used again for a new, empty thread.
 func TestDeleteCancelsTheActiveRun(t *testing.T) {
-	forEachStore(t, func(t *testing.T, base instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, base instanceai.Store) {
 		store := &recordingStore{Store: base, ops: map[string][]string{}}
-		h := start(t, store, options{delay: time.Millisecond})
-		runID := h.chat("th", "long 100000")
-		conn := h.connect("th", "", false)
-		conn.until(wait, isType(instanceai.TypeTextDelta))
-		if code, out := h.do(http.MethodDelete, "/instance-ai/threads/th", ""); code != http.StatusOK || out["ok"] != true {
+		h := start(t, store, servertest.Options{AgentDelay: time.Millisecond})
+		runID := h.Chat("th", "long 100000")
+		conn := h.Connect("th", "", false)
+		conn.Until(wait, isType(instanceai.TypeTextDelta))
+		if code, out := h.Do(http.MethodDelete, "/instance-ai/threads/th", ""); code != http.StatusOK || out["ok"] != true {
 			t.Fatalf("delete: %d %v", code, out)
 		}
 		// The stream ends.
 		deadline := time.Now().Add(wait)
 		for {
-			_, err := conn.next(wait)
+			_, err := conn.Next(wait)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 					t.Fatalf("stream ended with %v", err)
@@ -342,10 +287,10 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 				t.Fatal("the stream of the deleted thread is still open")
 			}
 		}
-		if r := h.app.Runs.Active("th"); r != nil {
+		if r := h.App.Runs.Active("th"); r != nil {
 			t.Fatalf("run %s still active after delete", r.ID)
 		}
-		code, out := h.do(http.MethodGet, "/instance-ai/events/th", "")
+		code, out := h.Do(http.MethodGet, "/instance-ai/events/th", "")
 		errorOf(t, "events after delete", code, out, http.StatusNotFound, "thread_not_found", "threadId")
 		for _, err := range []error{
 			func() error { _, err := base.GetThread(context.Background(), "th"); return err }(),
@@ -358,7 +303,7 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 		// Give the agent time to misbehave: nothing reaches the store after
 		// the delete, and the cancel's run-finish was stored before it.
 		time.Sleep(100 * time.Millisecond)
-		if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		ops := store.history("th")
@@ -371,13 +316,13 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 		}
 
 		// The id starts over as a new thread.
-		next := h.chat("th", "simple again")
+		next := h.Chat("th", "simple again")
 		if next == runID {
 			t.Fatal("same run id")
 		}
-		frames := h.connect("th", "", false).until(wait, isRunFinish(next))
-		if frames[0].ID != "1" || frames[0].ev.Type != instanceai.TypeRunStart || frames[0].ev.RunID != next {
-			t.Fatalf("the recreated thread's log starts with %s %s (id %s)", frames[0].ev.Type, frames[0].ev.RunID, frames[0].ID)
+		frames := h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(next))
+		if frames[0].ID != "1" || frames[0].Decoded.Type != instanceai.TypeRunStart || frames[0].Decoded.RunID != next {
+			t.Fatalf("the recreated thread's log starts with %s %s (id %s)", frames[0].Decoded.Type, frames[0].Decoded.RunID, frames[0].ID)
 		}
 	})
 }
@@ -386,32 +331,32 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 // first line of its first message, announced within the run; the user's
 // messages are stored with their run ids.
 func TestTitleFromFirstMessage(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		ctx := context.Background()
-		h := start(t, store, options{})
+		h := start(t, store, servertest.Options{})
 		first := "  \n\t Build   me a workflow that posts the weather to Slack every single morning at eight\nand more"
 		wantTitle := "Build me a workflow that posts the weather to Slack every s…"
-		run1 := h.chat("th", first)
+		run1 := h.Chat("th", first)
 		// The title is announced once the run started: a fast run may
 		// finish first.
-		frames := h.connect("th", "", false).until(wait, seenBoth(isRunFinish(run1), isType(instanceai.TypeThreadTitleUpdated)))
+		frames := h.Connect("th", "", false).Until(wait, seenBoth(servertest.IsRunFinish(run1), isType(instanceai.TypeThreadTitleUpdated)))
 		titles := titleEvents(frames)
 		if len(titles) != 1 {
 			t.Fatalf("%d title events, want 1", len(titles))
 		}
 		checkTitleEvent(t, titles[0], wantTitle, run1, "local")
-		if th := h.list("").Threads[0]; th.ID != "th" || th.Title != wantTitle {
+		if th := h.ListThreads("").Threads[0]; th.ID != "th" || th.Title != wantTitle {
 			t.Fatalf("listed thread = %+v, want title %q", th, wantTitle)
 		}
 
 		// A later message neither retitles nor announces anything.
-		run2 := h.chat("th", "simple second")
-		h.connect("th", "", false).until(wait, isRunFinish(run2))
-		if err := h.app.Writer.Sync(ctx, "th"); err != nil {
+		run2 := h.Chat("th", "simple second")
+		h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(run2))
+		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
 			t.Fatal(err)
 		}
 		var stored int
-		for _, r := range replay(t, store, "th") {
+		for _, r := range servertest.StoredEvents(t, store, "th") {
 			if r.Event.Type == instanceai.TypeThreadTitleUpdated {
 				stored++
 			}
@@ -431,9 +376,9 @@ func TestTitleFromFirstMessage(t *testing.T) {
 
 		// A thread created with a title keeps it; a short message is the
 		// title whole.
-		h.create(`{"id":"named","title":"Named"}`, http.StatusCreated)
-		h.chat("named", "simple hello")
-		h.chat("short", "simple hello")
+		h.CreateThread(`{"id":"named","title":"Named"}`, http.StatusCreated)
+		h.Chat("named", "simple hello")
+		h.Chat("short", "simple hello")
 		for id, want := range map[string]string{"named": "Named", "short": "simple hello"} {
 			if th, err := store.GetThread(ctx, id); err != nil || th.Title != want {
 				t.Fatalf("thread %s = %+v, %v; want title %q", id, th, err, want)
@@ -447,23 +392,23 @@ func TestTitleFromFirstMessage(t *testing.T) {
 // nothing of it reaches the store after the delete (where it could land in
 // a new thread of the same id).
 func TestDeleteWaitsForBackgroundAgents(t *testing.T) {
-	forEachStore(t, func(t *testing.T, base instanceai.Store) {
+	servertest.ForEachStore(t, func(t *testing.T, base instanceai.Store) {
 		store := &recordingStore{Store: base, ops: map[string][]string{}}
-		h := start(t, store, options{delay: 20 * time.Millisecond})
-		runID := h.chat("th", "background")
-		conn := h.connect("th", "", false)
-		conn.until(wait, isRunFinish(runID))
-		if len(h.app.Runs.LiveRuns("th")) == 0 {
+		h := start(t, store, servertest.Options{AgentDelay: 20 * time.Millisecond})
+		runID := h.Chat("th", "background")
+		conn := h.Connect("th", "", false)
+		conn.Until(wait, servertest.IsRunFinish(runID))
+		if len(h.App.Runs.LiveRuns("th")) == 0 {
 			t.Fatal("the background agent is not running at the delete")
 		}
-		if code, _ := h.do(http.MethodDelete, "/instance-ai/threads/th", ""); code != http.StatusOK {
+		if code, _ := h.Do(http.MethodDelete, "/instance-ai/threads/th", ""); code != http.StatusOK {
 			t.Fatalf("delete: %d", code)
 		}
-		if live := h.app.Runs.LiveRuns("th"); len(live) != 0 {
+		if live := h.App.Runs.LiveRuns("th"); len(live) != 0 {
 			t.Fatalf("runs %v still live after delete", live)
 		}
 		time.Sleep(300 * time.Millisecond)
-		if err := h.app.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		ops := store.history("th")

@@ -13,25 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/server"
-	"github.com/threadline/threadline/storage"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 func TestConformanceCommand(t *testing.T) {
-	store, err := storage.Open(context.Background(), "memory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	app := server.New(store, &script.Agent{}, server.Config{AgentName: "script", Heartbeat: time.Second})
-	good := httptest.NewServer(app.Handler())
-	defer good.Close()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = app.Shutdown(ctx)
-	}()
+	good := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{
+		Config: server.Config{AgentName: "script", Heartbeat: time.Second}})
 
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"conformance", "-target", good.URL, "-scenarios", "hello,tools"}, &out, &out); err != nil {
@@ -58,7 +46,7 @@ func TestConformanceCommand(t *testing.T) {
 	defer broken.Close()
 	junit := filepath.Join(t.TempDir(), "report.xml")
 	out.Reset()
-	err = run(context.Background(), []string{"conformance", "-target", broken.URL, "-protocol", "agui", "-json", "-junit", junit}, &out, &bytes.Buffer{})
+	err := run(context.Background(), []string{"conformance", "-target", broken.URL, "-protocol", "agui", "-json", "-junit", junit}, &out, &bytes.Buffer{})
 	if exitCode(err) != 1 {
 		t.Fatalf("a broken server: err %v (exit %d)", err, exitCode(err))
 	}

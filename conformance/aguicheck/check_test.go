@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/textproto"
 	"os"
 	"path/filepath"
@@ -14,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/aguicheck"
-	"github.com/threadline/threadline/server"
-	"github.com/threadline/threadline/storage"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 // unexercisable lists the rules the reference agent's streams cannot pass,
@@ -54,51 +50,11 @@ var scenarios = []scenario{
 	{"long", "long 50", nil},
 }
 
-func startServer(t *testing.T) *httptest.Server {
+func record(t *testing.T, srv *servertest.Server, thread string, sc scenario) *conformance.Recording {
 	t.Helper()
-	store, err := storage.Open(context.Background(), "memory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	app := server.New(store, &script.Agent{}, server.Config{})
-	srv := httptest.NewServer(app.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := app.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		srv.Close()
-	})
-	return srv
-}
-
-func record(t *testing.T, url, thread string, sc scenario) *conformance.Recording {
-	t.Helper()
-	in := map[string]any{
-		"threadId": thread, "runId": "run-" + sc.name,
-		"messages": []any{map[string]any{"id": "u1", "role": "user", "content": sc.message}},
-	}
-	for k, v := range sc.extra {
-		in[k] = v
-	}
-	body, _ := json.Marshal(in)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/run-agent", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := srv.PostRunAgent(ctx, servertest.RunAgentInput(thread, "run-"+sc.name, sc.message, sc.extra), "text/event-stream")
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("%s: status %d", sc.name, res.StatusCode)
@@ -113,10 +69,10 @@ func record(t *testing.T, url, thread string, sc scenario) *conformance.Recordin
 // TestReferenceServerConforms runs every scenario of the reference agent
 // through the real server and requires each rule to pass or be skipped.
 func TestReferenceServerConforms(t *testing.T) {
-	srv := startServer(t)
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	passed := map[string]bool{}
 	for _, sc := range scenarios {
-		rec := record(t, srv.URL, "conf-"+sc.name, sc)
+		rec := record(t, srv, "conf-"+sc.name, sc)
 		for _, f := range aguicheck.Check(rec) {
 			switch f.Status {
 			case conformance.Fail:

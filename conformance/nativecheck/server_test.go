@@ -4,42 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/nativecheck"
 	"github.com/threadline/threadline/conformance/ssecheck"
-	"github.com/threadline/threadline/server"
-	"github.com/threadline/threadline/storage"
+	"github.com/threadline/threadline/server/servertest"
 )
 
 const wait = 10 * time.Second
 
-func startServer(t *testing.T, storeSpec string) *httptest.Server {
-	t.Helper()
-	ctx := context.Background()
-	store, err := storage.Open(ctx, storeSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	app := server.New(store, &script.Agent{Delay: 0}, server.Config{})
-	srv := httptest.NewServer(app.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = app.Shutdown(ctx)
-		srv.Close()
-		store.Close()
-	})
-	return srv
+func startServer(t *testing.T, storeSpec string) *servertest.Server {
+	return servertest.Start(t, servertest.OpenStore(t, storeSpec), servertest.Options{})
 }
 
 func post(t *testing.T, url, body string) map[string]any {
@@ -111,7 +90,7 @@ func maxID(rec *conformance.Recording) int64 {
 // scenario runs one chat message on a fresh thread while a connection
 // follows it from the start, then records the full replay and a replay
 // after every cursor, and returns every finding.
-func scenario(t *testing.T, srv *httptest.Server, thread, message string) []conformance.Finding {
+func scenario(t *testing.T, srv *servertest.Server, thread, message string) []conformance.Finding {
 	post(t, srv.URL+"/instance-ai/threads", `{"id":"`+thread+`"}`)
 	events := srv.URL + "/instance-ai/events/" + thread
 	background := strings.HasPrefix(message, "background")

@@ -6,49 +6,24 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/aguicheck"
 	"github.com/threadline/threadline/conformance/runner"
 	"github.com/threadline/threadline/conformance/ssecheck"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/server"
-	"github.com/threadline/threadline/server/auth"
-	"github.com/threadline/threadline/storage"
+	"github.com/threadline/threadline/server/servertest"
 )
-
-func openStore(t *testing.T, spec string) instanceai.Store {
-	t.Helper()
-	s, err := storage.Open(context.Background(), spec)
-	if err != nil {
-		t.Fatalf("open %s: %v", spec, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // startThreadline serves the reference agent on store with a short
 // heartbeat, as `threadline serve` wires it.
 func startThreadline(t *testing.T, store instanceai.Store, heartbeat time.Duration) string {
 	t.Helper()
-	app := server.New(store, &script.Agent{}, server.Config{Heartbeat: heartbeat, AgentName: "script"})
-	srv := httptest.NewServer(app.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = app.Shutdown(ctx)
-		srv.Close()
-	})
-	return srv.URL
+	return servertest.Start(t, store, servertest.Options{Config: server.Config{Heartbeat: heartbeat, AgentName: "script"}}).URL
 }
 
 func failures(rep *conformance.Report) string {
@@ -69,19 +44,9 @@ func failures(rep *conformance.Report) string {
 // TestThreadlineConforms runs the whole suite, both protocols and the
 // heartbeat rule, against Threadline on each store.
 func TestThreadlineConforms(t *testing.T) {
-	stores := []struct {
-		name string
-		open func(t *testing.T) instanceai.Store
-	}{
-		{"memory", func(t *testing.T) instanceai.Store { return openStore(t, "memory") }},
-		{"sqlite", func(t *testing.T) instanceai.Store {
-			return openStore(t, "sqlite:"+filepath.Join(t.TempDir(), "c.db"))
-		}},
-		{"postgres", func(t *testing.T) instanceai.Store { return openStore(t, testpg.FreshDSN(t)) }},
-	}
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			url := startThreadline(t, st.open(t), 300*time.Millisecond)
+	for _, st := range servertest.StoreKinds {
+		t.Run(st.Name, func(t *testing.T) {
+			url := startThreadline(t, st.Open(t), 300*time.Millisecond)
 			var progress strings.Builder
 			rep, err := runner.Run(context.Background(), runner.Config{Target: url, Heartbeat: 300 * time.Millisecond,
 				MaxCursors: 12, Timeout: 30 * time.Second, Progress: &progress})
@@ -156,7 +121,7 @@ func TestBrokenServerIsReportedByRule(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	url := startThreadline(t, openStore(t, "memory"), time.Second)
+	url := startThreadline(t, servertest.OpenStore(t, "memory"), time.Second)
 	for _, c := range []struct {
 		cfg  runner.Config
 		want string
@@ -196,17 +161,8 @@ func TestEveryRuleIsDocumented(t *testing.T) {
 
 // TestToken runs the suite against a server with authentication on.
 func TestToken(t *testing.T) {
-	entries, err := auth.ParseList("tok-conformance-0123456789=alice", "tokens")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := auth.New(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := server.New(openStore(t, "memory"), &script.Agent{}, server.Config{Auth: authn, AgentName: "script"})
-	srv := httptest.NewServer(app.Handler())
-	defer srv.Close()
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{
+		Tokens: "tok-conformance-0123456789=alice", Config: server.Config{AgentName: "script"}})
 	cfg := runner.Config{Target: srv.URL, Scenarios: []string{"hello", "tools"}, Timeout: 10 * time.Second}
 	rep, err := runner.Run(context.Background(), cfg)
 	if err != nil {
@@ -225,15 +181,17 @@ func TestToken(t *testing.T) {
 // server that creates threads on the first chat only: the chat goes first
 // and the stream replays the run from the start.
 func TestServerWithoutThreadsEndpoint(t *testing.T) {
-	app := server.New(openStore(t, "memory"), &script.Agent{}, server.Config{AgentName: "script"})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/instance-ai/threads" {
-			http.NotFound(w, r)
-			return
-		}
-		app.Handler().ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	withoutThreads := func(app http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/instance-ai/threads" {
+				http.NotFound(w, r)
+				return
+			}
+			app.ServeHTTP(w, r)
+		})
+	}
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{
+		Config: server.Config{AgentName: "script"}, WrapHandler: withoutThreads})
 	rep, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Protocols: []string{runner.ProtocolNative},
 		Scenarios: []string{"hello", "tools", "background"}, Timeout: 10 * time.Second})
 	if err != nil {

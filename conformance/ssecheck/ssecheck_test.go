@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"net/textproto"
 	"os"
 	"path/filepath"
@@ -13,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/conformance"
 	"github.com/threadline/threadline/conformance/conformancetest"
 	"github.com/threadline/threadline/conformance/ssecheck"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/servertest"
 	"github.com/threadline/threadline/ssestream"
-	"github.com/threadline/threadline/storage"
 )
 
 const goodBody = ": connected\n\nid: 1\ndata: {\"type\":\"run-start\"}\n\n"
@@ -136,33 +134,14 @@ func TestCutTailIsNotAFault(t *testing.T) {
 // heartbeat, passes every rule, each judged.
 func TestServerStream(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.Open(ctx, "memory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const heartbeat = 200 * time.Millisecond
-	app := server.New(store, &script.Agent{Delay: 0}, server.Config{Heartbeat: heartbeat})
-	srv := httptest.NewServer(app.Handler())
-	defer srv.Close()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = app.Shutdown(ctx)
-	}()
-	res, err := http.Post(srv.URL+"/instance-ai/threads", "application/json", strings.NewReader(`{"id":"idle"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{Heartbeat: heartbeat}})
+	srv.EnsureThread("idle")
 
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL+"/instance-ai/events/idle", nil)
-	res, err = http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
