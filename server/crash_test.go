@@ -52,9 +52,11 @@ func threadlineBinary(t *testing.T) string {
 
 // process is a real server process.
 type process struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	url  string
+	t   *testing.T
+	cmd *exec.Cmd
+	url string
+	// api sends the JSON requests to the process.
+	api  *servertest.Server
 	args []string
 	logs *bytes.Buffer
 }
@@ -72,7 +74,7 @@ func freeAddr(t *testing.T) string {
 func launch(t *testing.T, store string, delay time.Duration, flags ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
-	p := &process{t: t, url: "http://" + addr, logs: &bytes.Buffer{},
+	p := &process{t: t, url: "http://" + addr, api: servertest.Remote(t, "http://"+addr), logs: &bytes.Buffer{},
 		args: append([]string{"serve", "-addr", addr, "-store", store, "-script-delay", delay.String()}, flags...)}
 	p.start()
 	t.Cleanup(func() {
@@ -124,19 +126,7 @@ func (p *process) kill() {
 	_ = p.cmd.Wait()
 }
 
-func (p *process) chat(thread, message string) string {
-	p.t.Helper()
-	res, err := http.Post(p.url+"/instance-ai/chat/"+thread, "application/json", strings.NewReader(`{"message":"`+message+`"}`))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var out struct{ RunID string }
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || out.RunID == "" {
-		p.t.Fatalf("chat: %d %v", res.StatusCode, err)
-	}
-	return out.RunID
-}
+func (p *process) chat(thread, message string) string { return p.api.Chat(thread, message) }
 
 // acked reads the live stream until stop says enough, and returns every
 // frame the server sent with an id: those it acknowledged as stored.
@@ -286,30 +276,9 @@ func loadingToolCall(n *agenttree.AgentNode) string {
 	return ""
 }
 
-func (p *process) get(path string, out any) int {
-	p.t.Helper()
-	res, err := http.Get(p.url + path)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if out != nil {
-		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
-			p.t.Fatalf("GET %s: %v", path, err)
-		}
-	}
-	return res.StatusCode
-}
+func (p *process) get(path string, out any) int { return p.api.DoInto(http.MethodGet, path, "", out) }
 
-func (p *process) post(path, body string) int {
-	p.t.Helper()
-	res, err := http.Post(p.url+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
+func (p *process) post(path, body string) int { return p.api.DoInto(http.MethodPost, path, body, nil) }
 
 // TestSuspendedRunSurvivesRestart: a run waiting for approval when the
 // server stops (gracefully or killed) is still suspended after the restart:

@@ -115,6 +115,12 @@ func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 	return &Server{App: app, URL: srv.URL, Client: client, t: t}
 }
 
+// Remote returns a Server for one that runs elsewhere at url (a threadline
+// process the test started, say): every helper works; App is nil.
+func Remote(t testing.TB, url string) *Server {
+	return &Server{URL: url, Client: &http.Client{}, t: t}
+}
+
 // As returns a copy of s whose requests (Do, Chat, Connect, … and Client)
 // all carry the bearer token.
 func (s *Server) As(token string) *Server {
