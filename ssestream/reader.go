@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 )
@@ -19,6 +20,9 @@ type Frame struct {
 	Event string
 	// Data is the data fields joined by "\n".
 	Data string
+	// HasData reports whether a data field was present at all, so that a
+	// frame of one empty "data" line is told from one without data.
+	HasData bool
 	// Comments are the comment lines (without the leading ':' and one space).
 	Comments []string
 	// CRLF reports whether any line of the frame ended in "\r\n" or "\r".
@@ -30,40 +34,73 @@ func (f *Frame) IsComment() bool {
 	return !f.HasID && f.Event == "" && f.Data == "" && len(f.Comments) > 0
 }
 
-// MaxLine bounds one line, so a hostile server cannot make a client buffer
-// without end.
+// MaxLine is the default bound on one line, so a hostile server cannot make
+// a client buffer without end.
 const MaxLine = 16 << 20
 
-// ErrLineTooLong is returned for a line over MaxLine bytes.
+// ErrLineTooLong is returned (wrapped, with the bound) for a line over the
+// reader's maximum length.
 var ErrLineTooLong = errors.New("sse: line exceeds the maximum length")
+
+// ReaderOptions tune a Reader; the zero value is NewReader's strict reader.
+type ReaderOptions struct {
+	// MaxLine bounds one line in bytes; 0 means MaxLine.
+	MaxLine int
+	// DispatchAtEOF makes a stream that ends mid-frame (even mid-line)
+	// end that frame, where the strict reader returns io.ErrUnexpectedEOF.
+	// The WHATWG rules drop such a frame, but some OpenAI-compatible
+	// servers close right after the last data line, and dropping it would
+	// lose the final chunk or [DONE].
+	DispatchAtEOF bool
+}
 
 // Reader parses an SSE byte stream into frames, following the WHATWG
 // event-stream rules (LF, CRLF or CR line ends; a blank line ends a frame;
 // "field: value" with one optional space; comments start with ':').
 type Reader struct {
 	r       *bufio.Reader
-	pending bool // a CR was the last byte: a following LF belongs to it
+	opts    ReaderOptions
+	afterCR bool // a CR was the last byte: a following LF belongs to it
+	eof     bool // the input ended: read no further
 }
 
-// NewReader returns a reader over r.
-func NewReader(r io.Reader) *Reader {
-	return &Reader{r: bufio.NewReaderSize(r, 64<<10)}
+// NewReader returns a strict reader over r: a frame cut off by the end of
+// the stream is an error.
+func NewReader(r io.Reader) *Reader { return NewReaderWith(r, ReaderOptions{}) }
+
+// NewReaderWith returns a reader over r tuned by opts.
+func NewReaderWith(r io.Reader, opts ReaderOptions) *Reader {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = MaxLine
+	}
+	return &Reader{r: bufio.NewReaderSize(r, 64<<10), opts: opts}
 }
 
 // readLine returns one line without its terminator and whether the
 // terminator was CR-based.
 func (rd *Reader) readLine() (string, bool, error) {
+	if rd.eof {
+		return "", false, io.EOF
+	}
 	var buf []byte
 	for {
 		b, err := rd.r.ReadByte()
 		if err != nil {
-			if err == io.EOF && len(buf) > 0 {
-				return string(buf), false, io.ErrUnexpectedEOF
+			if err != io.EOF {
+				return "", false, err
 			}
-			return "", false, err
+			// Some bodies do not repeat io.EOF when read again.
+			rd.eof = true
+			switch {
+			case len(buf) == 0:
+				return "", false, io.EOF
+			case rd.opts.DispatchAtEOF:
+				return string(buf), false, nil
+			}
+			return string(buf), false, io.ErrUnexpectedEOF
 		}
-		if rd.pending {
-			rd.pending = false
+		if rd.afterCR {
+			rd.afterCR = false
 			if b == '\n' {
 				continue // the LF of a CRLF already ended the previous line
 			}
@@ -72,26 +109,36 @@ func (rd *Reader) readLine() (string, bool, error) {
 		case '\n':
 			return string(buf), false, nil
 		case '\r':
-			rd.pending = true
+			rd.afterCR = true
 			return string(buf), true, nil
 		}
-		if len(buf) >= MaxLine {
-			return "", false, ErrLineTooLong
+		if len(buf) >= rd.opts.MaxLine {
+			return "", false, fmt.Errorf("%w of %d bytes", ErrLineTooLong, rd.opts.MaxLine)
 		}
 		buf = append(buf, b)
 	}
 }
 
 // Next returns the next frame. A stream that ends mid-frame returns
-// io.ErrUnexpectedEOF; a clean end returns io.EOF.
+// io.ErrUnexpectedEOF (or, with DispatchAtEOF, that frame and then io.EOF);
+// a clean end returns io.EOF.
 func (rd *Reader) Next() (Frame, error) {
 	var f Frame
 	var data bytes.Buffer
 	started := false
+	end := func() (Frame, error) {
+		if data.Len() > 0 {
+			f.Data = strings.TrimSuffix(data.String(), "\n")
+		}
+		return f, nil
+	}
 	for {
 		line, cr, err := rd.readLine()
 		if err != nil {
 			if err == io.EOF && started {
+				if rd.opts.DispatchAtEOF {
+					return end()
+				}
 				return f, io.ErrUnexpectedEOF
 			}
 			return f, err
@@ -101,10 +148,7 @@ func (rd *Reader) Next() (Frame, error) {
 			if !started {
 				continue
 			}
-			if data.Len() > 0 {
-				f.Data = strings.TrimSuffix(data.String(), "\n")
-			}
-			return f, nil
+			return end()
 		}
 		started = true
 		if line[0] == ':' {
@@ -123,6 +167,22 @@ func (rd *Reader) Next() (Frame, error) {
 		case "data":
 			data.WriteString(value)
 			data.WriteByte('\n')
+			f.HasData = true
+		}
+	}
+}
+
+// NextData returns the data of the next frame that has a data field,
+// skipping the others (comments such as keep-alives, frames of id or event
+// alone), as an EventSource dispatches only frames with data.
+func (rd *Reader) NextData() (string, error) {
+	for {
+		f, err := rd.Next()
+		if err != nil {
+			return "", err
+		}
+		if f.HasData {
+			return f.Data, nil
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 )
 
@@ -94,64 +93,4 @@ func TestStreamOverHTTPIsReadBack(t *testing.T) {
 			t.Errorf("frame %+v uses CR line ends", f)
 		}
 	}
-}
-
-func TestReaderLineEnds(t *testing.T) {
-	cases := []struct {
-		name, in string
-		want     []Frame
-	}{
-		{"lf", "id: 1\ndata: a\n\n", []Frame{{ID: "1", HasID: true, Data: "a"}}},
-		{"crlf", "id: 1\r\ndata: a\r\n\r\n", []Frame{{ID: "1", HasID: true, Data: "a", CRLF: true}}},
-		{"cr", "data: a\rdata: b\r\r", []Frame{{Data: "a\nb", CRLF: true}}},
-		{"no space", "data:x\nevent:e\n\n", []Frame{{Data: "x", Event: "e"}}},
-		{"comment", ": ping\n\n", []Frame{{Comments: []string{"ping"}}}},
-		{"empty id", "id:\ndata: q\n\n", []Frame{{HasID: true, Data: "q"}}},
-		{"unknown field ignored", "retry: 10\nfoo: bar\ndata: d\n\n", []Frame{{Data: "d"}}},
-		{"leading blank lines", "\n\ndata: d\n\n", []Frame{{Data: "d"}}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rd := NewReader(strings.NewReader(c.in))
-			for i, w := range c.want {
-				f, err := rd.Next()
-				if err != nil {
-					t.Fatalf("frame %d: %v", i, err)
-				}
-				if f.ID != w.ID || f.HasID != w.HasID || f.Data != w.Data || f.Event != w.Event || f.CRLF != w.CRLF ||
-					strings.Join(f.Comments, "|") != strings.Join(w.Comments, "|") {
-					t.Fatalf("frame %d = %+v, want %+v", i, f, w)
-				}
-			}
-			if _, err := rd.Next(); err != io.EOF {
-				t.Fatalf("after last frame: %v, want EOF", err)
-			}
-		})
-	}
-}
-
-func TestReaderTruncatedFrame(t *testing.T) {
-	rd := NewReader(strings.NewReader("data: half"))
-	if _, err := rd.Next(); err != io.ErrUnexpectedEOF {
-		t.Fatalf("err = %v, want unexpected EOF", err)
-	}
-}
-
-func FuzzReader(f *testing.F) {
-	for _, s := range []string{"id: 1\ndata: a\n\n", "data: a\r\n\r\n: c\n\n", "\r\r\n\n", "data"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		rd := NewReader(strings.NewReader(string(in)))
-		for range len(in) + 1 {
-			fr, err := rd.Next()
-			if err != nil {
-				return
-			}
-			if strings.ContainsAny(fr.ID, "\r\n") || strings.ContainsAny(fr.Event, "\r\n") {
-				t.Fatalf("field kept a line break: %+v", fr)
-			}
-		}
-		t.Fatal("reader returned more frames than input bytes")
-	})
 }

@@ -156,31 +156,26 @@ func fold(ctx context.Context, store instanceai.Store, threadID, stopRunID strin
 	if err != nil && !errors.Is(err, instanceai.ErrNotFound) {
 		return nil, fmt.Errorf("conversation: read the thread's log: %w", err)
 	}
-	byID := map[string]*foldedRun{}
-	var order []*foldedRun
-	stopped := false
+	var runs agenttree.Runs
 	for _, row := range rows {
-		ev := row.Event
-		r := byID[ev.RunID]
-		if r == nil {
-			if ev.Type != instanceai.TypeRunStart || stopped {
-				continue // outside any run (a title update), or after the stop run
-			}
-			if ev.RunID == stopRunID && stopRunID != "" {
-				stopped = true
-				if !include {
-					continue
-				}
-			}
-			r = &foldedRun{id: ev.RunID, user: userByRun[ev.RunID], state: agenttree.New()}
-			byID[ev.RunID] = r
-			order = append(order, r)
-		}
-		if ev.Type == instanceai.TypeError {
+		if row.Event.Type == instanceai.TypeError {
 			// The server's notice of a failure, not the model's words.
 			continue
 		}
-		r.state.Apply(ev)
+		runs.Apply(row.Event)
+	}
+	// The runs that started after the stop run are left out; the earlier
+	// ones keep every event, those logged after the stop run's start too.
+	var order []*foldedRun
+	for _, r := range runs.All() {
+		stop := stopRunID != "" && r.ID == stopRunID
+		if stop && !include {
+			break
+		}
+		order = append(order, &foldedRun{id: r.ID, user: userByRun[r.ID], state: r.State})
+		if stop {
+			break
+		}
 	}
 	if len(order) > MaxRuns {
 		order = order[len(order)-MaxRuns:]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/threadline/threadline/agent/openai/chunk"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/ssestream"
 )
 
 // Retry policy. A model call is retried after a 429, a 5xx, or a
@@ -32,6 +33,19 @@ const (
 	// maxErrorBody bounds how much of an error answer is read.
 	maxErrorBody = 16 << 10
 )
+
+// maxStreamLine bounds one line of the upstream stream: a chunk is a few
+// hundred bytes, Ollama's whole tool calls a few kilobytes; anything near
+// this is a broken server, and without a bound it would grow memory freely.
+const maxStreamLine = 4 << 20
+
+// newStreamReader reads the data payloads of a Chat Completions stream
+// (NextData): fields other than data do not matter to it, and a frame still
+// pending at the end of the stream is dispatched, as some servers close
+// right after the last data line.
+func newStreamReader(body io.Reader) *ssestream.Reader {
+	return ssestream.NewReaderWith(body, ssestream.ReaderOptions{MaxLine: maxStreamLine, DispatchAtEOF: true})
+}
 
 // errIdleTimeout cancels a model call whose server went silent for longer
 // than RequestTimeout.
@@ -237,11 +251,12 @@ func (a *Agent) stream(ctx, actx context.Context, l *loop, body io.Reader, idle 
 		}
 		return nil
 	}
-	sse := newSSEReader(body)
+	sse := newStreamReader(body)
 	done := false
 	for !done {
 		idle.Reset(a.cfg.RequestTimeout)
-		data, err := sse.Next()
+		text, err := sse.NextData()
+		data := []byte(text)
 		if errors.Is(err, io.EOF) {
 			break
 		}

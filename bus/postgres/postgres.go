@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -30,7 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/threadline/threadline/bus/internal/relisten"
+	"github.com/threadline/threadline/bus/internal/netbus"
 )
 
 // DefaultChannel is the notification channel when Open is given none.
@@ -54,10 +53,6 @@ const (
 	// healthTimeout: a dead connection is noticed within their sum.
 	healthEvery   = 5 * time.Second
 	healthTimeout = 5 * time.Second
-	// The wait before connecting again doubles from minBackoff to
-	// maxBackoff while connecting fails.
-	minBackoff = 100 * time.Millisecond
-	maxBackoff = 2 * time.Second
 )
 
 var (
@@ -81,8 +76,7 @@ type Bus struct {
 	channel string          // as given, for pg_notify
 	ident   string          // quoted, for LISTEN
 	pid     atomic.Uint32   // the backend of the last listener connection
-	done    chan struct{}   // closed by Close
-	once    sync.Once
+	base    *netbus.Base
 	// healthEvery and healthTimeout are the constants of the same names;
 	// tests shorten them.
 	healthEvery, healthTimeout time.Duration
@@ -135,30 +129,19 @@ func Open(ctx context.Context, dsn, channel string) (*Bus, error) {
 		listen:        listenCfg,
 		channel:       channel,
 		ident:         pgx.Identifier{channel}.Sanitize(),
-		done:          make(chan struct{}),
+		base:          netbus.New(maxPayload, ErrClosed, ErrTooLarge),
 		healthEvery:   healthEvery,
 		healthTimeout: healthTimeout,
 	}, nil
 }
 
-func (b *Bus) closed() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Publish implements instanceai.Bus: one pg_notify in a transaction of its
 // own, so that payloads reach listeners in the order Publish returns.
 func (b *Bus) Publish(ctx context.Context, payload []byte) error {
-	switch {
-	case b.closed():
-		return ErrClosed
-	case len(payload) > maxPayload:
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), maxPayload)
-	case !utf8.Valid(payload) || bytes.IndexByte(payload, 0) >= 0:
+	if err := b.base.CheckPublish(payload); err != nil {
+		return err
+	}
+	if !utf8.Valid(payload) || bytes.IndexByte(payload, 0) >= 0 {
 		return ErrNotText
 	}
 	if _, err := b.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, b.channel, string(payload)); err != nil {
@@ -175,8 +158,7 @@ func (b *Bus) MaxPayload() int { return maxPayload }
 func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
 	// The session's context also ends with the bus, which is what
 	// interrupts a listener blocked in WaitForNotification at Close.
-	return relisten.Run(ctx, b.done, ErrClosed, relisten.Backoff{Min: minBackoff, Max: maxBackoff},
-		func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
+	return b.base.Listen(ctx, func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
 }
 
 // session connects, listens and delivers until the connection fails,
@@ -235,9 +217,8 @@ func (b *Bus) listenerPID() uint32 { return b.pid.Load() }
 // Close implements instanceai.Bus: it ends every Listen and closes the
 // connections. Closing again returns nil.
 func (b *Bus) Close() error {
-	b.once.Do(func() {
-		close(b.done)
+	return b.base.Close(func() error {
 		b.pool.Close()
+		return nil
 	})
-	return nil
 }

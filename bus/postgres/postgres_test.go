@@ -185,62 +185,19 @@ func viaProxy(t *testing.T, dsn string) (string, *bustest.Proxy) {
 	return u.String(), p
 }
 
-// TestSilentConnectionIsNoticed: a connection that goes silent without
-// closing (a partition) tells no one; the listener's health check finds
-// it out, reports the loss and listens again on a new connection.
-func TestSilentConnectionIsNoticed(t *testing.T) {
-	direct := testpg.BaseDSN(t)
-	proxied, proxy := viaProxy(t, direct)
-	ch := channel(t)
-	b := open(t, proxied, ch)
-	b.healthEvery, b.healthTimeout = 100*time.Millisecond, 300*time.Millisecond
-	pub := open(t, direct, ch) // the silence must not stop the publisher
-
-	l := bustest.Listen(t, "listener", b)
-	l.WaitUp(t)
-	mark := len(l.States())
-	proxy.Silence()
-	if err := l.WaitLoss(t, mark); err == nil || !strings.Contains(err.Error(), "health check") {
-		t.Errorf("loss reported as %v; want the unanswered health check", err)
-	}
-	l.WaitBack(t, mark)
-	p := []byte("after the silence")
-	if err := pub.Publish(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	l.WaitPayload(t, p)
-}
-
-// TestListenOutlastsAnOutage: while the server is unreachable the
-// listener keeps reporting the loss and retrying; it listens again once
-// the server is back, and Publish works again too.
-func TestListenOutlastsAnOutage(t *testing.T) {
-	direct := testpg.BaseDSN(t)
-	proxied, proxy := viaProxy(t, direct)
-	ch := channel(t)
-	b := open(t, proxied, ch)
-	pub := open(t, direct, ch)
-
-	l := bustest.Listen(t, "listener", b)
-	l.WaitUp(t)
-	mark := len(l.States())
-	proxy.CutOff()
-	l.WaitLoss(t, mark)
-	failed := len(l.States())
-	l.WaitLoss(t, failed) // a retry fails too
-	if err := b.Publish(context.Background(), []byte("while cut off")); err == nil {
-		t.Error("Publish through a cut-off proxy succeeded")
-	}
-	proxy.Restore()
-	l.WaitBack(t, mark)
-	p := []byte("after the outage")
-	if err := pub.Publish(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	l.WaitPayload(t, p)
-	own := []byte("own, after the outage")
-	if err := b.Publish(context.Background(), own); err != nil {
-		t.Errorf("Publish after the outage: %v", err)
-	}
-	l.WaitPayload(t, own)
+// TestOutages: the listener notices a silent connection by its health
+// check, and outlasts an outage of the server.
+func TestOutages(t *testing.T) {
+	bustest.RunOutages(t, bustest.Outage{
+		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *bustest.Proxy) {
+			dsn := testpg.BaseDSN(t)
+			via, p := viaProxy(t, dsn)
+			ch := channel(t)
+			return open(t, via, ch), open(t, dsn, ch), p
+		},
+		QuickCheck: func(b instanceai.Bus, quiet, answer time.Duration) {
+			b.(*Bus).healthEvery, b.(*Bus).healthTimeout = quiet, answer
+		},
+		SilenceLoss: "health check",
+	})
 }

@@ -26,7 +26,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/threadline/threadline/bus/internal/relisten"
+	"github.com/threadline/threadline/bus/internal/netbus"
 )
 
 // DefaultChannel is the pub/sub channel when the URL names none.
@@ -47,10 +47,6 @@ const (
 	// connection is noticed within their sum, without TCP keepalives.
 	pingEvery = 2 * time.Second
 	pongWait  = 3 * time.Second
-	// The wait before subscribing again doubles from minBackoff to
-	// maxBackoff while subscribing fails.
-	minBackoff = 100 * time.Millisecond
-	maxBackoff = 2 * time.Second
 )
 
 var (
@@ -76,8 +72,7 @@ type Bus struct {
 	// shorten them.
 	pingEvery, pongWait time.Duration
 
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
+	base *netbus.Base
 }
 
 // Open connects to the Redis server at
@@ -126,7 +121,7 @@ func Open(ctx context.Context, rawURL string) (*Bus, error) {
 		channel:    channel,
 		pingEvery:  pingEvery,
 		pongWait:   pongWait,
-		done:       make(chan struct{}),
+		base:       netbus.New(maxPayload, ErrClosed, ErrTooLarge),
 	}, nil
 }
 
@@ -191,22 +186,10 @@ func options(base string) (*goredis.Options, error) {
 	return opts, nil
 }
 
-func (b *Bus) closed() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Publish implements instanceai.Bus.
 func (b *Bus) Publish(ctx context.Context, payload []byte) error {
-	switch {
-	case b.closed():
-		return ErrClosed
-	case len(payload) > maxPayload:
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), maxPayload)
+	if err := b.base.CheckPublish(payload); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis bus: publish: %w", err)
@@ -223,8 +206,7 @@ func (b *Bus) MaxPayload() int { return maxPayload }
 // Listen implements instanceai.Bus. It returns nil when ctx ends and
 // ErrClosed when the bus is closed; it never gives up on Redis.
 func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state func(up bool, err error)) error {
-	return relisten.Run(ctx, b.done, ErrClosed, relisten.Backoff{Min: minBackoff, Max: maxBackoff},
-		func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
+	return b.base.Listen(ctx, func(ctx context.Context) (bool, error) { return b.session(ctx, deliver, state) }, state)
 }
 
 // session subscribes on a connection of its own and delivers until that
@@ -323,7 +305,7 @@ func (b *Bus) watch(ctx context.Context, ps *goredis.PubSub, stop, traffic <-cha
 		case <-ctx.Done():
 			_ = ps.Close()
 			return
-		case <-b.done:
+		case <-b.base.Done():
 			_ = ps.Close()
 			return
 		case <-traffic:
@@ -358,12 +340,10 @@ func (b *Bus) watch(ctx context.Context, ps *goredis.PubSub, stop, traffic <-cha
 // Close implements instanceai.Bus: it ends every Listen and closes the
 // connections. Closing again returns nil.
 func (b *Bus) Close() error {
-	var err error
-	b.closeOnce.Do(func() {
-		close(b.done)
-		if err = errors.Join(b.pub.Close(), b.sub.Close()); err != nil {
-			err = fmt.Errorf("redis bus: close: %w", err)
+	return b.base.Close(func() error {
+		if err := errors.Join(b.pub.Close(), b.sub.Close()); err != nil {
+			return fmt.Errorf("redis bus: close: %w", err)
 		}
+		return nil
 	})
-	return err
 }

@@ -278,62 +278,20 @@ func viaProxy(t *testing.T, rawURL string) (string, *bustest.Proxy) {
 	return u.String(), p
 }
 
-// TestSilentConnectionIsNoticed: a connection that goes silent without
-// closing (a partition) tells no one; the listener's PING finds it out,
-// reports the loss and subscribes again.
-func TestSilentConnectionIsNoticed(t *testing.T) {
-	direct := channelURL(t, testredis.URL(t))
-	proxied, proxy := viaProxy(t, direct)
-	b := open(t, proxied)
-	b.pingEvery, b.pongWait = 100*time.Millisecond, 300*time.Millisecond
-	pub := open(t, direct) // the proxy's silence must not stop the publisher
-
-	l := bustest.Listen(t, "listener", b)
-	l.WaitUp(t)
-	mark := len(l.States())
-	proxy.Silence()
-	if err := l.WaitLoss(t, mark); err == nil || !strings.Contains(err.Error(), "no answer to PING") {
-		t.Errorf("loss reported as %v; want the unanswered PING", err)
-	}
-	l.WaitBack(t, mark)
-	p := []byte("after the silence")
-	if err := pub.Publish(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	l.WaitPayload(t, p)
-}
-
-// TestListenOutlastsAnOutage: while the server is unreachable the
-// listener keeps reporting the loss and retrying; it connects again once
-// the server is back.
-func TestListenOutlastsAnOutage(t *testing.T) {
-	direct := channelURL(t, testredis.URL(t))
-	proxied, proxy := viaProxy(t, direct)
-	b := open(t, proxied)
-	pub := open(t, direct)
-
-	l := bustest.Listen(t, "listener", b)
-	l.WaitUp(t)
-	mark := len(l.States())
-	proxy.CutOff()
-	l.WaitLoss(t, mark)
-	// At least one retry fails too before the server is back.
-	failed := len(l.States())
-	l.WaitLoss(t, failed)
-	if err := b.Publish(context.Background(), []byte("while cut off")); err == nil {
-		t.Error("Publish through a cut-off proxy succeeded")
-	}
-	proxy.Restore()
-	l.WaitBack(t, mark)
-	p := []byte("after the outage")
-	if err := pub.Publish(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	l.WaitPayload(t, p)
-	if err := b.Publish(context.Background(), []byte("own, after the outage")); err != nil {
-		t.Errorf("Publish after the outage: %v", err)
-	}
-	l.WaitPayload(t, []byte("own, after the outage"))
+// TestOutages: the listener notices a silent connection by its PING, and
+// outlasts an outage of the server.
+func TestOutages(t *testing.T) {
+	bustest.RunOutages(t, bustest.Outage{
+		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *bustest.Proxy) {
+			u := channelURL(t, testredis.URL(t))
+			via, p := viaProxy(t, u)
+			return open(t, via), open(t, u), p
+		},
+		QuickCheck: func(b instanceai.Bus, quiet, answer time.Duration) {
+			b.(*Bus).pingEvery, b.(*Bus).pongWait = quiet, answer
+		},
+		SilenceLoss: "no answer to PING",
+	})
 }
 
 // TestSlowCallbackIsNotALoss: while deliver runs nobody reads the

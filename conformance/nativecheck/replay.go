@@ -188,6 +188,9 @@ func sameJSON(a, b string) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
+// fold folds a connection's events into one tree, as a client does: every
+// run of the thread joins the same state, so this is no per-run fold
+// (agenttree.FoldRuns).
 func fold(events []event) *agenttree.AgentNode {
 	s := agenttree.New()
 	for _, e := range events {

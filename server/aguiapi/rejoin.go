@@ -146,41 +146,24 @@ func foldRun(m *mapping.InstanceToAGUI, runID string, rows []instanceai.StoredEv
 // assistant messages of runs no stored user message names. Runs with no
 // text yet have no assistant message.
 func buildSnapshot(users []instanceai.Message, rows []instanceai.StoredEvent, cursor int64) []agui.Message {
-	runs := map[string]*agenttree.State{}
-	var order []string
-	for _, row := range rows {
-		if row.Seq > cursor {
-			break
-		}
-		ev := row.Event
-		st := runs[ev.RunID]
-		if st == nil {
-			if ev.Type != instanceai.TypeRunStart {
-				continue
-			}
-			st = agenttree.New()
-			runs[ev.RunID] = st
-			order = append(order, ev.RunID)
-		}
-		st.Apply(ev)
-	}
+	runs := agenttree.FoldRuns(rows, cursor)
 	out := []agui.Message{}
 	done := map[string]bool{}
-	assistant := func(runID string) {
-		done[runID] = true
-		if text := runs[runID].Tree().TextContent; text != "" {
-			out = append(out, agui.Message{ID: runID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
+	assistant := func(r *agenttree.Run) {
+		done[r.ID] = true
+		if text := r.State.Tree().TextContent; text != "" {
+			out = append(out, agui.Message{ID: r.ID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
 		}
 	}
 	for _, m := range users {
 		out = append(out, agui.Message{ID: m.ID, Role: agui.RoleUser, Content: agui.TextContent(m.Content)})
-		if runs[m.RunID] != nil && !done[m.RunID] {
-			assistant(m.RunID)
+		if r := runs.Get(m.RunID); r != nil && !done[m.RunID] {
+			assistant(r)
 		}
 	}
-	for _, id := range order {
-		if !done[id] {
-			assistant(id)
+	for _, r := range runs.All() {
+		if !done[r.ID] {
+			assistant(r)
 		}
 	}
 	return out

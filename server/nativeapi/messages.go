@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/server/httpjson"
 )
@@ -94,45 +93,25 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 		return nil, err
 	}
 	// Fold each run's events, up to the cursor handed out.
-	runs := map[string]*agenttree.State{}
-	var order []string
-	started := map[string]int64{}
-	for _, row := range rows {
-		if row.Seq >= next {
-			break
-		}
-		ev := row.Event
-		st := runs[ev.RunID]
-		if st == nil {
-			if ev.Type != instanceai.TypeRunStart {
-				continue // e.g. a title update outside any run
-			}
-			st = agenttree.New()
-			runs[ev.RunID] = st
-			order = append(order, ev.RunID)
-			started[ev.RunID] = ev.TS
-		}
-		st.Apply(ev)
-	}
+	runs := agenttree.FoldRuns(rows, next-1)
 	var all []richMessage
 	byRun := map[string]bool{}
-	assistant := func(runID string) richMessage {
-		st := runs[runID]
-		tree := st.Tree()
-		return richMessage{ID: runID, RunID: runID, Role: "assistant", CreatedAt: isoMillis(started[runID]),
-			Content: tree.TextContent, Reasoning: tree.Reasoning, IsStreaming: st.Active(), AgentTree: tree}
+	assistant := func(r *agenttree.Run) richMessage {
+		tree := r.State.Tree()
+		return richMessage{ID: r.ID, RunID: r.ID, Role: "assistant", CreatedAt: isoMillis(r.StartedAt),
+			Content: tree.TextContent, Reasoning: tree.Reasoning, IsStreaming: r.State.Active(), AgentTree: tree}
 	}
 	for _, m := range users {
 		all = append(all, richMessage{ID: m.ID, RunID: m.RunID, Role: "user", CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339Nano),
 			Content: m.Content})
-		if runs[m.RunID] != nil && !byRun[m.RunID] {
+		if r := runs.Get(m.RunID); r != nil && !byRun[m.RunID] {
 			byRun[m.RunID] = true
-			all = append(all, assistant(m.RunID))
+			all = append(all, assistant(r))
 		}
 	}
-	for _, id := range order {
-		if !byRun[id] {
-			all = append(all, assistant(id))
+	for _, r := range runs.All() {
+		if !byRun[r.ID] {
+			all = append(all, assistant(r))
 		}
 	}
 	// Page 0 is the newest limit messages, in chronological order.

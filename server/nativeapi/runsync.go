@@ -32,19 +32,15 @@ func (a *API) runSyncFrames(ctx context.Context, threadID string, committed int6
 			a.cfg.Logger.Warn("run-sync: read run", "thread", threadID, "run", runID, "err", err)
 			continue
 		}
-		st := agenttree.New()
-		started := false
-		for _, row := range rows {
-			if row.Seq <= committed {
-				st.Apply(row.Event)
-				started = started || row.Event.Type == instanceai.TypeRunStart
-			}
-		}
-		if !started {
+		// RunEvents begins at the run's run-start, so folding its rows per
+		// run is folding them all into the one run.
+		run := agenttree.FoldRuns(rows, committed).Get(runID)
+		if run == nil {
 			// The run began after what this connection was sent: its
 			// run-start is coming live, and there is nothing to sync yet.
 			continue
 		}
+		st := run.State
 		for _, ev := range open {
 			if ev.RunID == runID {
 				st.Apply(ev)
