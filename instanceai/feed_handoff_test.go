@@ -75,31 +75,13 @@ func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
 
 	feed := instanceai.OpenFeed(store, hub, "t", 0)
 	defer feed.Close()
-	var got []instanceai.Delivery
-	for len(got) < 3 {
-		out, err := feed.Next(ctx, closedTick)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == nil {
-			break
-		}
-		got = append(got, out...)
-	}
+	// What the feed has while the publish waits, then the rest.
+	got := available(t, feed)
 	close(gate.release)
 	if err := writer.Sync(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		out, err := feed.Next(ctx, closedTick)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == nil {
-			break
-		}
-		got = append(got, out...)
-	}
+	got = append(got, available(t, feed)...)
 	var shape []string
 	for _, d := range got {
 		s := string(d.Event.Type)
@@ -110,6 +92,22 @@ func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 {
 		t.Fatalf("deliveries = %v (ids %v), want the block and the call once each", shape, ids(got))
+	}
+}
+
+// available returns what the feed delivers without waiting for more.
+func available(t *testing.T, feed *instanceai.Feed) []instanceai.Delivery {
+	t.Helper()
+	var got []instanceai.Delivery
+	for {
+		out, err := feed.Next(context.Background(), closedTick)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == nil {
+			return got
+		}
+		got = append(got, out...)
 	}
 }
 
