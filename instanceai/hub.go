@@ -69,6 +69,22 @@ type openSegment struct {
 // hands a new subscriber from replay to the live tail without a gap or a
 // duplicate. Publishing never blocks: a subscriber whose bounded queue is
 // full is dropped and reconnects with its cursor.
+//
+// Every method may be called from any goroutine. Threads are independent:
+// each has its own lock, its own subscribers and its own published state.
+// Within a thread, Publish and Subscribe are serialised, which gives the
+// guarantees the feed relies on:
+//   - a batch (one Publish call) reaches a subscriber whole, or the
+//     subscriber is dropped: never a part of it;
+//   - every subscriber of a thread gets the batches in the same order, the
+//     order the Publish calls took the thread's lock (the writer publishes
+//     each thread from one goroutine, in commit order, so that is the
+//     log's order), and the frames of a batch in their order;
+//   - a subscriber gets exactly the batches published after its Subscribe
+//     (see Subscribe for what it gets of the earlier ones).
+//
+// Frames are shared by every subscriber and must not be changed once
+// published.
 type Hub struct {
 	queueSize int
 
@@ -108,6 +124,13 @@ func (h *Hub) topic(threadID string) *topic {
 
 // Publish delivers frames, in order, to every subscriber of the thread. The
 // writer calls it after the frames' rows committed, in commit order.
+//
+// It never waits for a subscriber: the batch is appended to each queue, and
+// a subscriber whose queue cannot take the whole batch (queued frames plus
+// the batch would exceed the hub's queue size, even when the queue is
+// empty) is closed with ErrSubscriberDropped and removed. Publish also
+// records the thread's highest seq and open segments for later
+// subscribers, on a thread that has none as well.
 func (h *Hub) Publish(threadID string, frames []Frame) {
 	t := h.topic(threadID)
 	t.mu.Lock()
@@ -151,7 +174,11 @@ func (t *topic) track(f *Frame) {
 	}
 }
 
-// Forget disconnects every subscriber of a deleted thread and drops its state.
+// Forget disconnects every subscriber of a deleted thread and drops its
+// state. Each subscription is closed with ErrThreadClosed, frames it had
+// not taken yet are discarded; the highest seq and the open segments are
+// forgotten, so a later Subscribe or Publish on the thread starts afresh
+// (Snapshot.Committed 0, nothing open).
 func (h *Hub) Forget(threadID string) {
 	h.mu.Lock()
 	t := h.topics[threadID]
@@ -171,7 +198,8 @@ func (h *Hub) Forget(threadID string) {
 // Resync tells the subscribers of a thread, or of every thread when
 // threadID is "", that frames may have been lost before they reached this
 // hub: each re-reads the log after its cursor, so a durable event the bus
-// missed is delivered anyway.
+// missed is delivered anyway. Only a Feed acts on it (at its next Next);
+// Subscription.Next does not report it.
 func (h *Hub) Resync(threadID string) {
 	h.mu.Lock()
 	var topics []*topic
@@ -229,7 +257,8 @@ func (s *Subscription) take() (frames []Frame, resync bool, err error) {
 	return frames, resync, nil
 }
 
-// Subscribers returns the number of live subscribers across all threads.
+// Subscribers returns the number of live subscribers across all threads:
+// dropped, closed and forgotten ones no longer count.
 func (h *Hub) Subscribers() int {
 	h.mu.Lock()
 	topics := make([]*topic, 0, len(h.topics))
@@ -295,8 +324,11 @@ func (s *Subscription) close(err error) {
 	close(s.notify)
 }
 
-// Next waits for queued frames and returns all of them. It returns an error
-// when the subscription was dropped or closed, or ctx ended.
+// Next waits for queued frames and returns all of them, in publish order.
+// It returns an error when the subscription was dropped
+// (ErrSubscriberDropped), its thread forgotten (ErrThreadClosed) or it was
+// closed (context.Canceled), at once and even if frames were queued, or
+// when ctx ended (ctx.Err()). One goroutine at a time may call it.
 func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 	for {
 		s.mu.Lock()
@@ -334,7 +366,9 @@ func (s *Subscription) wait() (ready bool, ch <-chan struct{}) {
 	return false, s.notify
 }
 
-// Close unsubscribes.
+// Close unsubscribes: no frame published afterwards reaches it, queued
+// ones are discarded and Next returns context.Canceled. Closing again, or
+// after a drop, does nothing.
 func (s *Subscription) Close() {
 	s.topic.mu.Lock()
 	delete(s.topic.subs, s)

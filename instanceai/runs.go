@@ -664,8 +664,36 @@ func (r *Run) AddUsage(u TokenUsage) {
 func (r *Run) Done() <-chan struct{} { return r.done }
 
 // Emit stamps an event with the run's ids and the time, validates it and
-// hands it to the writer. Empty AgentID means the orchestrator. It fails
-// once the run has finished or was cancelled.
+// hands it to the writer. RunID is always the run's; an empty AgentID
+// means the orchestrator, an empty UserID the run's user, a zero TS now.
+//
+// Emit never waits on storage: the event is queued on the thread's writer
+// and Emit returns; nil means queued, not stored (should the store refuse
+// it for good, the writer ends the run with an error). Sync waits until it
+// is stored. The only wait is for the run's lock, held briefly.
+//
+// Emit may be called from several goroutines at once (the orchestrator,
+// its background agents, parallel tool calls): the calls take the run's
+// lock one at a time, so each goroutine's events keep their order and
+// those of different goroutines are ordered as their calls took the lock.
+// The registry's own events (the run-finish, and the results that settle
+// open calls on cancel) are queued under the same lock, so nothing queued
+// by Emit follows the orchestrator's run-finish except the events of live
+// background agents.
+//
+// It returns, and queues nothing:
+//   - the validation error (wrapped) for an invalid event, before anything
+//     else is looked at;
+//   - ErrRunFinished once the orchestrator's run-finish is queued, or the
+//     run was stopped without one (its store failed, another instance took
+//     it over);
+//   - the cause of the run's context once it is cancelled but not yet
+//     finished (a cancel under way: "run cancelled: <reason>");
+//   - ErrWriterClosed once the writer is closed.
+//
+// An event of a background agent that has not completed yet (SubAgent.Emit)
+// is not refused for the orchestrator's finish or cancellation: the agent
+// outlives both, until its own agent-completed is queued.
 func (r *Run) Emit(ev Event) error {
 	ev.RunID = r.ID
 	if ev.AgentID == "" {

@@ -1,0 +1,120 @@
+package instanceai_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/memory"
+)
+
+// gatedPublisher holds back every publish that carries a stored frame
+// until release is closed: the moment between a batch's commit and its
+// publish, stretched.
+type gatedPublisher struct {
+	hub     *instanceai.Hub
+	release chan struct{}
+}
+
+func (g *gatedPublisher) Publish(threadID string, frames []instanceai.Frame) {
+	for _, f := range frames {
+		if f.Seq > 0 {
+			<-g.release
+			break
+		}
+	}
+	g.hub.Publish(threadID, frames)
+}
+
+// A feed that replays a block the writer has committed but not yet
+// published must not also send that block's text as an open segment: the
+// hub still holds the segment open (it has not seen the block), and the
+// client would show the text twice. The window is short in one process
+// (between the append and the publish) and as long as the bus's delay on
+// an instance that receives the frames from another.
+func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
+	t.Skip("known bug: Feed sends Snapshot.Open segments that its replay already delivered as blocks (seq > Snapshot.Committed)")
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	hub := instanceai.NewHub(64)
+	gate := &gatedPublisher{hub: hub, release: make(chan struct{})}
+	writer := instanceai.NewWriter(store, gate, instanceai.WriterConfig{IdleFlush: time.Hour})
+	t.Cleanup(func() {
+		select {
+		case <-gate.release:
+		default:
+			close(gate.release)
+		}
+		_ = writer.Close(ctx)
+	})
+	enqueue := func(ev instanceai.Event) {
+		ev.RunID, ev.UserID, ev.TS = "r", "u", 1
+		if ev.AgentID == "" {
+			ev.AgentID = "a"
+		}
+		if err := writer.Enqueue("t", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The delta is published (it is not stored, so the gate lets it by).
+	enqueue(textDelta("x", "hello"))
+	if err := writer.Sync(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// The call closes the segment: block and call are committed, their
+	// publish waits at the gate.
+	enqueue(toolCall("c1"))
+	waitUntil(t, "the block and the call are stored", func() bool {
+		next, err := store.NextSeq(ctx, "t")
+		return err == nil && next == 3
+	})
+
+	feed := instanceai.OpenFeed(store, hub, "t", 0)
+	defer feed.Close()
+	// What the feed has while the publish waits, then the rest.
+	got := available(t, feed)
+	close(gate.release)
+	if err := writer.Sync(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, available(t, feed)...)
+	var shape []string
+	for _, d := range got {
+		s := string(d.Event.Type)
+		if p, ok := d.Event.Payload.(*instanceai.Text); ok {
+			s += ":" + p.Text
+		}
+		shape = append(shape, s)
+	}
+	if len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 {
+		t.Fatalf("deliveries = %v (ids %v), want the block and the call once each", shape, ids(got))
+	}
+}
+
+// available returns what the feed delivers without waiting for more.
+func available(t *testing.T, feed *instanceai.Feed) []instanceai.Delivery {
+	t.Helper()
+	var got []instanceai.Delivery
+	for {
+		out, err := feed.Next(context.Background(), closedTick)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == nil {
+			return got
+		}
+		got = append(got, out...)
+	}
+}
+
+func ids(ds []instanceai.Delivery) []int64 {
+	var out []int64
+	for _, d := range ds {
+		out = append(out, d.ID)
+	}
+	return out
+}

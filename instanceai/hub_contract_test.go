@@ -1,0 +1,242 @@
+package instanceai_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+)
+
+// One test per guarantee that Hub documents.
+
+// statusFrame is an id-less frame tagged with text.
+func statusFrame(t *testing.T, seq int64, tag string) instanceai.Frame {
+	t.Helper()
+	ev := &instanceai.Event{Type: instanceai.TypeToolCall, RunID: "r", AgentID: "a",
+		Payload: &instanceai.ToolCall{ToolCallID: tag, ToolName: "n", Args: []byte(`{}`)}}
+	f, err := instanceai.NewFrame(seq, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func tagOf(f instanceai.Frame) string { return f.Event.Payload.(*instanceai.ToolCall).ToolCallID }
+
+// collect reads n frames from sub.
+func collect(t *testing.T, sub *instanceai.Subscription, n int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var tags []string
+	for len(tags) < n {
+		frames, err := sub.Next(ctx)
+		if err != nil {
+			return tags, err
+		}
+		for _, f := range frames {
+			tags = append(tags, tagOf(f))
+		}
+	}
+	return tags, nil
+}
+
+// Concurrent publishers: every subscriber gets each batch whole and in
+// its order, all subscribers in the same order; subscribers that come and
+// go meanwhile disturb nothing.
+func TestHubConcurrentPublishKeepsBatchesWholeAndOrdered(t *testing.T) {
+	const publishers, batches, size = 4, 50, 3
+	h := instanceai.NewHub(publishers * batches * size)
+	subs := []*instanceai.Subscription{}
+	for range 2 {
+		s, _ := h.Subscribe("t")
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() { // churn
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			s, _ := h.Subscribe("t")
+			s.Close()
+		}
+	})
+	results := make([][]string, len(subs))
+	errs := make([]error, len(subs))
+	var readers sync.WaitGroup
+	for i, s := range subs {
+		readers.Go(func() { results[i], errs[i] = collect(t, s, publishers*batches*size) })
+	}
+	var pubs sync.WaitGroup
+	for p := range publishers {
+		pubs.Go(func() {
+			for b := range batches {
+				var batch []instanceai.Frame
+				for k := range size {
+					batch = append(batch, statusFrame(t, 0, fmt.Sprintf("p%d-b%03d-f%d", p, b, k)))
+				}
+				h.Publish("t", batch)
+			}
+		})
+	}
+	pubs.Wait()
+	readers.Wait()
+	close(done)
+	wg.Wait()
+	for i := range subs {
+		if errs[i] != nil {
+			t.Fatalf("subscriber %d: %v", i, errs[i])
+		}
+	}
+	if !slices.Equal(results[0], results[1]) {
+		t.Fatal("two subscribers of one thread saw different orders")
+	}
+	next := make([]int, publishers)
+	got := results[0]
+	for i := 0; i < len(got); i += size {
+		var p, b int
+		if _, err := fmt.Sscanf(got[i], "p%d-b%03d-f0", &p, &b); err != nil {
+			t.Fatalf("frame %d is %s, not the first of a batch", i, got[i])
+		}
+		if b != next[p] {
+			t.Fatalf("publisher %d's batch %d arrived where %d was due", p, b, next[p])
+		}
+		next[p]++
+		for k := 1; k < size; k++ {
+			if want := fmt.Sprintf("p%d-b%03d-f%d", p, b, k); got[i+k] != want {
+				t.Fatalf("batch split: frame %d is %s, want %s", i+k, got[i+k], want)
+			}
+		}
+	}
+}
+
+// A subscriber that cannot take a whole batch is dropped at once, loses
+// what it had queued, and other subscribers and threads go on.
+func TestHubDropsASubscriberThatCannotTakeTheBatch(t *testing.T) {
+	h := instanceai.NewHub(4)
+	slow, _ := h.Subscribe("t")
+	empty, _ := h.Subscribe("t")
+	other, _ := h.Subscribe("u")
+	defer other.Close()
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1"), statusFrame(t, 0, "2"), statusFrame(t, 0, "3")})
+	if tags, err := collect(t, empty, 3); err != nil || len(tags) != 3 {
+		t.Fatalf("the reading subscriber got %v, %v", tags, err)
+	}
+	// slow holds 3; 3 + 2 > 4.
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "4"), statusFrame(t, 0, "5")})
+	if _, err := slow.Next(context.Background()); !errors.Is(err, instanceai.ErrSubscriberDropped) {
+		t.Fatalf("slow subscriber: %v, want ErrSubscriberDropped (its queued frames are gone)", err)
+	}
+	if tags, err := collect(t, empty, 2); err != nil || !slices.Equal(tags, []string{"4", "5"}) {
+		t.Fatalf("the reading subscriber got %v, %v", tags, err)
+	}
+	// Even an empty queue cannot take a batch larger than the queue.
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "a"), statusFrame(t, 0, "b"), statusFrame(t, 0, "c"),
+		statusFrame(t, 0, "d"), statusFrame(t, 0, "e")})
+	if _, err := empty.Next(context.Background()); !errors.Is(err, instanceai.ErrSubscriberDropped) {
+		t.Fatalf("a batch over the queue size: %v, want ErrSubscriberDropped", err)
+	}
+	h.Publish("u", []instanceai.Frame{statusFrame(t, 0, "x")})
+	if tags, err := collect(t, other, 1); err != nil || tags[0] != "x" {
+		t.Fatalf("another thread's subscriber got %v, %v", tags, err)
+	}
+	if n := h.Subscribers(); n != 1 {
+		t.Fatalf("subscribers = %d, want 1 (the dropped ones removed)", n)
+	}
+}
+
+func TestHubSubscriptionClose(t *testing.T) {
+	h := instanceai.NewHub(8)
+	sub, _ := h.Subscribe("t")
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "queued")})
+	sub.Close()
+	if _, err := sub.Next(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after Close: %v, want context.Canceled (queued frames discarded)", err)
+	}
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "after")})
+	sub.Close() // again: nothing happens
+	if n := h.Subscribers(); n != 0 {
+		t.Fatalf("subscribers after Close = %d", n)
+	}
+}
+
+func TestHubNextWaitsForAPublishOrTheContext(t *testing.T) {
+	h := instanceai.NewHub(8)
+	sub, _ := h.Subscribe("t")
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := sub.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with nothing published: %v, want the context's error", err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1"), statusFrame(t, 0, "2")})
+	}()
+	if tags, err := collect(t, sub, 2); err != nil || !slices.Equal(tags, []string{"1", "2"}) {
+		t.Fatalf("Next woken by a publish: %v, %v", tags, err)
+	}
+}
+
+func TestHubForgetClosesSubscribersAndDropsTheState(t *testing.T) {
+	h := instanceai.NewHub(8)
+	sub, _ := h.Subscribe("t")
+	open, err := instanceai.NewFrame(0, &instanceai.Event{Type: instanceai.TypeTextDelta, RunID: "r", AgentID: "a",
+		Payload: &instanceai.Text{Text: "open"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 3, "3"), open})
+	if _, snap := h.Subscribe("t"); snap.Committed != 3 || len(snap.Open) != 1 {
+		t.Fatalf("snapshot before Forget = %+v", snap)
+	}
+	h.Forget("t")
+	if _, err := sub.Next(context.Background()); !errors.Is(err, instanceai.ErrThreadClosed) {
+		t.Fatalf("Next after Forget: %v, want ErrThreadClosed", err)
+	}
+	if n := h.Subscribers(); n != 0 {
+		t.Fatalf("subscribers after Forget = %d", n)
+	}
+	fresh, snap := h.Subscribe("t")
+	defer fresh.Close()
+	if snap.Committed != 0 || len(snap.Open) != 0 {
+		t.Fatalf("snapshot after Forget = %+v, want nothing", snap)
+	}
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 1, "again")})
+	if tags, err := collect(t, fresh, 1); err != nil || tags[0] != "again" {
+		t.Fatalf("a subscriber after Forget got %v, %v", tags, err)
+	}
+}
+
+// Resync wakes a parked Subscription.Next without giving it anything: only
+// a Feed acts on it.
+func TestHubResyncIsNotReportedBySubscriptionNext(t *testing.T) {
+	h := instanceai.NewHub(8)
+	sub, _ := h.Subscribe("t")
+	defer sub.Close()
+	got := make(chan []string, 1)
+	go func() {
+		tags, _ := collect(t, sub, 1)
+		got <- tags
+	}()
+	time.Sleep(10 * time.Millisecond)
+	h.Resync("")
+	select {
+	case tags := <-got:
+		t.Fatalf("Next returned %v on a resync", tags)
+	case <-time.After(20 * time.Millisecond):
+	}
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1")})
+	if tags := <-got; !slices.Equal(tags, []string{"1"}) {
+		t.Fatalf("Next after a resync got %v", tags)
+	}
+}

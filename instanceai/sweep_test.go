@@ -1,0 +1,167 @@
+package instanceai_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/memory"
+)
+
+// leaveCrashedRun writes what a process that died mid-run leaves behind:
+// a run-start, an open tool call, a background agent that never completed
+// and a pending confirmation, with a claim whose lease has already run out.
+func leaveCrashedRun(t *testing.T, store *memory.Store, thread, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	orch := instanceai.OrchestratorAgentID(runID)
+	req := &instanceai.ConfirmationRequest{RequestID: "cr-dead", ToolCallID: "c2", ToolName: "tool", Args: json.RawMessage(`{}`),
+		Severity: instanceai.SeverityWarning, Message: "Go on?"}
+	events := []instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+		{Type: instanceai.TypeToolCall, AgentID: orch, Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+		{Type: instanceai.TypeAgentSpawned, AgentID: "agent_dead", Payload: &instanceai.AgentSpawned{ParentID: orch, Role: "helper", Tools: []string{}}},
+		{Type: instanceai.TypeConfirmRequest, AgentID: orch, Payload: req},
+	}
+	for i := range events {
+		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
+		if err := events[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Append(ctx, thread, events); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(req)
+	if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "cr-dead", ThreadID: thread, RunID: runID, AgentID: orch,
+		ToolCallID: "c2", OwnerID: "u", Request: raw, Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ClaimThread(ctx, thread, runID, "inst-dead", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the dead instance's lease expired", func() bool {
+		row, err := store.ActiveRun(ctx, thread)
+		return err == nil && row.Free(time.Now())
+	})
+}
+
+var crashedRunLog = []string{
+	"run-start @orch",
+	"tool-call:c1 @orch",
+	"agent-spawned:helper @helper",
+	"confirmation-request:cr-dead @orch",
+}
+
+var settledCrashLog = append(slices.Clone(crashedRunLog),
+	"tool-interrupted:c1=Interrupted by a process restart — effect unverified; verify before retrying. @orch",
+	"agent-completed:helper:error::interrupted by a process restart @helper",
+	"run-finish:interrupted:crash_interrupted @orch")
+
+// An instance's sweep settles a run whose owner's lease expired, and
+// leaves alone a run suspended on a confirmation and a run another live
+// instance works on.
+func TestSweepSettlesExpiredRunsOnly(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	working := make(chan struct{})
+	agent := resumingAgent{func(ctx context.Context, run *instanceai.Run) error {
+		if run.Message != "work" {
+			return askingAgent(ctx, run)
+		}
+		if err := run.Emit(toolCall("c1")); err != nil {
+			return err
+		}
+		close(working)
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	// Instance a is alive: its runs' leases are far from running out.
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: time.Minute}, "crashed", "waiting", "busy")
+	waiting := a.suspended("waiting")
+	busy := a.start("busy", "work")
+	<-working
+	a.sync("busy")
+	leaveCrashedRun(t, store, "crashed", "run_dead")
+
+	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
+	b.name("agent_dead", "helper")
+	n, err := b.core.Runs.SweepExpired(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("SweepExpired = %d, %v; want 1 run settled", n, err)
+	}
+	b.sync("crashed")
+	b.expectLog("crashed", "run_dead", settledCrashLog...)
+	if c, err := store.GetConfirmation(ctx, "cr-dead"); err != nil || c.Status != instanceai.ConfirmationCancelled {
+		t.Fatalf("the crashed run's confirmation = %+v, %v; want cancelled", c, err)
+	}
+	if _, err := store.ActiveRun(ctx, "crashed"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("claim of the settled run: %v, want ErrNotFound", err)
+	}
+
+	// Neither sweep touches the waiting run nor the working one, and a
+	// second sweep finds nothing to settle.
+	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("second SweepExpired = %d, %v", n, err)
+	}
+	if n, err := b.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+		t.Fatalf("Sweep = %d, %v; want nothing settled", n, err)
+	}
+	if n, err := a.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+		t.Fatalf("Sweep by the runs' own instance = %d, %v", n, err)
+	}
+	b.sync("waiting")
+	b.sync("busy")
+	a.expectLog("waiting", waiting.ID, "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr1 @orch")
+	a.expectLog("busy", busy.ID, "run-start @orch", "tool-call:c1 @orch")
+	if a.core.Runs.Active("waiting") != waiting || a.core.Runs.Active("busy") != busy {
+		t.Fatal("a sweep took a run from its live instance")
+	}
+	if row, err := store.ActiveRun(ctx, "busy"); err != nil || row.Owner != "inst-a" {
+		t.Fatalf("claim of the working run = %+v, %v", row, err)
+	}
+	if row, err := store.ActiveRun(ctx, "waiting"); err != nil || row.Owner != "" || !row.Suspended {
+		t.Fatalf("claim of the waiting run = %+v, %v; want suspended, owned by nobody", row, err)
+	}
+	if c, _ := store.GetConfirmation(ctx, "cr1"); c.Status != instanceai.ConfirmationPending {
+		t.Fatalf("the waiting run's confirmation became %s", c.Status)
+	}
+
+	// The waiting run still takes its answer.
+	if _, err := a.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
+		t.Fatal(err)
+	}
+	a.settle(waiting)
+	a.expectLog("waiting", waiting.ID, "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr1 @orch",
+		`tool-result:c1="deleted" @orch`, "run-finish:completed: @orch")
+}
+
+// The startup sweep settles a dead instance's run too, and leaves a run of
+// its own process alone.
+func TestStartupSweepSettlesADeadInstancesRun(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	l := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Lease: time.Minute}, "crashed", "live")
+	l.name("agent_dead", "helper")
+	live := l.start("live", "work")
+	leaveCrashedRun(t, store, "crashed", "run_dead")
+	n, err := l.core.Runs.Sweep(ctx, store)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	// Sweep returns once the settling events are stored.
+	l.expectLog("crashed", "run_dead", settledCrashLog...)
+	l.sync("live")
+	l.expectLog("live", live.ID, "run-start @orch")
+	if l.core.Runs.Active("live") != live {
+		t.Fatal("the startup sweep took this process's own run")
+	}
+}
