@@ -200,7 +200,12 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	if c.OwnerID != userID {
 		return "", ErrNotFound
 	}
-	if c.Status != ConfirmationPending {
+	switch c.Status {
+	case ConfirmationPending:
+	case ConfirmationCancelled:
+		// Closed by its run's end (a cancel, a sweep), not answered.
+		return c.RunID, ErrConfirmationClosed
+	default:
 		return c.RunID, ErrAlreadyAnswered
 	}
 	m.mu.Lock()
@@ -231,6 +236,12 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		return "", err
 	}
 	if err := m.confirms.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
+		if errors.Is(err, ErrAlreadyAnswered) {
+			// Closed or answered since it was read: say which.
+			if now, gerr := m.confirms.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
+				return c.RunID, ErrConfirmationClosed
+			}
+		}
 		return c.RunID, err
 	}
 	switch {

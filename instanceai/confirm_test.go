@@ -157,7 +157,6 @@ func TestCancelWhileSuspendedClosesTheConfirmation(t *testing.T) {
 // confirmation cancelled, so Answer reports ErrAlreadyAnswered and the
 // native API answers 409 already_answered instead of confirmation_closed.
 func TestAnswerAfterCancelIsConfirmationClosed(t *testing.T) {
-	t.Skip("known bug: Runs.Answer returns ErrAlreadyAnswered for a confirmation its cancelled run closed (doc says ErrConfirmationClosed)")
 	ctx := context.Background()
 	l := newLifecycle(t, instanceai.AgentFunc(askingAgent), "t")
 	run := l.suspended("t")

@@ -91,15 +91,17 @@ func TestCoreChatRefusesABusyThread(t *testing.T) {
 	}
 }
 
-// DeleteThread cancels the live run, waits for its run-finish to be
-// stored, and only then deletes: nothing of the run is left to land in a
-// thread that takes the id next.
+// DeleteThread cancels the live run and has its run-finish stored before
+// it deletes: an agent that goes on emitting after the delete is refused,
+// and nothing of its run lands in a thread that takes the id next.
 func TestCoreDeleteThreadQuiescesTheRun(t *testing.T) {
 	ctx := context.Background()
-	stopped := make(chan struct{})
-	core, store := newCore(t, func(ctx context.Context, _ *instanceai.Run) error {
+	deleted := make(chan struct{})
+	late := make(chan error, 1)
+	core, store := newCore(t, func(ctx context.Context, run *instanceai.Run) error {
 		<-ctx.Done()
-		close(stopped)
+		<-deleted
+		late <- run.Emit(instanceai.Event{Type: instanceai.TypeTextDelta, Payload: &instanceai.Text{Text: "too late"}})
 		return ctx.Err()
 	})
 	th, err := core.OpenThread(ctx, "th", "u")
@@ -113,22 +115,21 @@ func TestCoreDeleteThreadQuiescesTheRun(t *testing.T) {
 	if err := core.DeleteThread(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-stopped:
-	default:
-		t.Fatal("the run's agent was still working when the delete returned")
-	}
-	if live := core.LiveRuns("th"); len(live) != 0 || core.Active("th") != nil {
-		t.Fatalf("after the delete: live runs %v, active %v", live, core.Active("th"))
-	}
 	if _, err := store.GetThread(ctx, "th"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("thread still there: %v", err)
 	}
-	// The id is free, and the new thread's log starts empty: the deleted
-	// run's events all went before the delete.
+	if core.Active("th") != nil {
+		t.Fatal("the deleted thread still has an active run")
+	}
+	// Another user takes the id; then the old agent tries to go on.
 	if _, err := core.OpenThread(ctx, "th", "other"); err != nil {
 		t.Fatal(err)
 	}
+	close(deleted)
+	if err := <-late; !errors.Is(err, instanceai.ErrRunFinished) {
+		t.Fatalf("an emit after the delete: %v; want ErrRunFinished", err)
+	}
+	<-run.Done()
 	if err := core.Writer.Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}

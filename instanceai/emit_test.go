@@ -97,9 +97,10 @@ type blockedLog struct {
 	release chan struct{}
 }
 
-func (b *blockedLog) Append(ctx context.Context, thread string, events []instanceai.Event) (int64, error) {
+// AppendEncoded is the writer's way in.
+func (b *blockedLog) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
 	<-b.release
-	return b.EventLog.Append(ctx, thread, events)
+	return b.EventLog.AppendEncoded(ctx, thread, events, data)
 }
 
 func TestEmitDoesNotWaitForStorage(t *testing.T) {

@@ -23,7 +23,9 @@ type ThreadNotFoundError struct {
 	ThreadID string
 }
 
-func (e *ThreadNotFoundError) Error() string { return fmt.Sprintf("thread %q does not exist", e.ThreadID) }
+func (e *ThreadNotFoundError) Error() string {
+	return fmt.Sprintf("thread %q does not exist", e.ThreadID)
+}
 
 // Is makes the error match ErrNotFound.
 func (e *ThreadNotFoundError) Is(target error) bool { return target == ErrNotFound }

@@ -74,6 +74,10 @@ const (
 // segments; read the log again up to C (the rows committed while the first
 // read ran); send each open segment's text as one id-less delta; then serve
 // the subscription's queue, which holds exactly what was published after C.
+// When the replay went past C (a block committed but not yet published, or
+// a cursor beyond what this hub has seen), the segments those blocks close
+// are still open in the hub: their text is not sent again, neither from
+// the snapshot nor as deltas queued before the block's own frame.
 type Feed struct {
 	log      EventLog
 	hub      *Hub
@@ -85,6 +89,14 @@ type Feed struct {
 	last int64
 	sub  *Subscription
 	snap Snapshot
+	// ahead holds the segments whose closing block this connection was
+	// sent from the log before the hub published it (the replay read past
+	// Snapshot.Committed: the moment between a commit and its publish, or
+	// a bus's delay), with the block's seq. Their text is in the block, so
+	// the hub's open text of them (in the snapshot, or deltas still
+	// queued) is not sent again, until a frame at or past that seq shows
+	// the hub has closed them too.
+	ahead map[openKey]int64
 
 	// BeforeLive, if set, is called once when the replay is over, with the
 	// highest seq the replay covered and the open segments sent; what it
@@ -143,9 +155,17 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			return out, nil
 		case phaseOpen:
 			f.phase = phaseLive
+			if f.last > f.snap.Committed {
+				if err := f.noteAhead(ctx); err != nil {
+					return nil, err
+				}
+			}
 			var out []Delivery
 			for i := range f.snap.Open {
 				ev := &f.snap.Open[i]
+				if _, sent := f.ahead[keyOf(ev)]; sent {
+					continue
+				}
 				data, err := json.Marshal(ev)
 				if err != nil {
 					return nil, err
@@ -271,6 +291,11 @@ func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
 				out = append(out, f.reset(fr.Seq))
 			}
 		}
+		if len(f.ahead) > 0 {
+			if f.repeats(fr) {
+				continue
+			}
+		}
 		var id int64
 		switch {
 		case fr.Seq == 0:
@@ -286,4 +311,80 @@ func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
 		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
 	}
 	return out, nil
+}
+
+// openKey names a coalescing segment as its deltas and its block carry it.
+type openKey struct {
+	runID, agentID, responseID string
+	kind                       EventType // TypeTextDelta or TypeReasoningDelta
+}
+
+// keyOf returns the segment a delta or block belongs to; ok is false for
+// every other event.
+func keyOfEvent(ev *Event) (openKey, bool) {
+	kind := ev.Type
+	switch ev.Type {
+	case TypeTextDelta, TypeReasoningDelta:
+	case TypeTextBlock:
+		kind = TypeTextDelta
+	case TypeReasoningBlock:
+		kind = TypeReasoningDelta
+	default:
+		return openKey{}, false
+	}
+	return openKey{runID: ev.RunID, agentID: ev.AgentID, responseID: ev.ResponseID, kind: kind}, true
+}
+
+func keyOf(ev *Event) openKey {
+	k, _ := keyOfEvent(ev)
+	return k
+}
+
+// noteAhead reads the rows the replay sent past the hub's snapshot, up to
+// f.last, and records the blocks among them in f.ahead.
+func (f *Feed) noteAhead(ctx context.Context) error {
+	after := f.snap.Committed
+	for after < f.last {
+		rows, err := f.log.ReadAfter(ctx, f.threadID, after, replayPage)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		for i := range rows {
+			r := &rows[i]
+			if r.Seq > f.last {
+				return nil
+			}
+			if r.Event.Type == TypeTextBlock || r.Event.Type == TypeReasoningBlock {
+				if f.ahead == nil {
+					f.ahead = map[openKey]int64{}
+				}
+				f.ahead[keyOf(&r.Event)] = r.Seq
+			}
+			after = r.Seq
+		}
+	}
+	return nil
+}
+
+// repeats reports whether a live frame is text the connection already has
+// in a block it was sent ahead of the hub, and forgets the segments the
+// hub has now closed as well (a frame at or past their block's seq).
+func (f *Feed) repeats(fr *Frame) bool {
+	if fr.Seq > 0 {
+		for k, seq := range f.ahead {
+			if fr.Seq >= seq {
+				delete(f.ahead, k)
+			}
+		}
+		return false
+	}
+	k, ok := keyOfEvent(fr.Event)
+	if !ok {
+		return false
+	}
+	_, sent := f.ahead[k]
+	return sent
 }

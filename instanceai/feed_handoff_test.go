@@ -34,7 +34,6 @@ func (g *gatedPublisher) Publish(threadID string, frames []instanceai.Frame) {
 // (between the append and the publish) and as long as the bus's delay on
 // an instance that receives the frames from another.
 func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
-	t.Skip("known bug: Feed sends Snapshot.Open segments that its replay already delivered as blocks (seq > Snapshot.Committed)")
 	ctx := context.Background()
 	store := memory.New()
 	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
@@ -117,4 +116,51 @@ func ids(ds []instanceai.Delivery) []int64 {
 		out = append(out, d.ID)
 	}
 	return out
+}
+
+// On an instance that gets another's frames over the bus, the deltas of a
+// segment can reach the hub after the block that closes it was read from
+// the log: the feed skips them, since the block has their text, and takes
+// the deltas of the next segment, which the block frame's arrival opens.
+func TestFeedSkipsLateDeltasOfABlockItWasSent(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	stamp := func(ev instanceai.Event) instanceai.Event {
+		ev.RunID, ev.AgentID, ev.UserID, ev.TS = "r", "a", "u", 1
+		return ev
+	}
+	block := stamp(instanceai.Event{Type: instanceai.TypeTextBlock, ResponseID: "x", Payload: &instanceai.Text{Text: "hello"}})
+	if _, err := store.Append(ctx, "t", []instanceai.Event{block}); err != nil {
+		t.Fatal(err)
+	}
+	hub := instanceai.NewHub(64)
+	feed := instanceai.OpenFeed(store, hub, "t", 0)
+	defer feed.Close()
+	got := available(t, feed)
+	if len(got) != 1 || got[0].ID != 1 {
+		t.Fatalf("replay = ids %v; want the block", ids(got))
+	}
+	publish := func(seq int64, ev instanceai.Event) {
+		fr, err := instanceai.NewFrame(seq, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hub.Publish("t", []instanceai.Frame{fr})
+	}
+	// The other instance's frames arrive: the block's deltas, the block,
+	// then a new segment under the same response id.
+	publish(0, stamp(textDelta("x", "hel")))
+	publish(0, stamp(textDelta("x", "lo")))
+	publish(1, block)
+	publish(0, stamp(textDelta("x", " again")))
+	var texts []string
+	for _, d := range available(t, feed) {
+		texts = append(texts, d.Event.Payload.(*instanceai.Text).Text)
+	}
+	if len(texts) != 1 || texts[0] != " again" {
+		t.Fatalf("live texts = %q; want only the new segment's delta", texts)
+	}
 }

@@ -29,7 +29,7 @@ import (
 // the cursor up to where the feed stopped no row is missing, except
 // blocks whose deltas the feed got live instead; no delta is received
 // twice, none belongs to a block the feed also got or its cursor covers
-// (but see toleratePublishLag), and each block's deltas arrive as a prefix
+// and each block's deltas arrive as a prefix
 // of the block (whole when the feed passed it).
 // The log itself is checked against the operations: every delta lands in
 // exactly one block of its segment, in order, and every structural event
@@ -121,15 +121,6 @@ const (
 	opDisconnectOrFlush
 	opCount
 )
-
-// toleratePublishLag accepts the known duplicate that
-// TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish pins down: a feed
-// that replays a block committed but not yet published, or whose cursor
-// covers such a block, also gets the block's deltas (the hub's open
-// segment, then those published with the block), as a prefix of the block
-// still. Every other check stays: no row missed, no delta twice, whole
-// blocks for those passed live. Set it to false once the feed is fixed.
-const toleratePublishLag = true
 
 // maxOps bounds one input's work.
 const maxOps = 400
@@ -512,9 +503,6 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 		}
 		if !slices.Equal(got, ms[:len(got)]) {
 			t.Fatalf("%s: got deltas %v of block %d, which holds %v: not a prefix", name, got, r.Seq, ms)
-		}
-		if toleratePublishLag && (received[r.Seq] || r.Seq <= f.cursor) {
-			continue
 		}
 		switch {
 		case received[r.Seq] && len(got) > 0:
