@@ -29,3 +29,13 @@ func (e *ThreadNotFoundError) Error() string {
 
 // Is makes the error match ErrNotFound.
 func (e *ThreadNotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// InvalidRunIDError is Start's refusal of a caller's run id that breaks
+// the id rule (ThreadIDRule).
+type InvalidRunIDError struct {
+	RunID string
+}
+
+func (e *InvalidRunIDError) Error() string {
+	return fmt.Sprintf("run id %q is not valid: it %s", e.RunID, ThreadIDRule)
+}

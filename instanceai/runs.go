@@ -211,6 +211,15 @@ type StartRequest struct {
 	// input.context, e.g. CopilotKit's useCopilotReadable): LLM agents show
 	// it to their model.
 	Context []ContextItem
+	// RunID, when set, is the run's id instead of a fresh one: a client's
+	// own run id, so that a retry finds the run again. It follows the
+	// thread id rule (ValidThreadID); that no run of the thread has it yet
+	// is the caller's to check.
+	RunID string
+	// Work, when set, does the run instead of the registry's agent: an
+	// operation that is not a chat (a builder's generate, say) on the same
+	// run machinery. A run it suspends is not resumed after a restart.
+	Work Agent
 }
 
 // ContextItem is one piece of client context.
@@ -278,7 +287,10 @@ func (m *Runs) Start(req StartRequest) (*Run, error) { return m.start(req, nil) 
 // between the run-start and the agent's first event, never after the
 // run-finish of an agent that is quick.
 func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
-	if req.AgentName != "" {
+	if req.RunID != "" && !ValidThreadID(req.RunID) {
+		return nil, &InvalidRunIDError{RunID: req.RunID}
+	}
+	if req.AgentName != "" && req.Work == nil {
 		var known []string
 		if named, ok := m.agent.(NamedAgent); ok {
 			known = named.Names()
@@ -297,8 +309,12 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		return nil, ErrDraining
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
+	id := req.RunID
+	if id == "" {
+		id = NewID("run_")
+	}
 	r := &Run{
-		ID: NewID("run_"), StartRequest: req,
+		ID: id, StartRequest: req,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
@@ -345,7 +361,11 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	if prelude != nil {
 		prelude(r)
 	}
-	go m.execute(r, func(ctx context.Context) error { return m.agent.Run(ctx, r) })
+	agent := m.agent
+	if req.Work != nil {
+		agent = req.Work
+	}
+	go m.execute(r, func(ctx context.Context) error { return agent.Run(ctx, r) })
 	return r, nil
 }
 

@@ -83,6 +83,7 @@ func FromCore(err error) *Error {
 		active   *instanceai.RunActiveError
 		missing  *instanceai.ThreadNotFoundError
 		unknown  *instanceai.UnknownAgentError
+		badRun   *instanceai.InvalidRunIDError
 		inField  *fieldError
 		fieldFor = func(def string) string {
 			if errors.As(err, &inField) {
@@ -102,6 +103,8 @@ func FromCore(err error) *Error {
 		return NewError(http.StatusNotFound, "thread_not_found", "threadId", "%s", missing.Error())
 	case errors.As(err, &unknown):
 		return NewError(http.StatusBadRequest, "unknown_agent", fieldFor("agent"), "%s", unknown.Error())
+	case errors.As(err, &badRun):
+		return NewError(http.StatusBadRequest, "invalid_field", fieldFor("runId"), "%s", badRun.Error())
 	case errors.Is(err, instanceai.ErrDraining):
 		// A run asked of an instance that drains before a shutdown: a
 		// client or a load balancer tries again, elsewhere.

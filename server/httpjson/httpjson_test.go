@@ -33,6 +33,7 @@ func TestWriteErrorMapsCoreErrors(t *testing.T) {
 		{"unknown agent", &instanceai.UnknownAgentError{Name: "x"}, 400, "unknown_agent", "agent", "", ""},
 		{"unknown agent at the surface's field", AtField(&instanceai.UnknownAgentError{Name: "x"}, "forwardedProps.agent"),
 			400, "unknown_agent", "forwardedProps.agent", "", ""},
+		{"invalid run id", AtField(&instanceai.InvalidRunIDError{RunID: "../x"}, "run_id"), 400, "invalid_field", "run_id", "", ""},
 		{"draining", fmt.Errorf("start: %w", instanceai.ErrDraining), 503, "server_draining", "", "", "1"},
 		{"cancelled", fmt.Errorf("read: %w", context.Canceled), 503, "server_shutting_down", "", "", "1"},
 		{"an *Error as it is", NewError(418, "teapot", "pot", "short and stout"), 418, "teapot", "pot", "", ""},
