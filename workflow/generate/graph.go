@@ -139,9 +139,13 @@ func (g *graph) retarget(from, to string) {
 func (g *graph) node(name string) *workflow.Node { return g.w.NodeByName(name) }
 
 // isTrigger reports whether a node type starts executions (it has no main
-// input).
+// input): n8n's "…Trigger" nodes and the few named otherwise.
 func isTrigger(typ string) bool {
-	return typ == typeWebhook || strings.HasSuffix(strings.ToLower(typ), "trigger")
+	switch typ {
+	case typeWebhook, typeIMAP, "n8n-nodes-base.cron", "n8n-nodes-base.interval", "n8n-nodes-base.start":
+		return true
+	}
+	return strings.HasSuffix(strings.ToLower(typ), "trigger")
 }
 
 // firstTrigger is the node the main chain starts from: the first trigger
