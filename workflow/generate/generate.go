@@ -74,7 +74,7 @@ func Generate(description string) (*workflow.Workflow, error) {
 	name := workflowName(description)
 	w := &workflow.Workflow{Name: name, Nodes: []workflow.Node{}, Connections: workflow.Connections{}, Settings: []byte(`{"executionOrder":"v1"}`)}
 	g := &graph{w: w, seed: "generate\x00" + text}
-	c := context{text: text, original: description, name: name, trigger: kind}
+	c := stepContext{text: text, original: description, name: name, trigger: kind}
 
 	prev := g.addTrigger(kind, c, [2]float64{0, 0})
 	out := 0

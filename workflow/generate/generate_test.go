@@ -70,6 +70,21 @@ func TestGenerate(t *testing.T) {
 			main:        []string{"Error Trigger>Log Error", "Schedule Trigger>HTTP Request"},
 		},
 		{
+			description: "Make an API call every hour and post the result to Slack",
+			types:       []string{"scheduleTrigger", "httpRequest", "slack"},
+			main:        []string{"HTTP Request>Send Slack Message", "Schedule Trigger>HTTP Request"},
+		},
+		{
+			description: "Send a new email to every lead that comes in through the API call",
+			types:       []string{"webhook", "emailSend"},
+			main:        []string{"Webhook>Send Email"},
+		},
+		{
+			description: "Format the information from the profile and post it to Slack",
+			types:       []string{"manualTrigger", "slack"},
+			main:        []string{manual + ">Send Slack Message"},
+		},
+		{
 			description: "Insert every order into Postgres when an HTTP request comes in, then post to Slack",
 			types:       []string{"webhook", "postgres", "slack"},
 			main:        []string{"Insert into Postgres>Send Slack Message", "Webhook>Insert into Postgres"},

@@ -155,7 +155,7 @@ func (m *modification) resolve(phrase string) []string {
 	}
 	sort.SliceStable(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
 	for _, name := range names {
-		if lower := strings.ToLower(name); strings.Contains(phrase, lower) || phrase == lower {
+		if strings.Contains(phrase, strings.ToLower(name)) {
 			return []string{name}
 		}
 	}
@@ -437,7 +437,7 @@ func (m *modification) additions() error {
 	}
 	next := g.takeMainTargets(anchor, 0)
 	g.shift(g.downstream(targetNames(next)), float64(len(steps))*stepX)
-	c := context{text: normalise(m.description), original: m.description, name: g.w.Name, trigger: m.triggerKind()}
+	c := stepContext{text: normalise(m.description), original: m.description, name: g.w.Name, trigger: m.triggerKind()}
 	prev, pos := anchor, g.node(anchor).Position
 	for _, step := range steps {
 		c.previous = g.node(prev).Type

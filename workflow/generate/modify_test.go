@@ -276,3 +276,17 @@ func TestIterate(t *testing.T) {
 		t.Errorf("Iterate with empty texts: %v", err)
 	}
 }
+
+// Changes to every workflow n8n exported stay well formed.
+func TestModifyRecordedWorkflowsStayWellFormed(t *testing.T) {
+	for _, f := range []string{"workflow-2items.create-body.json", "workflow-lastNode.create-body.json", "workflow-streaming.create-body.json"} {
+		for _, change := range []string{"Add logging", "Add error handling", "Remove the AI agent", "Post to Slack before the agent"} {
+			w, err := Modify(realWorkflow(t, f), change)
+			if err != nil {
+				t.Errorf("%s: %q: %v", f, change, err)
+				continue
+			}
+			t.Run(f+"/"+change, func(t *testing.T) { checkStructure(t, w) })
+		}
+	}
+}

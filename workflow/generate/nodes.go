@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/threadline/threadline/workflow"
@@ -34,9 +35,9 @@ const (
 // emailRegex is what the validation IF matches a recipient against.
 const emailRegex = `^[^\s@]+@[^\s@]+\.[^\s@]+$`
 
-// context is what a node's parameters depend on: the description, the
+// stepContext is what a node's parameters depend on: the description, the
 // trigger the data comes from and the step before.
-type context struct {
+type stepContext struct {
 	text     string // normalised description
 	original string // the description as written, for paths, URLs, channels
 	name     string // workflow name
@@ -44,8 +45,8 @@ type context struct {
 	previous string // type of the node feeding this one
 }
 
-// input is the expression a step reads the incoming item's payload with.
-func (c context) payload() string {
+// payload is the expression a step reads the incoming item with.
+func (c stepContext) payload() string {
 	switch {
 	case c.previous == typeAgent:
 		return "={{ $json.output }}"
@@ -65,7 +66,7 @@ func resourceLocator(mode, value string) obj {
 }
 
 // addTrigger adds the trigger node of kind at pos and returns its name.
-func (g *graph) addTrigger(kind triggerKind, c context, pos [2]float64) string {
+func (g *graph) addTrigger(kind triggerKind, c stepContext, pos [2]float64) string {
 	switch kind {
 	case triggerWebhook:
 		name := g.add("Webhook", typeWebhook, 2.1, pos, obj{"httpMethod": "POST", "path": slug(c.name), "options": obj{}})
@@ -140,7 +141,7 @@ func atoi(s string) int {
 
 // addAction adds the node (and sub-nodes) of one step at pos and returns
 // the name of the node the chain runs through.
-func (g *graph) addAction(kind actionKind, c context, pos [2]float64) string {
+func (g *graph) addAction(kind actionKind, c stepContext, pos [2]float64) string {
 	switch kind {
 	case actionEmail:
 		return g.add("Send Email", typeEmailSend, 2.1, pos, emailParams(c))
@@ -187,7 +188,7 @@ func (g *graph) addAction(kind actionKind, c context, pos [2]float64) string {
 	panic("generate: unknown action " + string(kind))
 }
 
-func emailParams(c context) obj {
+func emailParams(c stepContext) obj {
 	to := "notifications@example.com"
 	if personPattern.MatchString(c.text) || c.trigger == triggerWebhook || c.trigger == triggerForm {
 		to = "={{ $json.email }}"
@@ -212,9 +213,9 @@ func emailParams(c context) obj {
 
 // addDatabase inserts the incoming items into a table: Postgres unless
 // the description names MySQL.
-func (g *graph) addDatabase(c context, pos [2]float64) string {
+func (g *graph) addDatabase(c stepContext, pos [2]float64) string {
 	table, verb := "records", "Insert into"
-	if strings.Contains(c.text, "log") {
+	if databaseLogPattern.MatchString(c.text) {
 		table, verb = "workflow_log", "Log to"
 	}
 	if mysqlPattern.MatchString(c.text) {
@@ -235,21 +236,32 @@ func (g *graph) addDatabase(c context, pos [2]float64) string {
 	})
 }
 
-// addLog adds an Edit Fields (Set) node that stamps each item with when
-// and in which execution it passed, keeping the item's own fields: a log
-// record a later step can store, visible in the execution log meanwhile.
-func (g *graph) addLog(name, event string, pos [2]float64) string {
+// field is one string field an Edit Fields (Set) node assigns.
+type field struct{ name, value string }
+
+// addSet adds an Edit Fields (Set) node assigning string fields, keeping
+// the item's own fields when keep is set. Assignment IDs derive from the
+// node's name like node IDs do.
+func (g *graph) addSet(name string, pos [2]float64, keep bool, fields ...field) string {
 	name = g.uniqueName(name)
 	id := uuid(g.seed + "\x00assignments\x00" + name)
+	assignments := make([]obj, len(fields))
+	for i, f := range fields {
+		assignments[i] = obj{"id": uuid(id + strconv.Itoa(i+1)), "name": f.name, "value": f.value, "type": "string"}
+	}
 	return g.add(name, typeSet, 3.4, pos, obj{
-		"assignments": obj{"assignments": []obj{
-			{"id": uuid(id + "1"), "name": "loggedAt", "value": "={{ $now.toISO() }}", "type": "string"},
-			{"id": uuid(id + "2"), "name": "event", "value": event, "type": "string"},
-			{"id": uuid(id + "3"), "name": "executionId", "value": "={{ $execution.id }}", "type": "string"},
-		}},
-		"includeOtherFields": true,
+		"assignments":        obj{"assignments": assignments},
+		"includeOtherFields": keep,
 		"options":            obj{},
 	})
+}
+
+// addLog adds a Set node stamping each item with when and in which
+// execution it passed: a log record a later step can store, visible in
+// the execution log meanwhile.
+func (g *graph) addLog(name, event string, pos [2]float64) string {
+	return g.addSet(name, pos, true,
+		field{"loggedAt", "={{ $now.toISO() }}"}, field{"event", event}, field{"executionId", "={{ $execution.id }}"})
 }
 
 // addCondition adds an If node testing that the item is not empty, a
@@ -284,22 +296,14 @@ func (g *graph) addIf(name string, pos [2]float64, condition obj) string {
 // addInvalidEmailFlag adds the step invalid addresses go to instead of
 // the send: it marks the item so it can be reviewed or stored.
 func (g *graph) addInvalidEmailFlag(address string, pos [2]float64) string {
-	name := g.uniqueName("Flag Invalid Email")
-	id := uuid(g.seed + "\x00assignments\x00" + name)
-	return g.add(name, typeSet, 3.4, pos, obj{
-		"assignments": obj{"assignments": []obj{
-			{"id": uuid(id + "1"), "name": "error", "value": "Invalid recipient email address", "type": "string"},
-			{"id": uuid(id + "2"), "name": "recipient", "value": address, "type": "string"},
-		}},
-		"includeOtherFields": true,
-		"options":            obj{},
-	})
+	return g.addSet("Flag Invalid Email", pos, true,
+		field{"error", "Invalid recipient email address"}, field{"recipient", address})
 }
 
 // addAgent adds an AI Agent with its OpenAI chat model and, for chats or
 // when the description asks for it, a window memory: the shape of n8n's
 // own AI agent template.
-func (g *graph) addAgent(c context, pos [2]float64) string {
+func (g *graph) addAgent(c stepContext, pos [2]float64) string {
 	params := obj{"options": obj{}} // a chat trigger's message is the default prompt
 	if c.trigger != triggerChat {
 		prompt := "={{ JSON.stringify($json) }}"
@@ -331,18 +335,11 @@ func (g *graph) addAgent(c context, pos [2]float64) string {
 func (g *graph) addErrorBranch() string {
 	y := g.bottom() + stepY*1.5
 	trigger := g.add("Error Trigger", typeErrorTrigger, 1, [2]float64{0, y}, obj{})
-	name := g.uniqueName("Log Error")
-	id := uuid(g.seed + "\x00assignments\x00" + name)
-	logNode := g.add(name, typeSet, 3.4, [2]float64{stepX, y}, obj{
-		"assignments": obj{"assignments": []obj{
-			{"id": uuid(id + "1"), "name": "workflow", "value": "={{ $json.workflow.name }}", "type": "string"},
-			{"id": uuid(id + "2"), "name": "executionUrl", "value": "={{ $json.execution.url }}", "type": "string"},
-			{"id": uuid(id + "3"), "name": "failedNode", "value": "={{ $json.execution.lastNodeExecuted }}", "type": "string"},
-			{"id": uuid(id + "4"), "name": "message", "value": "={{ $json.execution.error.message }}", "type": "string"},
-		}},
-		"includeOtherFields": false,
-		"options":            obj{},
-	})
+	logNode := g.addSet("Log Error", [2]float64{stepX, y}, false,
+		field{"workflow", "={{ $json.workflow.name }}"},
+		field{"executionUrl", "={{ $json.execution.url }}"},
+		field{"failedNode", "={{ $json.execution.lastNodeExecuted }}"},
+		field{"message", "={{ $json.execution.error.message }}"})
 	g.connect(trigger, 0, logNode, workflow.Main)
 	return trigger
 }

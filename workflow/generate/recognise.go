@@ -73,6 +73,7 @@ var (
 	emailWordPattern     = regexp.MustCompile(`\be-?mails?\b|\brecipients?\b|\baddress(es)?\b`)
 	personPattern        = regexp.MustCompile(`\b(customers?|users?|subscribers?|recipients?|leads?|members?|clients?|sender|them)\b`)
 	welcomePattern       = regexp.MustCompile(`\bwelcome\b|\bonboard\w*\b`)
+	databaseLogPattern   = regexp.MustCompile(`\blog(s|ging)? (to|in|into) (the |a )?(database|db|postgres(ql)?|mysql)\b|\b(database|db|postgres(ql)?|mysql|sql) log(s|ging)?\b`)
 	mysqlPattern         = regexp.MustCompile(`\bmy ?sql\b`)
 	fetchPattern         = regexp.MustCompile(`\b(fetch|get|retrieve|download|read|pull|poll)\w*\b`)
 	urlPattern           = regexp.MustCompile(`https?://[^\s"'<>]+[^\s"'<>.,;:!?)]`)
@@ -103,9 +104,16 @@ func mask(text string, s span) string {
 	return text[:s.start] + strings.Repeat(" ", s.end-s.start) + text[s.end:]
 }
 
+// outgoingPattern is what the workflow does rather than what starts it:
+// "make an API call" is an HTTP step, "send a new email" an email step.
+var outgoingPattern = regexp.MustCompile(`\b(make|makes|making|send|sends|sending|do|perform|performs|write|compose|draft)s? (an? |the )?(api calls?|new e-?mails?)\b`)
+
 // findTrigger returns the trigger written first in text, or the manual
 // trigger when none is.
 func findTrigger(text string) (triggerKind, span, bool) {
+	for _, loc := range outgoingPattern.FindAllStringIndex(text, -1) {
+		text = mask(text, span{loc[0], loc[1]})
+	}
 	best, found := triggerManual, false
 	var at span
 	for _, p := range triggerPatterns {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -243,5 +245,25 @@ func TestCheckStructureCatchesDefects(t *testing.T) {
 		if !r.failed {
 			t.Errorf("%s: checkStructure passed a broken workflow", name)
 		}
+	}
+}
+
+// The workflows n8n itself exported pass the check: it asks nothing of
+// generated workflows that real ones lack.
+func TestCheckStructureAcceptsRecordedWorkflows(t *testing.T) {
+	files, err := filepath.Glob("../../agent/n8n/testdata/real/workflow-*.create-body.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recorded workflows: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := workflow.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) { checkStructure(t, w) })
 	}
 }
