@@ -51,6 +51,11 @@ func TestModify(t *testing.T) {
 			main:  []string{manual + ">Send Email", "Send Email>Log to Postgres"},
 		},
 		{
+			base: welcome, change: "Add logging to the MySQL database",
+			types: []string{"manualTrigger", "emailSend", "mySql"},
+			main:  []string{manual + ">Send Email", "Send Email>Log to MySQL"},
+		},
+		{
 			base: welcome, change: "Add error handling for invalid emails",
 			types: []string{"manualTrigger", "emailSend", "if", "set"},
 			main: []string{manual + ">Validate Email", "Validate Email:1>Flag Invalid Email",
