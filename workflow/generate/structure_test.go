@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -256,14 +255,7 @@ func TestCheckStructureAcceptsRecordedWorkflows(t *testing.T) {
 		t.Fatalf("no recorded workflows: %v", err)
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := workflow.Parse(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := realWorkflow(t, filepath.Base(f))
 		t.Run(filepath.Base(f), func(t *testing.T) { checkStructure(t, w) })
 	}
 }
