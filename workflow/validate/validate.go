@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/threadline/threadline/workflow"
@@ -245,7 +245,7 @@ func (v *validator) connectionsObject(raw json.RawMessage) (map[string]json.RawM
 }
 
 func (v *validator) readConnections(connections map[string]json.RawMessage) {
-	for _, source := range sortedKeys(connections) {
+	for _, source := range slices.Sorted(maps.Keys(connections)) {
 		if v.byName[source] == nil {
 			v.fail(issue{rule: RuleConnectionSource, category: CategoryStructure,
 				title: "A connection leaves a node that does not exist", message: fmt.Sprintf("Connections are listed from %q, but no node has that name.", source),
@@ -257,7 +257,7 @@ func (v *validator) readConnections(connections map[string]json.RawMessage) {
 			v.shape(fmt.Sprintf("connections[%q]", source), connections[source], "an object keyed by connection type")
 			continue
 		}
-		for _, typ := range sortedKeys(byType) {
+		for _, typ := range slices.Sorted(maps.Keys(byType)) {
 			where := fmt.Sprintf("connections[%q][%q]", source, typ)
 			if !slices.Contains(workflow.ConnectionTypes, typ) {
 				v.unknownType(where, source, typ)
@@ -347,13 +347,4 @@ func (v *validator) nameFixes(missing string) []string {
 		}
 	}
 	return append(fixes, "Remove the connection")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
