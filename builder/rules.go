@@ -258,7 +258,7 @@ func IsBackupName(name string) bool {
 type Description struct {
 	Name      string
 	NodeCount int
-	Tags      []string
+	Tags      []string // never nil
 }
 
 // Describe reads a workflow's name, number of nodes and tag names. n8n
@@ -271,7 +271,7 @@ func Describe(data []byte) Description {
 		Nodes []json.RawMessage `json:"nodes"`
 		Tags  []json.RawMessage `json:"tags"`
 	}
-	var d Description
+	d := Description{Tags: []string{}}
 	if json.Unmarshal(data, &doc) != nil {
 		// One field of the wrong type fails the whole decode; read them
 		// one by one.
@@ -310,9 +310,14 @@ func SizeMB(size int64) float64 {
 
 // NewVersion describes a version from its stored parts.
 func NewVersion(filename string, made, modified time.Time, content []byte) Version {
-	d := Describe(content)
+	return DescribedVersion(filename, made, modified, int64(len(content)), Describe(content))
+}
+
+// DescribedVersion is NewVersion for a store that described the content
+// when it kept it.
+func DescribedVersion(filename string, made, modified time.Time, size int64, d Description) Version {
 	return Version{Filename: filename, Timestamp: made, CreatedDate: made, ModifiedDate: modified,
-		FileSize: int64(len(content)), FileSizeMB: SizeMB(int64(len(content))),
+		FileSize: size, FileSizeMB: SizeMB(size),
 		WorkflowName: d.Name, NodeCount: d.NodeCount, Tags: d.Tags, IsBackup: IsBackupName(filename)}
 }
 

@@ -360,9 +360,8 @@ func (s *Store) CleanupVersions(ctx context.Context, owner, projectName, filenam
 		return 0, builderFail("clean up versions of", quote(projectName+"/"+filename), err)
 	}
 	err = s.withFile(ctx, "clean up versions of", owner, projectName, filename, func(p *project, f *file) error {
-		if removed = f.keep(keep); removed > 0 {
-			p.meta.LastModified = now()
-		}
+		removed = f.keep(keep)
+		p.meta.LastModified = now()
 		return nil
 	})
 	return removed, err
