@@ -52,16 +52,7 @@ func RunBuilder(t *testing.T, open BuilderOpener) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := open(t)
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			})
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
-			tc.fn(t, s)
+			tc.fn(t, openMigrated(t, open))
 		})
 	}
 }
@@ -831,16 +822,5 @@ func testBuilderCallsAfterClose(t *testing.T, s BuilderStore) {
 		"AddFeedback":    func() error { _, err := s.AddFeedback(ctx, "u", builder.Feedback{WorkflowID: "wf"}); return err },
 		"ListFeedback":   func() error { _, err := s.ListFeedback(ctx, "u", "wf"); return err },
 	}
-	for name, call := range calls {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					t.Errorf("%s after Close panicked: %v", name, p)
-				}
-			}()
-			if err := call(); err == nil {
-				t.Errorf("%s after Close succeeded, want an error", name)
-			}
-		}()
-	}
+	allFailAfterClose(t, calls)
 }

@@ -483,39 +483,23 @@ func (s *Store) listWorkflows(ctx context.Context, owner, projectName string) ([
 	if err := builder.CheckName(projectName); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, s.q(`SELECT w.filename, w.size, w.created_at, w.updated_at
-		FROM builder_projects p LEFT JOIN builder_workflows w ON w.project_id = p.id
-		WHERE p.owner_id = ? AND p.name = ? ORDER BY w.filename`), owner, projectName)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []builder.WorkflowFile
-	found := false
-	for rows.Next() {
-		found = true
+	err := s.queryFound(ctx, `SELECT w.filename, w.size, w.created_at, w.updated_at
+		FROM builder_projects p LEFT JOIN builder_workflows w ON w.project_id = p.id
+		WHERE p.owner_id = ? AND p.name = ? ORDER BY w.filename`, []any{owner, projectName}, func(rows *sql.Rows) error {
 		var name sql.NullString
 		var size sql.NullInt64
 		var created, modified any
-		if err := rows.Scan(&name, &size, &created, &modified); err != nil {
-			return nil, err
-		}
-		if !name.Valid {
-			continue
+		if err := rows.Scan(&name, &size, &created, &modified); err != nil || !name.Valid {
+			return err
 		}
 		f := builder.WorkflowFile{Filename: name.String, Size: size.Int64}
-		if f.CreatedDate, f.ModifiedDate, err = s.times(created, modified); err != nil {
-			return nil, err
-		}
+		var err error
+		f.CreatedDate, f.ModifiedDate, err = s.times(created, modified)
 		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, builder.ErrNotFound
-	}
-	return out, nil
+		return err
+	})
+	return out, err
 }
 
 // DeleteWorkflow implements builder.Store; the versions go with the file
@@ -580,33 +564,19 @@ func (s *Store) listVersions(ctx context.Context, owner, projectName, filename s
 	if err := checkFile(projectName, filename); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, s.q(`SELECT `+versionColumns+`
+	var out []builder.Version
+	err := s.queryFound(ctx, `SELECT `+versionColumns+`
 		FROM builder_workflows w JOIN builder_projects p ON p.id = w.project_id
 		LEFT JOIN builder_versions v ON v.workflow_id = w.id
-		WHERE p.owner_id = ? AND p.name = ? AND w.filename = ? ORDER BY v.id DESC`), owner, projectName, filename)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []builder.Version
-	found := false
-	for rows.Next() {
-		found = true
-		v, ok, err := s.scanVersion(rows)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, v)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, builder.ErrNotFound
-	}
-	return out, nil
+		WHERE p.owner_id = ? AND p.name = ? AND w.filename = ? ORDER BY v.id DESC`,
+		[]any{owner, projectName, filename}, func(rows *sql.Rows) error {
+			v, ok, err := s.scanVersion(rows)
+			if ok {
+				out = append(out, v)
+			}
+			return err
+		})
+	return out, err
 }
 
 // versionSQL joins a version to its file and the owner's project; the
@@ -805,15 +775,34 @@ func (s *Store) ListFeedback(ctx context.Context, owner, workflowID string) ([]b
 
 // query runs a read and calls each for every row.
 func (s *Store) query(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
+	_, err := s.count(ctx, query, args, each)
+	return err
+}
+
+// queryFound is query for a read whose left side is the entity asked for
+// (a row of NULLs where it has nothing to list): no row at all is
+// builder.ErrNotFound.
+func (s *Store) queryFound(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
+	n, err := s.count(ctx, query, args, each)
+	if err == nil && n == 0 {
+		err = builder.ErrNotFound
+	}
+	return err
+}
+
+// count is query that counts the rows.
+func (s *Store) count(ctx context.Context, query string, args []any, each func(*sql.Rows) error) (int, error) {
 	rows, err := s.r.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer rows.Close()
+	n := 0
 	for rows.Next() {
+		n++
 		if err := each(rows); err != nil {
-			return err
+			return n, err
 		}
 	}
-	return rows.Err()
+	return n, rows.Err()
 }
