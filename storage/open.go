@@ -33,6 +33,7 @@ const Forms = `"memory" (or memory?max-events=N&max-bytes=N), "sqlite:PATH" (or 
 //	postgres://…, postgresql://…   PostgreSQL (a lib/pq URL)
 //
 // The store is not migrated: call Migrate on it (serve and migrate do).
+// Every backend's store is also a builder.Store, on the same migrations.
 func Open(ctx context.Context, spec string) (instanceai.Store, error) {
 	kind, target, err := parse(spec)
 	if err != nil {

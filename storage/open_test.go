@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/memory"
 	"github.com/threadline/threadline/storage/postgres"
@@ -92,6 +93,17 @@ func roundTrip(t *testing.T, s instanceai.Store) {
 	got, err := s.ReadAfter(ctx, "open-test", 0, 0)
 	if err != nil || len(got) != 1 || got[0].Event.RunID != "r" {
 		t.Fatalf("ReadAfter = %+v, %v", got, err)
+	}
+	// Every backend keeps the builder's data too, on the same migrations.
+	b, ok := s.(builder.Store)
+	if !ok {
+		t.Fatalf("the %s store is not a builder.Store", typeName(s))
+	}
+	if _, err := b.CreateProject(ctx, "o", builder.NewProject{Name: "open-test", InitialWorkflows: []string{"f.json"}}); err != nil {
+		t.Fatalf("CreateProject: %v", err)
+	}
+	if p, err := b.GetProject(ctx, "o", "open-test"); err != nil || p.WorkflowCount != 1 {
+		t.Fatalf("GetProject = %+v, %v", p, err)
 	}
 }
 

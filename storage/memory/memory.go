@@ -72,6 +72,8 @@ type Store struct {
 	// added numbers confirmations in insertion order, which breaks ties
 	// between equal timestamps.
 	added int64
+	// b holds the builder's projects and histories (see builder.go).
+	b builderData
 	// closed is set by Close; every call after it fails with errClosed, as
 	// the SQL backends' calls fail on a closed pool.
 	closed bool
@@ -119,7 +121,7 @@ var _ instanceai.Store = (*Store)(nil)
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{claims: instanceai.NewLocalClaims(), maxEvents: DefaultMaxEvents, maxBytes: DefaultMaxBytes, threads: map[string]*thread{},
-		messageIDs: map[string]string{}, confirmations: map[string]*confirmation{}}
+		messageIDs: map[string]string{}, confirmations: map[string]*confirmation{}, b: newBuilderData()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -136,6 +138,7 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.threads, s.messageIDs, s.confirmations = nil, nil, nil
+	s.b = builderData{}
 	return nil
 }
 

@@ -20,6 +20,10 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestBuilderContract(t *testing.T) {
+	storagetest.RunBuilder(t, func(t *testing.T) storagetest.BuilderStore { return New() })
+}
+
 func text(i int, size int) instanceai.Event {
 	label := "e" + strconv.Itoa(i) + ":"
 	return instanceai.Event{Type: instanceai.TypeTextBlock, RunID: "r", AgentID: "a",

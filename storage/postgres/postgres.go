@@ -19,7 +19,9 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq" // also registers the "postgres" driver
 
+	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/buildersql"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/sqllog"
@@ -36,11 +38,15 @@ const maxParams = 65535
 type Store struct {
 	*sqllog.Log
 	*claims.Table
+	*buildersql.Store
 
 	db *sqlx.DB
 }
 
-var _ instanceai.Store = (*Store)(nil)
+var (
+	_ instanceai.Store = (*Store)(nil)
+	_ builder.Store    = (*Store)(nil)
+)
 
 // Open connects to the database named by dsn (a postgres:// URL or a
 // key=value string, as lib/pq accepts) and checks that it answers. Call
@@ -61,7 +67,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
-	return &Store{Log: sqllog.New(logDialect, db.DB, db.DB), Table: claims.New(claimsDialect, db.DB, db.DB), db: db}, nil
+	return &Store{Log: sqllog.New(logDialect, db.DB, db.DB), Table: claims.New(claimsDialect, db.DB, db.DB),
+		Store: buildersql.New(builderDialect, db.DB, db.DB), db: db}, nil
 }
 
 // logDialect stamps events with the database's clock, one clock for every
@@ -89,6 +96,20 @@ var claimsDialect = claims.Dialect{
 	IsForeignKeyViolation: func(err error) bool {
 		var pe *pq.Error
 		return errors.As(err, &pe) && pe.Code == "23503"
+	},
+}
+
+// builderDialect stamps the builder's rows with the database's clock: the
+// start of the statement, one value however often a statement reads it.
+var builderDialect = buildersql.Dialect{
+	Name: "postgres", Rebind: sqllog.Dollar.Rebind, Err: withCtx,
+	Now:  func() (string, []any) { return `statement_timestamp()`, nil },
+	Time: func(t time.Time) any { return t.UTC().Truncate(time.Microsecond) },
+	ParseTime: func(v any) (time.Time, error) {
+		if t, ok := v.(time.Time); ok {
+			return t.UTC(), nil
+		}
+		return time.Time{}, fmt.Errorf("stored timestamp is %T, want a timestamp", v)
 	},
 }
 

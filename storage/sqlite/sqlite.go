@@ -24,7 +24,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/buildersql"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/sqllog"
@@ -51,6 +53,7 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 type Store struct {
 	*sqllog.Log
 	*claims.Table
+	*buildersql.Store
 
 	path string
 	// wdb has exactly one connection, which begins transactions IMMEDIATE:
@@ -62,7 +65,10 @@ type Store struct {
 	rdb *sql.DB
 }
 
-var _ instanceai.Store = (*Store)(nil)
+var (
+	_ instanceai.Store = (*Store)(nil)
+	_ builder.Store    = (*Store)(nil)
+)
 
 // Open opens (creating it and its parent directories if needed) the SQLite
 // database at path. Call Migrate before first use.
@@ -131,6 +137,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.rdb = rdb
 	s.Log = sqllog.New(logDialect, wdb, rdb)
 	s.Table = claims.New(claimsDialect, wdb, rdb)
+	s.Store = buildersql.New(builderDialect, wdb, rdb)
 	return s, nil
 }
 
@@ -163,6 +170,23 @@ var claimsDialect = claims.Dialect{
 	Now:                   func() (string, []any) { return `?`, []any{time.Now().UnixMilli()} },
 	Expiry:                func(ttl time.Duration) (string, any) { return `?`, time.Now().Add(ttl).UnixMilli() },
 	IsForeignKeyViolation: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
+}
+
+// builderDialect stamps the builder's rows with the process clock, in the
+// text form of timeLayout.
+var builderDialect = buildersql.Dialect{
+	Name: "sqlite", Rebind: sqllog.Question.Rebind,
+	Now:  func() (string, []any) { return `?`, []any{formatTime(time.Now())} },
+	Time: func(t time.Time) any { return formatTime(t) },
+	ParseTime: func(v any) (time.Time, error) {
+		switch v := v.(type) {
+		case string:
+			return parseTime(v)
+		case []byte:
+			return parseTime(string(v))
+		}
+		return time.Time{}, fmt.Errorf("stored timestamp is %T, want TEXT", v)
+	},
 }
 
 // Path returns the database file's path.

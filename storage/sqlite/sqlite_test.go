@@ -41,6 +41,12 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestBuilderContract(t *testing.T) {
+	storagetest.RunBuilder(t, func(t *testing.T) storagetest.BuilderStore {
+		return openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+	})
+}
+
 func TestSQLContract(t *testing.T) {
 	storagetest.RunSQL(t, func(t *testing.T) storagetest.SQLBackend {
 		s := openAt(t, filepath.Join(t.TempDir(), "threadline.db"))

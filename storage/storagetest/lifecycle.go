@@ -239,6 +239,16 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		"ExpiredRuns":          func() error { _, err := s.ExpiredRuns(ctx); return err },
 		"Migrate":              func() error { return s.Migrate(ctx) },
 	}
+	allFailAfterClose(t, calls)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after Close: %v", err)
+	}
+}
+
+// allFailAfterClose checks that each call fails with an error, and none
+// panics.
+func allFailAfterClose(t *testing.T, calls map[string]func() error) {
+	t.Helper()
 	for name, call := range calls {
 		func() {
 			defer func() {
@@ -250,9 +260,6 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 				t.Errorf("%s after Close succeeded, want an error", name)
 			}
 		}()
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close after Close: %v", err)
 	}
 }
 

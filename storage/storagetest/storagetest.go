@@ -69,7 +69,14 @@ func Run(t *testing.T, open Opener) {
 	}
 }
 
-func openMigrated(t *testing.T, open Opener) instanceai.Store {
+// migrator is what openMigrated needs of a store.
+type migrator interface {
+	Migrate(ctx context.Context) error
+	Close() error
+}
+
+// openMigrated opens a store, migrates it and closes it after the test.
+func openMigrated[S migrator](t *testing.T, open func(t *testing.T) S) S {
 	t.Helper()
 	s := open(t)
 	t.Cleanup(func() {
