@@ -14,6 +14,10 @@ type ErrorDetail struct {
 	UserGuidance     string   `json:"user_guidance"`
 	FixSuggestions   []string `json:"fix_suggestions"`
 	TechnicalDetails string   `json:"technical_details"`
+	// Rule is not in the seed: the stable id of the validation rule that
+	// found the issue (workflow/validate), for clients and tests that must
+	// tell issues apart without parsing prose; empty for other errors.
+	Rule string `json:"rule,omitempty"`
 }
 
 // Error categories and severities.

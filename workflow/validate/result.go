@@ -4,7 +4,10 @@
 // at fault and saying how to fix it.
 package validate
 
-import "github.com/threadline/threadline/workflow/catalog"
+import (
+	"github.com/threadline/threadline/workflow"
+	"github.com/threadline/threadline/workflow/catalog"
+)
 
 // Options tune a validation.
 type Options struct {
@@ -32,25 +35,15 @@ type Summary struct {
 	WarningsCount        int `json:"warnings_count"`
 }
 
-// ErrorDetail is the seed's ErrorDetail. Rule is not in the seed: it is the
-// stable id of the rule that found the issue (see rules.go), for clients
-// and tests that must tell issues apart without parsing prose.
-type ErrorDetail struct {
-	Category         string   `json:"category"`
-	Severity         string   `json:"severity"`
-	Title            string   `json:"title"`
-	Message          string   `json:"message"`
-	UserGuidance     string   `json:"user_guidance"`
-	FixSuggestions   []string `json:"fix_suggestions"`
-	TechnicalDetails string   `json:"technical_details"`
-	Rule             string   `json:"rule"`
-}
+// ErrorDetail is the builder's error object (workflow.ErrorDetail); each
+// finding's Rule names the rule that found it (see rules.go).
+type ErrorDetail = workflow.ErrorDetail
 
 // Categories and severities the seed names.
 const (
-	CategoryStructure  = "workflow_structure"
-	CategoryValidation = "validation"
+	CategoryStructure  = workflow.CategoryWorkflowStructure
+	CategoryValidation = workflow.CategoryValidation
 
-	SeverityError   = "error"
-	SeverityWarning = "warning"
+	SeverityError   = workflow.SeverityError
+	SeverityWarning = workflow.SeverityWarning
 )
