@@ -149,7 +149,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 		}
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
 	}
-	in, err := agui.DecodeRunAgentInput(data)
+	// threadId and runId are optional, as the seed's RunAgentInput has
+	// them: missing ones are made here and returned on RUN_STARTED.
+	in, err := agui.DecodeRunAgentInputWithIDs(data, instanceai.NewID)
 	if err == nil {
 		err = in.Validate()
 	}
