@@ -369,3 +369,32 @@ func TestCaptureOnMalformed(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
+
+func TestToolResultObjects(t *testing.T) {
+	for _, c := range []struct {
+		obj        string
+		name, want string // want: the result JSON, or "error:" + the error
+	}{
+		{`{"type":"tool_result","name":"search","result":{"hits":2}}`, "search", `{"hits":2}`},
+		{`{"messageType":"tool_result","output":"done"}`, "", `"done"`},
+		{`{"type":"tool_result","name":"deploy","error":"refused"}`, "deploy", "error:refused"},
+		// Neither result nor output: the object itself is the result.
+		{`{"type":"tool_result","name":"ping","ms":12}`, "ping", `{"type":"tool_result","name":"ping","ms":12}`},
+		{`{"type":"tool_result","result":null}`, "", `null`},
+	} {
+		// Cut the object in two inside its name, as n8n's chunks do.
+		mid := len(c.obj) / 2
+		outs, st := runLayer(0, []byte("a "+c.obj[:mid]), []byte(c.obj[mid:]+" b"))
+		if len(outs) != 3 || outs[1].Kind != ToolResult || st.ToolResults != 1 || st.Malformed != 0 {
+			t.Fatalf("%s: outputs %+v stats %+v", c.obj, outs, st)
+		}
+		r := outs[1].ToolResult
+		got := string(r.Result)
+		if r.Error != "" {
+			got = "error:" + r.Error
+		}
+		if r.Name != c.name || got != c.want || outs[1].Raw != c.obj {
+			t.Errorf("%s: name %q result %s raw %q", c.obj, r.Name, got, outs[1].Raw)
+		}
+	}
+}
