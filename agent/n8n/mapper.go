@@ -344,6 +344,8 @@ func (m *mapper) chunk(c ndjson.Chunk, emit func(instanceai.Event) error) error 
 		}
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeWorkflowError,
 			Message: validText(msg), Details: validText(details)}
+	case ndjson.ChunkToolCallFrame, ndjson.ChunkToolResultFrame:
+		return m.frame(c, emit)
 	case ndjson.ChunkToolCallStart:
 		if err := m.settle(emit); err != nil {
 			return err
@@ -358,7 +360,31 @@ func (m *mapper) chunk(c ndjson.Chunk, emit func(instanceai.Event) error) error 
 	return nil
 }
 
-// outputs emits what a capture layer released.
+// frame handles a seed-004 control frame written as its own line: it is read
+// as the same flat object the agent's text may hold, so a tool_call frame
+// announces a call and a tool_result frame answers it. A frame that is not
+// such an object, or answers no waiting call, is logged and skipped: it is
+// not the agent's text. With capture off, frames are skipped as before.
+func (m *mapper) frame(c ndjson.Chunk, emit func(instanceai.Event) error) error {
+	if m.noCapture {
+		return nil
+	}
+	l := capture.New(m.maxObject)
+	l.OnMalformed(func(reason string, raw []byte) {
+		m.log.Warn("n8n stream: skipping a control frame that is not a tool_call or tool_result object",
+			"line", c.Line, "reason", reason, "prefix", prefix(raw, logPrefix))
+	})
+	outs := append(l.Feed(c.Raw), l.Flush()...)
+	for _, o := range outs {
+		if o.Kind == capture.ToolCall || o.Kind == capture.ToolResult {
+			return m.outputs(nil, []capture.Output{o}, emit)
+		}
+	}
+	return nil
+}
+
+// outputs emits what a capture layer released; it is nil for a control
+// frame, which has no text.
 func (m *mapper) outputs(it *item, outs []capture.Output, emit func(instanceai.Event) error) error {
 	for _, o := range outs {
 		switch o.Kind {
@@ -417,6 +443,9 @@ func (m *mapper) toolResult(it *item, o capture.Output, emit func(instanceai.Eve
 	r, w := o.ToolResult, m.waiting
 	if w == nil || (r.Name != "" && toolName(r.Name, "") != w.name) {
 		m.malformed(MalformedUnmatched, []byte(o.Raw))
+		if it == nil {
+			return nil // a control frame: not text to keep
+		}
 		return m.text(it, o.Raw, emit)
 	}
 	if m.obs != nil {

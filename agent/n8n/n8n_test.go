@@ -372,6 +372,33 @@ func TestFixtures(t *testing.T) {
 			malformed: []string{"unmatched"},
 		},
 		{
+			// Seed 004's control frames on lines of their own: a tool_call
+			// frame announces a call, the tool_result frame after it is its
+			// result (or error); a frame of another type and a result that
+			// answers nothing are skipped.
+			file: "testdata/control_frames.ndjson",
+			want: []string{
+				"run-start",
+				`text r1 "Let me search. "`,
+				`call #1 search_nodes {"query":"slack"}`,
+				`result #1 {"nodes":["n8n-nodes-base.slack"]}`,
+				`text r1 "Found Slack. "`,
+				`call #2 create_workflow {"name":"Notify"}`,
+				`tool-error #2 n8n answered 401`,
+				`text r1 "Done."`,
+				"run-finish completed",
+			},
+			objects:   []string{"tool_call", "tool_result", "tool_call", "tool_result"},
+			malformed: []string{"unmatched"},
+		},
+		{
+			// With capture off, the frames are skipped as n8n's unknown
+			// chunk types are.
+			file:      "testdata/control_frames.ndjson",
+			noCapture: true,
+			want:      []string{"run-start", `text r1 "Let me search. Found Slack. Done."`, "run-finish completed"},
+		},
+		{
 			// With capture off (--n8n-capture=false) the objects are text.
 			file:      "testdata/split_object.ndjson",
 			noCapture: true,
