@@ -119,3 +119,35 @@ func TestHealthVersionStatusConfigAndLLMHealth(t *testing.T) {
 		t.Errorf("/llm/health has nulls: %s", raw)
 	}
 }
+
+// TestRunAgentOneIDMissing: the id that is sent is kept, the other made.
+func TestRunAgentOneIDMissing(t *testing.T) {
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	for _, c := range []struct{ name, body, thread, run string }{
+		{"no threadId", `{"runId":"r1","messages":[{"id":"1","role":"user","content":"hi"}]}`, "", "r1"},
+		{"no runId", `{"thread_id":"ag-norun","messages":[{"role":"user","content":"hi"}]}`, "ag-norun", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res := h.PostRunAgent(ctx, c.body, "text/event-stream")
+			raw, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", res.StatusCode, raw)
+			}
+			events, err := parseAGUIStream(raw)
+			if err != nil || len(events) == 0 {
+				t.Fatalf("%v\n%s", err, raw)
+			}
+			thread, run := events[0].str("threadId"), events[0].str("runId")
+			if (c.thread != "" && thread != c.thread) || (c.thread == "" && !strings.HasPrefix(thread, "thread_")) ||
+				(c.run != "" && run != c.run) || (c.run == "" && !strings.HasPrefix(run, "run_")) {
+				t.Fatalf("RUN_STARTED %s", events[0].raw)
+			}
+			if last := events[len(events)-1]; last.typ != "RUN_FINISHED" || last.str("runId") != run {
+				t.Fatalf("last event %s", last.raw)
+			}
+		})
+	}
+}
