@@ -3,11 +3,9 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server"
@@ -28,21 +26,7 @@ func TestRunAgentSeedInput(t *testing.T) {
 		"context":[{"description":"Workflow generation request","value":"email notification workflow"},
 			{"description":"limits","value":{"max_nodes":5},"type":"json"},{"description":"retries","value":3},{"description":"none","value":null}],
 		"tools":[],"state":null}`
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	res := h.PostRunAgent(ctx, body, "text/event-stream")
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("run-agent: %d %s", res.StatusCode, raw)
-	}
-	events, err := parseAGUIStream(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := verifyAGUI(events); err != nil {
-		t.Fatalf("%v\n%s", err, raw)
-	}
+	events := h.runAgentBody(body)
 	first, last := events[0], events[len(events)-1]
 	thread, run := first.str("threadId"), first.str("runId")
 	if first.typ != "RUN_STARTED" || !strings.HasPrefix(thread, "thread_") || !strings.HasPrefix(run, "run_") {
@@ -128,18 +112,7 @@ func TestRunAgentOneIDMissing(t *testing.T) {
 		{"no runId", `{"thread_id":"ag-norun","messages":[{"role":"user","content":"hi"}]}`, "ag-norun", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			res := h.PostRunAgent(ctx, c.body, "text/event-stream")
-			raw, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				t.Fatalf("%d %s", res.StatusCode, raw)
-			}
-			events, err := parseAGUIStream(raw)
-			if err != nil || len(events) == 0 {
-				t.Fatalf("%v\n%s", err, raw)
-			}
+			events := h.runAgentBody(c.body)
 			thread, run := events[0].str("threadId"), events[0].str("runId")
 			if (c.thread != "" && thread != c.thread) || (c.thread == "" && !strings.HasPrefix(thread, "thread_")) ||
 				(c.run != "" && run != c.run) || (c.run == "" && !strings.HasPrefix(run, "run_")) {
