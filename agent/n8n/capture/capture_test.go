@@ -55,6 +55,15 @@ func normal(t testing.TB, outs []Output) []string {
 				t.Fatal(err)
 			}
 			r = append(r, "tool:"+string(b))
+		case ToolResult:
+			flush()
+			var result bytes.Buffer
+			if o.ToolResult.Error == "" {
+				if err := json.Compact(&result, o.ToolResult.Result); err != nil {
+					t.Fatalf("tool result %q: %v", o.ToolResult.Result, err)
+				}
+			}
+			r = append(r, "result:"+o.ToolResult.Name+":"+result.String()+":"+o.ToolResult.Error)
 		default:
 			t.Fatalf("unknown kind %d", o.Kind)
 		}
@@ -313,6 +322,7 @@ func FuzzCaptureLayer(f *testing.F) {
 	}
 	f.Add([]byte("\xe2\x82"), []byte{1})
 	f.Add([]byte(`{"type":"tool_call","name":"\u00e9"}`), []byte{})
+	f.Add([]byte(`a {"type":"tool_result","name":"x","result":{"k":[1]}} {"type":"tool_result","error":"e"}`), []byte{5, 2, 9})
 	f.Fuzz(func(t *testing.T, in, sizes []byte) {
 		var chunks [][]byte
 		rest := in
