@@ -84,10 +84,45 @@ type Tool struct {
 	Metadata    map[string]any  `json:"metadata,omitempty"`
 }
 
-// Context is a piece of context the client passes along.
+// Context is a piece of context the client passes along. @ag-ui/core
+// sends value as a string; the seed's RunAgentInput (N8N Builder, seed 003)
+// allows any JSON value and an optional type. Value is what an agent reads
+// as text: a string as it is, any other value as its compact JSON text
+// (a number 3 is "3", an object is its JSON, null is "").
 type Context struct {
 	Description string `json:"description"`
 	Value       string `json:"value"`
+	Type        string `json:"type,omitempty"`
+}
+
+// UnmarshalJSON accepts a value of any JSON type (see Context).
+func (c *Context) UnmarshalJSON(data []byte) error {
+	var wire struct {
+		Description string          `json:"description"`
+		Value       json.RawMessage `json:"value"`
+		Type        *string         `json:"type"`
+	}
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return err
+	}
+	*c = Context{Description: wire.Description}
+	if wire.Type != nil {
+		c.Type = *wire.Type
+	}
+	switch {
+	case len(wire.Value) == 0 || isNull(wire.Value):
+	case firstByte(wire.Value) == '"':
+		if err := json.Unmarshal(wire.Value, &c.Value); err != nil {
+			return err
+		}
+	default:
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, wire.Value); err != nil {
+			return err
+		}
+		c.Value = buf.String()
+	}
+	return nil
 }
 
 // Resume statuses.
@@ -216,10 +251,49 @@ func isNull(raw json.RawMessage) bool {
 
 // DecodeRunAgentInput decodes a run request body. It accepts the camelCase
 // fields of AG-UI and their snake_case aliases (thread_id, run_id,
-// forwarded_props, parent_run_id, tool_call_id, …), ignores unknown fields,
-// treats null optional fields as absent and gives id-less messages an id
+// forwarded_props, parent_run_id, tool_call_id, …; when both spellings are
+// present the camelCase one wins), ignores unknown fields, treats null
+// optional fields as absent and gives id-less messages an id
 // ("<runId>:msg:<index>"). It does not validate: call Validate.
 func DecodeRunAgentInput(data []byte) (RunAgentInput, error) {
+	in, err := decodeRunAgentInput(data)
+	if err != nil {
+		return in, err
+	}
+	in.nameMessages()
+	return in, nil
+}
+
+// DecodeRunAgentInputWithIDs is DecodeRunAgentInput for servers that, like
+// the seed's N8N Builder (seed 003), take threadId and runId as optional:
+// a missing or empty one is made with newID("thread_") or newID("run_")
+// before the messages are named after the run id. @ag-ui/core clients
+// always send both; the server returns the ids it made on RUN_STARTED.
+func DecodeRunAgentInputWithIDs(data []byte, newID func(prefix string) string) (RunAgentInput, error) {
+	in, err := decodeRunAgentInput(data)
+	if err != nil {
+		return in, err
+	}
+	if in.ThreadID == "" {
+		in.ThreadID = newID("thread_")
+	}
+	if in.RunID == "" {
+		in.RunID = newID("run_")
+	}
+	in.nameMessages()
+	return in, nil
+}
+
+// nameMessages gives id-less messages the id "<runId>:msg:<index>".
+func (in *RunAgentInput) nameMessages() {
+	for i := range in.Messages {
+		if in.Messages[i].ID == "" {
+			in.Messages[i].ID = in.RunID + ":msg:" + strconv.Itoa(i)
+		}
+	}
+}
+
+func decodeRunAgentInput(data []byte) (RunAgentInput, error) {
 	var in RunAgentInput
 	if firstByte(data) != '{' {
 		return in, &FieldError{Field: "body", Reason: "must be a JSON object"}
@@ -254,11 +328,6 @@ func DecodeRunAgentInput(data []byte) (RunAgentInput, error) {
 	for k, v := range obj {
 		if err := decodeField(&in, k, v); err != nil {
 			return RunAgentInput{}, err
-		}
-	}
-	for i := range in.Messages {
-		if in.Messages[i].ID == "" {
-			in.Messages[i].ID = in.RunID + ":msg:" + strconv.Itoa(i)
 		}
 	}
 	return in, nil

@@ -208,3 +208,86 @@ func FuzzDecodeRunAgentInput(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeRunAgentInputWithIDs(t *testing.T) {
+	n := 0
+	newID := func(prefix string) string { n++; return prefix + "gen" + string(rune('0'+n)) }
+	t.Run("the seed's body: ids missing, snake_case, string contents", func(t *testing.T) {
+		n = 0
+		// Seed 003's /run-agent example, less its optional ids.
+		in, err := DecodeRunAgentInputWithIDs([]byte(`{"forwarded_props":{"agent":"support"},
+			"messages":[{"role":"user","content":"Generate a workflow that sends email notifications for new files","timestamp":1704067106}],
+			"context":[{"description":"Workflow generation request","value":"email notification workflow"}],
+			"tools":[],"state":null}`), newID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.ThreadID != "thread_gen1" || in.RunID != "run_gen2" {
+			t.Fatalf("ids %q %q, want the generated thread_gen1 run_gen2", in.ThreadID, in.RunID)
+		}
+		if in.Messages[0].ID != "run_gen2:msg:0" || in.Messages[0].Text() == "" {
+			t.Errorf("message %+v, want it named after the generated run id", in.Messages[0])
+		}
+		if string(in.ForwardedProps) != `{"agent":"support"}` || in.State != nil {
+			t.Errorf("forwarded_props %s, state %s", in.ForwardedProps, in.State)
+		}
+		if err := in.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("given ids are kept, camelCase over snake_case", func(t *testing.T) {
+		n = 0
+		in, err := DecodeRunAgentInputWithIDs([]byte(`{"threadId":"camel","thread_id":"snake","run_id":"r","messages":[]}`), newID)
+		if err != nil || in.ThreadID != "camel" || in.RunID != "r" || n != 0 {
+			t.Fatalf("got %q %q (%d generated), %v", in.ThreadID, in.RunID, n, err)
+		}
+	})
+	t.Run("an empty id is a missing one", func(t *testing.T) {
+		n = 0
+		in, err := DecodeRunAgentInputWithIDs([]byte(`{"threadId":"","runId":"r","messages":[]}`), newID)
+		if err != nil || in.ThreadID != "thread_gen1" {
+			t.Fatalf("got %q, %v", in.ThreadID, err)
+		}
+	})
+	t.Run("invalid input still names the field", func(t *testing.T) {
+		_, err := DecodeRunAgentInputWithIDs([]byte(`{"messages":[{"role":"user","content":"x"}],"context":[{"description":7}]}`), newID)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "context.description" {
+			t.Fatalf("got %v, want an error on context.description", err)
+		}
+	})
+}
+
+func TestContextValueOfAnyType(t *testing.T) {
+	in, err := DecodeRunAgentInput([]byte(`{"threadId":"t","runId":"r","messages":[],"context":[
+		{"description":"s","value":"text"},
+		{"description":"n","value":3.5,"type":"number"},
+		{"description":"o","value":{"b": [1, 2], "a": null}},
+		{"description":"a","value":["x", 1]},
+		{"description":"z","value":null},
+		{"description":"missing"},
+		{"description":"b","value":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Context{
+		{Description: "s", Value: "text"},
+		{Description: "n", Value: "3.5", Type: "number"},
+		{Description: "o", Value: `{"b":[1,2],"a":null}`},
+		{Description: "a", Value: `["x",1]`},
+		{Description: "z", Value: ""},
+		{Description: "missing", Value: ""},
+		{Description: "b", Value: "true"},
+	}
+	if len(in.Context) != len(want) {
+		t.Fatalf("context %+v", in.Context)
+	}
+	for i := range want {
+		if in.Context[i] != want[i] {
+			t.Errorf("context[%d] = %+v, want %+v", i, in.Context[i], want[i])
+		}
+	}
+	if _, err := DecodeRunAgentInput([]byte(`{"context":["x"]}`)); err == nil {
+		t.Error("a context entry that is not an object was accepted")
+	}
+}

@@ -39,7 +39,8 @@ type Config struct {
 	// named upstreams (instanceai.NamedAgent) is listed by those names.
 	AgentName string
 	// LLMHealth, when set, serves GET /llm/health (the openai agent's
-	// probe of its model server).
+	// probe of its model server); without it /llm/health answers 503,
+	// naming AgentName as an agent without an LLM.
 	LLMHealth http.Handler
 	// Metrics collects the server's measurements; nil makes a fresh set.
 	// Pass one to let the agent report to it too.
@@ -113,11 +114,9 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// Metrics carry no user data, but tool names and traffic shape are
 	// the operator's business: they sit behind the same tokens as the API.
 	authed.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)
-	if cfg.LLMHealth != nil {
-		router.Handle("/llm/health", cfg.LLMHealth).Methods(http.MethodGet)
-	}
 	aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
+		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth,
 	}).Register(authed, router)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes

@@ -39,10 +39,20 @@ const (
 // AnnouncedResult is the tool-result that follows a tool call captured from
 // the agent's text. The object is the agent announcing what it does (seed
 // 004 §3, "Synthetic Tool Events": a tool_call is emitted before the tool
-// runs, and n8n never tells us when or how it finished), so the result only
-// records the announcement; it does not claim the tool succeeded. Emitting a
-// result at all keeps the call from showing as running forever.
+// runs), so the result only records the announcement; it does not claim the
+// tool succeeded. Emitting a result at all keeps the call from showing as
+// running forever.
+//
+// The seed's "after execution" event, a tool_result object, is the call's
+// real result when it is the next thing the stream says (whitespace aside):
+// until then the announced call waits for it, and anything else (text,
+// another call, the end of the stream) settles it with AnnouncedResult, so
+// the events keep the order they had before tool_result was understood.
 var AnnouncedResult = json.RawMessage(`{"status":"announced"}`)
+
+// MalformedUnmatched is the malformed reason of a tool_result object that
+// follows no announced call (or names another tool): it is kept as text.
+const MalformedUnmatched = "unmatched"
 
 // MaxItems bounds the items (nodeId, runIndex, itemIndex) open at once: each
 // holds a capture layer of up to MaxObject bytes.
@@ -59,10 +69,10 @@ const logPrefix = 200
 // package implements it. A nil observer is a no-op.
 type CaptureObserver interface {
 	// CaptureObject counts an object recognised in the agent's text:
-	// "tool_call" or "regular_message".
+	// "tool_call", "tool_result" or "regular_message".
 	CaptureObject(kind string)
 	// CaptureMalformed counts an object released as text: "invalid",
-	// "other_shape", "oversize" or "unclosed".
+	// "other_shape", "oversize", "unclosed" or "unmatched".
 	CaptureMalformed(reason string)
 }
 
@@ -76,6 +86,10 @@ type StreamOptions struct {
 	// MaxObject bounds one captured object; 0 means
 	// capture.DefaultMaxObject.
 	MaxObject int
+	// NoCapture turns the JSON-capture layer off: the agent's text is
+	// streamed as it is, objects included, and no tool call is read from
+	// it (for agents whose answers contain JSON meant for the reader).
+	NoCapture bool
 	Observer  CaptureObserver
 	Logger    *slog.Logger
 }
@@ -170,8 +184,35 @@ func (r *recorder) stop() { r.stopped, r.buf = true, nil }
 
 // item is the state of one streamed item (nodeId, runIndex, itemIndex).
 type item struct {
-	layer      *capture.Layer
+	layer      *capture.Layer // nil when capture is off
 	responseID string
+}
+
+// feed passes item text through the capture layer, or as it is when
+// capture is off.
+func (it *item) feed(text string) []capture.Output {
+	if it.layer == nil {
+		return []capture.Output{{Kind: capture.Text, Text: text, Raw: text}}
+	}
+	return it.layer.Feed([]byte(text))
+}
+
+// flush ends the item's text.
+func (it *item) flush() []capture.Output {
+	if it.layer == nil {
+		return nil
+	}
+	return it.layer.Flush()
+}
+
+// announced is a tool call captured from text that waits for its
+// tool_result (see AnnouncedResult).
+type announced struct {
+	id   string
+	name string
+	// held are the whitespace-only text deltas seen since the call: they
+	// follow its result.
+	held []instanceai.Event
 }
 
 // openTool is a call announced by a tool-call-start chunk (n8n PR 20499)
@@ -186,8 +227,11 @@ type openTool struct {
 type mapper struct {
 	runID     string
 	maxObject int
+	noCapture bool
 	obs       CaptureObserver
 	log       *slog.Logger
+
+	waiting *announced // the last captured call, until its result
 
 	items    map[ndjson.Key]*item
 	order    []ndjson.Key // open items in order of appearance
@@ -207,7 +251,7 @@ func newMapper(opts StreamOptions) *mapper {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &mapper{runID: opts.RunID, maxObject: opts.MaxObject, obs: opts.Observer, log: opts.Logger,
+	return &mapper{runID: opts.RunID, maxObject: opts.MaxObject, noCapture: opts.NoCapture, obs: opts.Observer, log: opts.Logger,
 		items: map[ndjson.Key]*item{}, usedIDs: map[string]bool{}}
 }
 
@@ -229,17 +273,23 @@ func (m *mapper) item(k ndjson.Key) (*item, error) {
 			Message: fmt.Sprintf("The n8n stream opened more than %d items at once, more than this server follows. "+
 				"Check that the workflow streams one agent answer per request.", MaxItems)}
 	}
-	it := &item{layer: capture.New(m.maxObject), responseID: m.responseID(k)}
-	it.layer.OnMalformed(func(reason string, raw []byte) {
-		m.log.Warn("n8n stream: an object in the agent's text was not a tool_call or regular_message; kept as text",
-			"reason", reason, "size", len(raw), "prefix", prefix(raw, logPrefix))
-		if m.obs != nil {
-			m.obs.CaptureMalformed(reason)
-		}
-	})
+	it := &item{responseID: m.responseID(k)}
+	if !m.noCapture {
+		it.layer = capture.New(m.maxObject)
+		it.layer.OnMalformed(m.malformed)
+	}
 	m.items[k] = it
 	m.order = append(m.order, k)
 	return it, nil
+}
+
+// malformed logs and counts an object kept as text.
+func (m *mapper) malformed(reason string, raw []byte) {
+	m.log.Warn("n8n stream: an object in the agent's text was not a tool_call, tool_result or regular_message; kept as text",
+		"reason", reason, "size", len(raw), "prefix", prefix(raw, logPrefix))
+	if m.obs != nil {
+		m.obs.CaptureMalformed(reason)
+	}
 }
 
 func (m *mapper) drop(k ndjson.Key) {
@@ -263,14 +313,14 @@ func (m *mapper) chunk(c ndjson.Chunk, emit func(instanceai.Event) error) error 
 		if c.Content == "" {
 			return nil
 		}
-		return m.outputs(it, it.layer.Feed([]byte(c.Content)), emit)
+		return m.outputs(it, it.feed(c.Content), emit)
 	case ndjson.ChunkEnd:
 		it := m.items[k]
 		if it == nil {
 			return nil
 		}
 		m.drop(k)
-		return m.outputs(it, it.layer.Flush(), emit)
+		return m.outputs(it, it.flush(), emit)
 	case ndjson.ChunkError:
 		if err := m.flushAll(emit); err != nil {
 			return err
@@ -294,15 +344,47 @@ func (m *mapper) chunk(c ndjson.Chunk, emit func(instanceai.Event) error) error 
 		}
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeWorkflowError,
 			Message: validText(msg), Details: validText(details)}
+	case ndjson.ChunkToolCallFrame, ndjson.ChunkToolResultFrame:
+		return m.frame(c, emit)
 	case ndjson.ChunkToolCallStart:
+		if err := m.settle(emit); err != nil {
+			return err
+		}
 		return m.toolStart(c, emit)
 	case ndjson.ChunkToolCallEnd:
+		if err := m.settle(emit); err != nil {
+			return err
+		}
 		return m.toolEnd(c, emit)
 	}
 	return nil
 }
 
-// outputs emits what a capture layer released.
+// frame handles a seed-004 control frame written as its own line: it is read
+// as the same flat object the agent's text may hold, so a tool_call frame
+// announces a call and a tool_result frame answers it. A frame that is not
+// such an object, or answers no waiting call, is logged and skipped: it is
+// not the agent's text. With capture off, frames are skipped as before.
+func (m *mapper) frame(c ndjson.Chunk, emit func(instanceai.Event) error) error {
+	if m.noCapture {
+		return nil
+	}
+	l := capture.New(m.maxObject)
+	l.OnMalformed(func(reason string, raw []byte) {
+		m.log.Warn("n8n stream: skipping a control frame that is not a tool_call or tool_result object",
+			"line", c.Line, "reason", reason, "prefix", prefix(raw, logPrefix))
+	})
+	outs := append(l.Feed(c.Raw), l.Flush()...)
+	for _, o := range outs {
+		if o.Kind == capture.ToolCall || o.Kind == capture.ToolResult {
+			return m.outputs(nil, []capture.Output{o}, emit)
+		}
+	}
+	return nil
+}
+
+// outputs emits what a capture layer released; it is nil for a control
+// frame, which has no text.
 func (m *mapper) outputs(it *item, outs []capture.Output, emit func(instanceai.Event) error) error {
 	for _, o := range outs {
 		switch o.Kind {
@@ -310,26 +392,95 @@ func (m *mapper) outputs(it *item, outs []capture.Output, emit func(instanceai.E
 			if o.Kind == capture.Message && m.obs != nil {
 				m.obs.CaptureObject("regular_message")
 			}
-			if o.Text == "" {
-				continue
-			}
-			if err := emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: it.responseID,
-				Payload: &instanceai.Text{Text: validText(o.Text)}}); err != nil {
+			if err := m.text(it, o.Text, emit); err != nil {
 				return err
 			}
 		case capture.ToolCall:
 			if m.obs != nil {
 				m.obs.CaptureObject("tool_call")
 			}
+			if err := m.settle(emit); err != nil {
+				return err
+			}
 			id := m.freshID()
+			name := toolName(o.ToolCall.Name, "")
 			if err := emit(instanceai.Event{Type: instanceai.TypeToolCall, Payload: &instanceai.ToolCall{
-				ToolCallID: id, ToolName: toolName(o.ToolCall.Name, ""), Args: objectArgs(o.ToolCall.Args)}}); err != nil {
+				ToolCallID: id, ToolName: name, Args: objectArgs(o.ToolCall.Args)}}); err != nil {
 				return err
 			}
-			if err := emit(instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{
-				ToolCallID: id, Result: AnnouncedResult}}); err != nil {
+			m.waiting = &announced{id: id, name: name}
+		case capture.ToolResult:
+			if err := m.toolResult(it, o, emit); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// text emits a text delta of the item. While a call waits for its result,
+// whitespace is held (an agent writes a newline between the two objects)
+// and anything else settles the call first.
+func (m *mapper) text(it *item, text string, emit func(instanceai.Event) error) error {
+	if text == "" {
+		return nil
+	}
+	ev := instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: it.responseID, Payload: &instanceai.Text{Text: validText(text)}}
+	if m.waiting != nil && strings.TrimSpace(text) == "" {
+		m.waiting.held = append(m.waiting.held, ev)
+		return nil
+	}
+	if err := m.settle(emit); err != nil {
+		return err
+	}
+	return emit(ev)
+}
+
+// toolResult emits a captured tool_result as the result of the call that
+// waits for it, when it answers that call (the same tool, or no tool
+// named); otherwise the object is kept as text.
+func (m *mapper) toolResult(it *item, o capture.Output, emit func(instanceai.Event) error) error {
+	r, w := o.ToolResult, m.waiting
+	if w == nil || (r.Name != "" && toolName(r.Name, "") != w.name) {
+		m.malformed(MalformedUnmatched, []byte(o.Raw))
+		if it == nil {
+			return nil // a control frame: not text to keep
+		}
+		return m.text(it, o.Raw, emit)
+	}
+	if m.obs != nil {
+		m.obs.CaptureObject("tool_result")
+	}
+	m.waiting = nil
+	var ev instanceai.Event
+	if r.Error != "" {
+		ev = instanceai.Event{Type: instanceai.TypeToolError, Payload: &instanceai.ToolError{ToolCallID: w.id, Error: validText(r.Error)}}
+	} else {
+		result := validJSON(r.Result)
+		if result == nil {
+			result = json.RawMessage(`null`)
+		}
+		ev = instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{ToolCallID: w.id, Result: result}}
+	}
+	return emitAll(emit, append([]instanceai.Event{ev}, w.held...))
+}
+
+// settle ends the waiting call, if any, with AnnouncedResult, then sends
+// the whitespace held after it.
+func (m *mapper) settle(emit func(instanceai.Event) error) error {
+	w := m.waiting
+	if w == nil {
+		return nil
+	}
+	m.waiting = nil
+	result := instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{ToolCallID: w.id, Result: AnnouncedResult}}
+	return emitAll(emit, append([]instanceai.Event{result}, w.held...))
+}
+
+func emitAll(emit func(instanceai.Event) error, events []instanceai.Event) error {
+	for _, ev := range events {
+		if err := emit(ev); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -341,11 +492,11 @@ func (m *mapper) flushAll(emit func(instanceai.Event) error) error {
 		k := m.order[0]
 		it := m.items[k]
 		m.drop(k)
-		if err := m.outputs(it, it.layer.Flush(), emit); err != nil {
+		if err := m.outputs(it, it.flush(), emit); err != nil {
 			return err
 		}
 	}
-	return nil
+	return m.settle(emit)
 }
 
 // settleTools ends the PR 20499 calls that never got their end chunk, so
@@ -424,10 +575,13 @@ func (m *mapper) nonStreaming(rec *recorder, stats ndjson.ReaderStats, emit func
 		return err
 	}
 	m.drop(ndjson.Key{NodeID: "response"})
-	if err := m.outputs(it, it.layer.Feed([]byte(text)), emit); err != nil {
+	if err := m.outputs(it, it.feed(text), emit); err != nil {
 		return err
 	}
-	return m.outputs(it, it.layer.Flush(), emit)
+	if err := m.outputs(it, it.flush(), emit); err != nil {
+		return err
+	}
+	return m.settle(emit)
 }
 
 // startedMessage reports whether body is the answer of a Webhook node in

@@ -102,6 +102,10 @@ type Config struct {
 	// MaxObject bounds one captured object; 0 means
 	// capture.DefaultMaxObject.
 	MaxObject int
+	// NoCapture turns the JSON-capture layer off (StreamOptions.NoCapture):
+	// the workflow's text reaches the thread as it is, objects included.
+	// The zero value keeps capture on, as seed 004's agents need it.
+	NoCapture bool
 	// Observer receives the capture layer's counts; nil is a no-op.
 	Observer CaptureObserver
 	Logger   *slog.Logger
@@ -115,6 +119,7 @@ type Agent struct {
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
 	maxObject      int
+	noCapture      bool
 	obs            CaptureObserver
 	log            *slog.Logger
 }
@@ -154,7 +159,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		webhooks: slices.Clone(cfg.Webhooks), header: cfg.Header.Clone(), client: cfg.HTTPClient,
 		connectTimeout: cfg.ConnectTimeout, idleTimeout: cfg.IdleTimeout, maxObject: cfg.MaxObject,
-		obs: cfg.Observer, log: cfg.Logger,
+		noCapture: cfg.NoCapture, obs: cfg.Observer, log: cfg.Logger,
 	}
 	if a.client == nil {
 		a.client = &http.Client{}
@@ -261,7 +266,7 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 	idle := &idleReader{r: resp.Body, d: a.idleTimeout}
 	idle.timer = time.AfterFunc(a.idleTimeout, func() { cancel(errIdleTimeout) })
 	defer idle.stop()
-	err = MapStream(idle, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, Observer: a.obs,
+	err = MapStream(idle, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, NoCapture: a.noCapture, Observer: a.obs,
 		Logger: a.log.With("webhook", wh.Name, "run", run.ID)}, run.Emit)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)

@@ -254,6 +254,7 @@ func TestFixtures(t *testing.T) {
 	cases := []struct {
 		file      string
 		maxObject int
+		noCapture bool
 		want      []string
 		objects   []string
 		malformed []string
@@ -345,6 +346,69 @@ func TestFixtures(t *testing.T) {
 			malformed: []string{"unclosed"},
 		},
 		{
+			// Seed 004's "after execution" objects: a result right after its
+			// call (a newline between) answers it; one after other text
+			// finds the call already settled and stays text; an error
+			// result fails the call; a call the stream leaves unanswered is
+			// settled as announced at the end.
+			file: "testdata/tool_result.ndjson",
+			want: []string{
+				"run-start",
+				`text r1 "Searching. "`,
+				`call #1 search_nodes {"query":"email"}`,
+				`result #1 {"nodes":["n8n-nodes-base.emailSend"]}`,
+				`text r1 "\n Found it. "`,
+				`call #2 validate {}`,
+				`result #2 {"status":"announced"}`,
+				`text r1 " checking {\"type\":\"tool_result\",\"name\":\"validate\",\"result\":\"ok\"} "`,
+				`call #3 deploy {}`,
+				`tool-error #3 n8n refused the workflow`,
+				`text r1 " Last: "`,
+				`call #4 notify {"to":"ops"}`,
+				`result #4 {"status":"announced"}`,
+				"run-finish completed",
+			},
+			objects:   []string{"tool_call", "tool_result", "tool_call", "tool_call", "tool_result", "tool_call"},
+			malformed: []string{"unmatched"},
+		},
+		{
+			// Seed 004's control frames on lines of their own: a tool_call
+			// frame announces a call, the tool_result frame after it is its
+			// result (or error); a frame of another type and a result that
+			// answers nothing are skipped.
+			file: "testdata/control_frames.ndjson",
+			want: []string{
+				"run-start",
+				`text r1 "Let me search. "`,
+				`call #1 search_nodes {"query":"slack"}`,
+				`result #1 {"nodes":["n8n-nodes-base.slack"]}`,
+				`text r1 "Found Slack. "`,
+				`call #2 create_workflow {"name":"Notify"}`,
+				`tool-error #2 n8n answered 401`,
+				`text r1 "Done."`,
+				"run-finish completed",
+			},
+			objects:   []string{"tool_call", "tool_result", "tool_call", "tool_result"},
+			malformed: []string{"unmatched"},
+		},
+		{
+			// With capture off, the frames are skipped as n8n's unknown
+			// chunk types are.
+			file:      "testdata/control_frames.ndjson",
+			noCapture: true,
+			want:      []string{"run-start", `text r1 "Let me search. Found Slack. Done."`, "run-finish completed"},
+		},
+		{
+			// With capture off (--n8n-capture=false) the objects are text.
+			file:      "testdata/split_object.ndjson",
+			noCapture: true,
+			want: []string{
+				"run-start",
+				`text r1 "Let me look. {\"type\":\"tool_call\",\"name\":\"show_diff\",\"args\":{\"path\":\"src/{a}.go\",\"note\":\"brace } in \\\"string\\\"\"}} {\"messageType\":\"regular_message\",\"content\":\"Here is the diff.\"}"`,
+				"run-finish completed",
+			},
+		},
+		{
 			file:      "testdata/oversize.ndjson",
 			maxObject: 64,
 			want: []string{"run-start", fmt.Sprintf("text r1 %q",
@@ -353,13 +417,17 @@ func TestFixtures(t *testing.T) {
 		},
 	}
 	for i, c := range cases {
-		t.Run(filepath.Base(c.file), func(t *testing.T) {
+		name := filepath.Base(c.file)
+		if c.noCapture {
+			name += "/no-capture"
+		}
+		t.Run(name, func(t *testing.T) {
 			body := readFixture(t, c.file)
 			srv := httptest.NewServer(replay(body, uint64(i)+1))
 			defer srv.Close()
 			obs := &observer{}
 			h := newHarness(t, newAgent(t, n8n.Config{Webhooks: []n8n.Webhook{{Name: "main", URL: srv.URL}},
-				MaxObject: c.maxObject, Observer: obs}))
+				MaxObject: c.maxObject, NoCapture: c.noCapture, Observer: obs}))
 			live := h.play("t", instanceai.StartRequest{Message: "hi"}, nil)
 			if got := summary(t, live); !slices.Equal(got, c.want) {
 				t.Fatalf("live events:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(c.want, "\n     "))

@@ -38,6 +38,7 @@ type agentConfig struct {
 	n8nWebhooks      string
 	n8nWebhookHeader string
 	n8nIdleTimeout   time.Duration
+	n8nCapture       bool
 }
 
 func agentFlags(f *envFlags, c *agentConfig) {
@@ -61,6 +62,8 @@ func agentFlags(f *envFlags, c *agentConfig) {
 		"n8n agent: a header sent on every webhook call, \"Name: value\" (the Webhook node's Header Auth)")
 	f.Duration(&c.n8nIdleTimeout, "n8n-idle-timeout", "THREADLINE_N8N_IDLE_TIMEOUT", n8n.DefaultIdleTimeout,
 		"n8n agent: longest silence on a webhook's stream (n8n sends keepalives every 30s)")
+	f.Bool(&c.n8nCapture, "n8n-capture", "THREADLINE_N8N_CAPTURE", true,
+		"n8n agent: read seed-004 JSON objects (tool_call, tool_result, regular_message) out of the workflow's text; false streams the text as it is")
 }
 
 // newAgent builds the configured agent. llmHealth is the openai agent's
@@ -84,7 +87,8 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, l
 		if err != nil {
 			return nil, nil, err
 		}
-		a, err := n8n.New(n8n.Config{Webhooks: hooks, Header: header, IdleTimeout: c.agents.n8nIdleTimeout, Observer: obs, Logger: logger})
+		a, err := n8n.New(n8n.Config{Webhooks: hooks, Header: header, IdleTimeout: c.agents.n8nIdleTimeout,
+			NoCapture: !c.agents.n8nCapture, Observer: obs, Logger: logger})
 		if err != nil {
 			return nil, nil, usageError{err.Error()}
 		}

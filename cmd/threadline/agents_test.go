@@ -74,3 +74,19 @@ func TestAgentConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestN8NCaptureFlag(t *testing.T) {
+	f, c := serveFlags(&bytes.Buffer{})
+	if err := f.Parse(nil); err != nil || !c.agents.n8nCapture {
+		t.Fatalf("default: capture %v, %v; want on", c.agents.n8nCapture, err)
+	}
+	f, c = serveFlags(&bytes.Buffer{})
+	if err := f.Parse([]string{"--n8n-capture=false"}); err != nil || c.agents.n8nCapture {
+		t.Fatalf("--n8n-capture=false: capture %v, %v; want off", c.agents.n8nCapture, err)
+	}
+	t.Setenv("THREADLINE_N8N_CAPTURE", "false")
+	f, c = serveFlags(&bytes.Buffer{})
+	if err := f.Parse(nil); err != nil || c.agents.n8nCapture {
+		t.Fatalf("THREADLINE_N8N_CAPTURE=false: capture %v, %v; want off", c.agents.n8nCapture, err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
@@ -42,7 +43,16 @@ type Config struct {
 	// AllowedOrigins is reported by /status (CORS itself is the CORS
 	// middleware's job).
 	AllowedOrigins []string
-	Logger         *slog.Logger
+	// AgentName is the configured agent (script, openai, n8n), named by
+	// /llm/health when that agent has no LLM to probe.
+	AgentName string
+	// LLMHealth, when set, answers GET /llm/health (the openai agent's
+	// probe of its model server); without it /llm/health says that the
+	// configured agent uses no LLM.
+	LLMHealth http.Handler
+	// Version is reported by /health; empty means version.String().
+	Version string
+	Logger  *slog.Logger
 	// Now is the clock (tests may fix it).
 	Now func() time.Time
 }
@@ -75,16 +85,25 @@ func New(core *instanceai.Core, cfg Config) *Handler {
 	if cfg.AllowedOrigins == nil {
 		cfg.AllowedOrigins = []string{}
 	}
+	if cfg.Version == "" {
+		cfg.Version = version.String()
+	}
 	return &Handler{core: core, store: core.Store, cfg: cfg, started: cfg.Now()}
 }
 
 // Register mounts POST /run-agent and the rejoin stream on authed (routes
-// that act for a user) and GET /health and GET /status on public.
+// that act for a user) and GET /health, GET /status and GET /llm/health on
+// public.
 func (h *Handler) Register(authed, public *mux.Router) {
 	authed.HandleFunc("/run-agent", h.runAgent).Methods(http.MethodPost)
 	authed.HandleFunc("/agui/threads/{threadId}/events", h.rejoin).Methods(http.MethodGet)
 	public.HandleFunc("/health", h.health).Methods(http.MethodGet)
 	public.HandleFunc("/status", h.status).Methods(http.MethodGet)
+	if h.cfg.LLMHealth != nil {
+		public.Handle("/llm/health", h.cfg.LLMHealth).Methods(http.MethodGet)
+	} else {
+		public.HandleFunc("/llm/health", h.noLLM).Methods(http.MethodGet)
+	}
 }
 
 // OnDisconnectContinue, as forwardedProps.onDisconnect, keeps the run going
@@ -149,7 +168,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 		}
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
 	}
-	in, err := agui.DecodeRunAgentInput(data)
+	// threadId and runId are optional, as the seed's RunAgentInput has
+	// them: missing ones are made here and returned on RUN_STARTED.
+	in, err := agui.DecodeRunAgentInputWithIDs(data, instanceai.NewID)
 	if err == nil {
 		err = in.Validate()
 	}
@@ -529,9 +550,13 @@ func (o *writer) frame(id int64, ev agui.Event) error {
 	return o.s.Frame(id, ssestream.DataFrame(data))
 }
 
+// healthResponse is the seed's two health answers in one: the AG-UI
+// server's {status, timestamp, active_runs, agents} and the standard API's
+// version.
 type healthResponse struct {
 	Status     string   `json:"status"`
 	Timestamp  string   `json:"timestamp"`
+	Version    string   `json:"version"`
 	ActiveRuns int      `json:"active_runs"`
 	Agents     []string `json:"agents"`
 }
@@ -544,7 +569,7 @@ func (h *Handler) health(w http.ResponseWriter, _ *http.Request) {
 		status, code = "draining", http.StatusServiceUnavailable
 	}
 	httpjson.Write(w, code, healthResponse{
-		Status: status, Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano),
+		Status: status, Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano), Version: h.cfg.Version,
 		ActiveRuns: h.core.ActiveRuns(), Agents: h.cfg.Agents,
 	})
 }
@@ -558,7 +583,11 @@ type statusResponse struct {
 	Agents map[string]agentStatus `json:"agents"`
 	Config struct {
 		AllowedOrigins []string `json:"allowed_origins"`
+		// AGUIVersion is where the seed puts it.
+		AGUIVersion string `json:"ag_ui_version"`
 	} `json:"config"`
+	// AGUIVersion at the top level is where earlier releases put it; it
+	// stays for the clients that read it there.
 	AGUIVersion string `json:"ag_ui_version"`
 }
 
@@ -573,11 +602,48 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	out.Server.Running = true
 	out.Server.ActiveRuns = active
 	out.Server.Uptime = h.cfg.Now().Sub(h.started).Round(time.Second).String()
+	// The run registry counts runs, not runs per named upstream: with one
+	// agent its count is exact; with several (n8n webhooks) each reports
+	// the total, an upper bound.
 	out.Agents = make(map[string]agentStatus, len(h.cfg.Agents))
 	for _, name := range h.cfg.Agents {
 		out.Agents[name] = agentStatus{Status: "ready", ActiveTasks: active}
 	}
 	out.Config.AllowedOrigins = h.cfg.AllowedOrigins
+	out.Config.AGUIVersion = agui.ProtocolVersion
 	out.AGUIVersion = agui.ProtocolVersion
 	httpjson.Write(w, http.StatusOK, out)
+}
+
+// llmHealthResponse is the seed's /llm/health answer.
+type llmHealthResponse struct {
+	Status      string `json:"status"`
+	LLMEndpoint string `json:"llm_endpoint"`
+	LLMModel    string `json:"llm_model"`
+	IsLocal     bool   `json:"is_local"`
+	Timestamp   string `json:"timestamp"`
+	Agent       string `json:"agent,omitempty"`
+	Error       string `json:"error"`
+}
+
+// noLLM answers /llm/health for an agent without a model server of its
+// own: 503 "unavailable", as the seed's clients take it (no LLM operation
+// can be checked here), with an error that says why and what to do rather
+// than a bare 404.
+func (h *Handler) noLLM(w http.ResponseWriter, _ *http.Request) {
+	agent := h.cfg.AgentName
+	msg := "the configured agent uses no LLM that this server can probe"
+	if agent != "" {
+		msg = fmt.Sprintf("the configured agent is %s, which uses no LLM that this server can probe", agent)
+	}
+	switch agent {
+	case "n8n":
+		msg += ": the model, if any, is configured in the n8n workflow; check that workflow's executions in n8n"
+	default:
+		msg += "; to use a model, start the server with --agent openai --openai-model NAME (and --openai-base-url for a local server)"
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	httpjson.Write(w, http.StatusServiceUnavailable, llmHealthResponse{
+		Status: "unavailable", Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano), Agent: agent, Error: msg,
+	})
 }

@@ -22,7 +22,11 @@ import (
 //     escaped quotes, do not count. When depth returns to 0 the object is
 //     classified: type or messageType "tool_call" with a string name yields a
 //     tool call (args defaults to {}); "regular_message" with a string content
-//     yields that content as text.
+//     yields that content as text; "tool_result" (seed 004's "after
+//     execution" event) yields a tool result: name when it is a string, the
+//     value of result (else output, else the whole object), or a string
+//     error for a failed tool. Which call it answers is the consumer's to
+//     decide: the layer sees one object at a time.
 //   - Anything else that was captured (invalid JSON, JSON of another shape,
 //     an object still open at Flush) is released as plain text, counted as
 //     malformed, and the machine resets to idle. An object growing past the
@@ -76,9 +80,10 @@ type Kind int
 
 // Output kinds.
 const (
-	Text     Kind = iota // text outside objects, or released as text
-	Message              // the content of a regular_message object
-	ToolCall             // a tool_call object
+	Text       Kind = iota // text outside objects, or released as text
+	Message                // the content of a regular_message object
+	ToolCall               // a tool_call object
+	ToolResult             // a tool_result object
 )
 
 // ToolCallData is a captured tool call.
@@ -87,25 +92,35 @@ type ToolCallData struct {
 	Args json.RawMessage // a JSON value, {} when the object had no args
 }
 
+// ToolResultData is a captured tool result.
+type ToolResultData struct {
+	Name   string          // "" when the object names no tool
+	Result json.RawMessage // a JSON value; nil when Error is set
+	Error  string          // the tool's failure, when the object reports one
+}
+
 // Output is one output of the layer. Text is set for Text and
-// Message, ToolCall for ToolCall. Raw is the input the output
-// stands for: the text itself for Text, the whole object otherwise.
+// Message, ToolCall for ToolCall, ToolResult for ToolResult. Raw is the
+// input the output stands for: the text itself for Text, the whole object
+// otherwise.
 type Output struct {
-	Kind     Kind
-	Text     string
-	ToolCall *ToolCallData
-	Raw      string
+	Kind       Kind
+	Text       string
+	ToolCall   *ToolCallData
+	ToolResult *ToolResultData
+	Raw        string
 }
 
 // Stats counts the layer's work.
 type Stats struct {
-	ToolCalls  int
-	Messages   int
-	Malformed  int // Invalid + OtherShape + Oversize + Unclosed
-	Invalid    int // captured text was not valid JSON
-	OtherShape int // valid JSON, but neither tool_call nor regular_message
-	Oversize   int // object passed the size cap
-	Unclosed   int // object still open at Flush
+	ToolCalls   int
+	ToolResults int
+	Messages    int
+	Malformed   int // Invalid + OtherShape + Oversize + Unclosed
+	Invalid     int // captured text was not valid JSON
+	OtherShape  int // valid JSON, but neither tool_call nor regular_message
+	Oversize    int // object passed the size cap
+	Unclosed    int // object still open at Flush
 }
 
 // New returns a layer whose captured objects may grow to
@@ -238,6 +253,9 @@ func (c *Layer) emitObject(out []Output) []Output {
 		Name        json.RawMessage `json:"name"`
 		Args        json.RawMessage `json:"args"`
 		Content     json.RawMessage `json:"content"`
+		Result      json.RawMessage `json:"result"`
+		Output      json.RawMessage `json:"output"`
+		Error       json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(c.obj, &fields); err != nil {
 		c.stats.Invalid++
@@ -246,7 +264,7 @@ func (c *Layer) emitObject(out []Output) []Output {
 		return captureAppendText(out, c.obj)
 	}
 	kind, _ := captureString(fields.Type)
-	if kind != "tool_call" && kind != "regular_message" {
+	if kind != "tool_call" && kind != "regular_message" && kind != "tool_result" {
 		kind, _ = captureString(fields.MessageType)
 	}
 	switch kind {
@@ -261,6 +279,23 @@ func (c *Layer) emitObject(out []Output) []Output {
 		}
 		c.stats.ToolCalls++
 		return append(out, Output{Kind: ToolCall, ToolCall: &ToolCallData{Name: name, Args: args}, Raw: string(c.obj)})
+	case "tool_result":
+		name, _ := captureString(fields.Name)
+		r := &ToolResultData{Name: name}
+		if msg, failed := captureString(fields.Error); failed && msg != "" {
+			r.Error = msg
+		} else {
+			r.Result = fields.Result
+			if len(r.Result) == 0 {
+				r.Result = fields.Output
+			}
+			if len(r.Result) == 0 {
+				r.Result = json.RawMessage(c.obj)
+			}
+			r.Result = append(json.RawMessage(nil), r.Result...)
+		}
+		c.stats.ToolResults++
+		return append(out, Output{Kind: ToolResult, ToolResult: r, Raw: string(c.obj)})
 	case "regular_message":
 		content, ok := captureString(fields.Content)
 		if !ok {

@@ -55,6 +55,15 @@ func normal(t testing.TB, outs []Output) []string {
 				t.Fatal(err)
 			}
 			r = append(r, "tool:"+string(b))
+		case ToolResult:
+			flush()
+			var result bytes.Buffer
+			if o.ToolResult.Error == "" {
+				if err := json.Compact(&result, o.ToolResult.Result); err != nil {
+					t.Fatalf("tool result %q: %v", o.ToolResult.Result, err)
+				}
+			}
+			r = append(r, "result:"+o.ToolResult.Name+":"+result.String()+":"+o.ToolResult.Error)
 		default:
 			t.Fatalf("unknown kind %d", o.Kind)
 		}
@@ -313,6 +322,7 @@ func FuzzCaptureLayer(f *testing.F) {
 	}
 	f.Add([]byte("\xe2\x82"), []byte{1})
 	f.Add([]byte(`{"type":"tool_call","name":"\u00e9"}`), []byte{})
+	f.Add([]byte(`a {"type":"tool_result","name":"x","result":{"k":[1]}} {"type":"tool_result","error":"e"}`), []byte{5, 2, 9})
 	f.Fuzz(func(t *testing.T, in, sizes []byte) {
 		var chunks [][]byte
 		rest := in
@@ -367,5 +377,34 @@ func TestCaptureOnMalformed(t *testing.T) {
 	s := c.Stats()
 	if s.Malformed != 4 || s.OtherShape != 1 || s.Invalid != 1 || s.Oversize != 1 || s.Unclosed != 1 {
 		t.Errorf("stats = %+v", s)
+	}
+}
+
+func TestToolResultObjects(t *testing.T) {
+	for _, c := range []struct {
+		obj        string
+		name, want string // want: the result JSON, or "error:" + the error
+	}{
+		{`{"type":"tool_result","name":"search","result":{"hits":2}}`, "search", `{"hits":2}`},
+		{`{"messageType":"tool_result","output":"done"}`, "", `"done"`},
+		{`{"type":"tool_result","name":"deploy","error":"refused"}`, "deploy", "error:refused"},
+		// Neither result nor output: the object itself is the result.
+		{`{"type":"tool_result","name":"ping","ms":12}`, "ping", `{"type":"tool_result","name":"ping","ms":12}`},
+		{`{"type":"tool_result","result":null}`, "", `null`},
+	} {
+		// Cut the object in two inside its name, as n8n's chunks do.
+		mid := len(c.obj) / 2
+		outs, st := runLayer(0, []byte("a "+c.obj[:mid]), []byte(c.obj[mid:]+" b"))
+		if len(outs) != 3 || outs[1].Kind != ToolResult || st.ToolResults != 1 || st.Malformed != 0 {
+			t.Fatalf("%s: outputs %+v stats %+v", c.obj, outs, st)
+		}
+		r := outs[1].ToolResult
+		got := string(r.Result)
+		if r.Error != "" {
+			got = "error:" + r.Error
+		}
+		if r.Name != c.name || got != c.want || outs[1].Raw != c.obj {
+			t.Errorf("%s: name %q result %s raw %q", c.obj, r.Name, got, outs[1].Raw)
+		}
 	}
 }

@@ -25,6 +25,11 @@ import (
 // toolInput / toolOutput (JSON text carried as a JSON string) and toolCallId
 // (toolId in some revisions), plus nodeType. They are decoded when present and
 // never required.
+//
+// Seed 004's control frames, written by the workflow as lines of their own
+// ("you can write custom control frames in exactly the same stream"), are
+// the flat objects {"type":"tool_call",…} and {"type":"tool_result",…}:
+// they are yielded with the line in Raw, for the capture layer to read.
 
 // ChunkType is the type field of an n8n streaming chunk.
 type ChunkType string
@@ -37,6 +42,9 @@ const (
 	ChunkError         ChunkType = "error"
 	ChunkToolCallStart ChunkType = "tool-call-start" // n8n PR 20499
 	ChunkToolCallEnd   ChunkType = "tool-call-end"   // n8n PR 20499
+
+	ChunkToolCallFrame   ChunkType = "tool_call"   // seed 004 control frame
+	ChunkToolResultFrame ChunkType = "tool_result" // seed 004 control frame
 )
 
 // n8nChunkKeepalive is skipped silently (counted in ReaderStats.Keepalives).
@@ -82,6 +90,9 @@ type Chunk struct {
 	HasContent bool
 	Metadata   Metadata
 	Line       int // 1-based line number in the stream
+	// Raw is the whole line of a control frame (ChunkToolCallFrame,
+	// ChunkToolResultFrame); nil for n8n's own chunks.
+	Raw []byte
 }
 
 // Key returns the (nodeId, runIndex, itemIndex) the chunk belongs to.
@@ -139,7 +150,7 @@ func NewReader(r io.Reader, maxLine int) *Reader {
 func (r *Reader) Stats() ReaderStats { return r.stats }
 
 // Next returns the next begin, item, end, error, tool-call-start or
-// tool-call-end chunk. It returns io.EOF at the end of the stream (a last line
+// tool-call-end chunk, or seed-004 control frame. It returns io.EOF at the end of the stream (a last line
 // without a newline is still decoded), a *DecodeError for a line that is
 // not a chunk (call Next again to go on), an error wrapping
 // ErrLineTooLong, or the underlying reader's error.
@@ -271,6 +282,10 @@ func n8nDecodeLine(line []byte) (Chunk, n8nLineKind, error) {
 	t := ChunkType(*w.Type)
 	switch t {
 	case ChunkBegin, ChunkItem, ChunkEnd, ChunkError, ChunkToolCallStart, ChunkToolCallEnd:
+	case ChunkToolCallFrame, ChunkToolResultFrame:
+		// The frame's own fields are not n8n's: metadata, if any, is kept
+		// out of the way.
+		return Chunk{Type: t, Raw: append([]byte(nil), bytes.TrimSpace(line)...)}, n8nLineChunk, nil
 	case n8nChunkKeepalive:
 		return Chunk{}, n8nLineKeepalive, nil
 	default:

@@ -230,3 +230,22 @@ func FuzzN8NChunkReader(f *testing.F) {
 		}
 	})
 }
+
+func TestControlFrames(t *testing.T) {
+	stream := `{"type":"tool_call","name":"search","args":{"q":"x"}}` + "\n" +
+		`  {"type":"tool_result","name":"search","result":[1]}  ` + "\n" + `{"type":"progress","percent":5}` + "\n"
+	r := NewReader(strings.NewReader(stream), 0)
+	chunks, decodeErrs, err := readAll(t, r)
+	if err != nil || len(decodeErrs) != 0 || len(chunks) != 2 {
+		t.Fatalf("err %v, decode errors %v, chunks %+v", err, decodeErrs, chunks)
+	}
+	if chunks[0].Type != ChunkToolCallFrame || string(chunks[0].Raw) != `{"type":"tool_call","name":"search","args":{"q":"x"}}` {
+		t.Errorf("first frame %+v", chunks[0])
+	}
+	if chunks[1].Type != ChunkToolResultFrame || string(chunks[1].Raw) != `{"type":"tool_result","name":"search","result":[1]}` || chunks[1].Line != 2 {
+		t.Errorf("second frame %+v", chunks[1])
+	}
+	if st := r.Stats(); st.Chunks != 2 || st.Unknown != 1 {
+		t.Errorf("stats %+v: want 2 chunks and the progress frame unknown", st)
+	}
+}
