@@ -14,12 +14,18 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/builder"
+	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/aguiapi"
 	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/nativeapi"
+	"github.com/threadline/threadline/workflow"
+	"github.com/threadline/threadline/workflow/catalog"
+	"github.com/threadline/threadline/workflow/validate"
 )
 
 // Config is the application's configuration beyond the store and agent.
@@ -58,6 +64,11 @@ type Config struct {
 	// PollInterval is how often subscribers re-read the log while the bus
 	// is down (default 1 s).
 	PollInterval time.Duration
+	// Catalog, when set, is n8n's node catalog the builder validates
+	// workflows against (node types, versions, required parameters).
+	Catalog *catalog.Catalog
+	// BuilderTimeout bounds one builder operation (default 45 s).
+	BuilderTimeout time.Duration
 }
 
 // DefaultLeaseRenew is how often a run's lease is renewed.
@@ -118,6 +129,20 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth,
 	}).Register(authed, router)
+	if bstore, ok := store.(builder.Store); ok {
+		// The agent's builder side, if it has one; without it the
+		// operations answer 501 and the projects still work.
+		b, _ := agent.(op.Builder)
+		opts := validate.Options{Catalog: cfg.Catalog}
+		check := func(doc []byte) (any, []workflow.ErrorDetail) {
+			r := validate.Validate(doc, opts)
+			return r, r.Errors
+		}
+		builderapi.New(s.Core, bstore, b, check, builderapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat,
+			OperationTimeout: cfg.BuilderTimeout, Logger: cfg.Logger}).Register(authed)
+	} else {
+		cfg.Logger.Warn("the store keeps no builder data; the builder API is off")
+	}
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.
