@@ -130,6 +130,9 @@ type InstanceToAGUI struct {
 
 	stateSent bool
 	state     json.RawMessage // the shared state as last sent
+	// openSteps are the checklist tasks sent as active steps, in the
+	// order they started.
+	openSteps []string
 
 	clientTools map[string]bool // tools the client executes (ClientTools)
 	clientCalls []string        // their calls without a result, in call order
@@ -604,6 +607,7 @@ func (m *InstanceToAGUI) completed(ev instanceai.Event, p *instanceai.AgentCompl
 }
 
 func (m *InstanceToAGUI) tasksUpdate(agentID string, p *instanceai.TasksUpdate) {
+	m.steps(p.Tasks.Tasks)
 	next := stateDoc(p)
 	if m.stateSent {
 		if ops, err := statePatch(m.state, next); err == nil {
@@ -662,6 +666,37 @@ func (m *InstanceToAGUI) closeAgent(a *agentState) {
 func (m *InstanceToAGUI) closeAll() {
 	for _, id := range m.agentOrder {
 		m.closeAgent(m.agents[id])
+	}
+	m.steps(nil)
+}
+
+// steps makes the checklist's tasks AG-UI steps: a task in progress is an
+// active step (STEP_STARTED when it becomes one), and a step whose task is
+// anything else, or gone, is finished. The rule is on state, not on
+// transitions, so a stream that starts mid-run (a rejoin, a resumed run)
+// opens the steps in progress at its first checklist; closeAll finishes
+// every step, since a run may not end with one active.
+func (m *InstanceToAGUI) steps(tasks []instanceai.Task) {
+	active := map[string]bool{}
+	for _, t := range tasks {
+		if t.Status == instanceai.TaskInProgress {
+			active[t.ID] = true
+		}
+	}
+	kept := m.openSteps[:0]
+	for _, id := range m.openSteps {
+		if active[id] {
+			kept = append(kept, id)
+			continue
+		}
+		m.emit("", &agui.StepFinished{StepName: id})
+	}
+	m.openSteps = kept
+	for _, t := range tasks {
+		if active[t.ID] && !slices.Contains(m.openSteps, t.ID) {
+			m.openSteps = append(m.openSteps, t.ID)
+			m.emit("", &agui.StepStarted{StepName: t.ID})
+		}
 	}
 }
 

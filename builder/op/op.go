@@ -94,10 +94,16 @@ type LLMChecker interface {
 // marshalled as it is) and the errors among its findings.
 type Validator func(doc []byte) (result any, errs []workflow.ErrorDetail)
 
+// Recorder keeps what an operation built (the iteration history of modify
+// and iterate); it runs before the result is announced, and its failure
+// fails the last step.
+type Recorder func(ctx context.Context, req Request, built json.RawMessage) error
+
 // Work returns the run's work for req: the steps in order, each a tool
 // call with its StepResult, stopping at the first that fails (the run
-// then ends in error with that step's ErrorDetail as its message).
-func Work(req Request, b Builder, check Validator) instanceai.AgentFunc {
+// then ends in error, the step's result carrying its ErrorDetail). record
+// may be nil.
+func Work(req Request, b Builder, check Validator, record Recorder) instanceai.AgentFunc {
 	return func(ctx context.Context, run *instanceai.Run) error {
 		s := &steps{run: run, req: req}
 		if err := s.do(StepValidateRequest, func() (StepResult, error) { return validateRequest(req, check) }); err != nil {
@@ -126,6 +132,11 @@ func Work(req Request, b Builder, check Validator) instanceai.AgentFunc {
 				return StepResult{}, err
 			}
 			valid = len(errs) == 0
+			if record != nil {
+				if err := record(ctx, req, built); err != nil {
+					return StepResult{}, fmt.Errorf("store the workflow's history: %w", err)
+				}
+			}
 			msg := "The workflow is valid"
 			if !valid {
 				msg = fmt.Sprintf("The workflow has %d problem(s); see validation_result", len(errs))

@@ -21,11 +21,6 @@ import (
 // with why; every other rule must pass on at least one scenario, so a rule
 // that silently never runs is noticed.
 var unexercisable = map[string]string{
-	// The reference agent has no step source: mapping/instance_to_agui.go
-	// never emits STEP_STARTED or STEP_FINISHED.
-	aguicheck.StepStartUnique:   "the reference agent emits no STEP_* events",
-	aguicheck.StepFinishStarted: "the reference agent emits no STEP_* events",
-	aguicheck.StepClosed:        "the reference agent emits no STEP_* events",
 	// Its background agents are all children of the main agent, so no
 	// SUBAGENT_STARTED carries a parentSubagentRunId.
 	aguicheck.SubParentStarted: "the reference agent never nests sub-agents",

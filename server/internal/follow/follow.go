@@ -1,0 +1,97 @@
+// Package follow is the live part of the streams that render one run of a
+// thread in another dialect (AG-UI's /run-agent and rejoin, the builder's
+// operations): read the thread's feed after a cursor, map the run's
+// events, write them, until the mapper's terminal event.
+package follow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/ssestream"
+)
+
+// Mapper renders one run's Instance AI events as a dialect's events E.
+type Mapper[E any] interface {
+	Push(ev instanceai.Event) []E
+	// Close returns the events that end a stream cut short by err.
+	Close(err error) []E
+	// Finished reports whether the terminal event was returned.
+	Finished() bool
+}
+
+// Stream is one stream's parts: where it reads, what it maps, how it
+// writes. Write sends events with id (the seq of the event they were
+// mapped from, 0 for none) on the last of them.
+type Stream[E any] struct {
+	Core      *instanceai.Core
+	ThreadID  string
+	RunID     string
+	Mapper    Mapper[E]
+	Out       *ssestream.Stream
+	Write     func(id int64, events []E) error
+	Heartbeat time.Duration
+	Log       *slog.Logger
+}
+
+// Run follows the run from after until the mapper's terminal event. gone
+// reports that the client went away first (a failed write, or the
+// request's end), so the caller may act for a run nobody watches; a source
+// failure or an eviction reset ends the stream with the mapper's Close and
+// is not gone.
+func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
+	feed := s.Core.Feed(s.ThreadID, after)
+	defer func() { feed.Close() }()
+	ping := time.NewTicker(s.Heartbeat)
+	defer ping.Stop()
+	for !s.Mapper.Finished() {
+		batch, err := feed.Next(ctx, ping.C)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true
+			}
+			if errors.Is(err, instanceai.ErrSubscriberDropped) {
+				// Fell behind the live tail: the log has every durable
+				// event, so pick up again from the cursor.
+				last := feed.Last()
+				feed.Close()
+				feed = s.Core.Feed(s.ThreadID, last)
+				continue
+			}
+			s.Log.Warn("stream source failed", "err", err)
+			return s.Write(0, s.Mapper.Close(err)) != nil || s.Out.Flush() != nil
+		}
+		if batch == nil {
+			if s.Out.Ping() != nil {
+				return true
+			}
+			continue
+		}
+		for _, d := range batch {
+			if d.Reset != nil {
+				// The events between the cursor and the rest are gone:
+				// no sequence of the dialect can bridge them, so the run's
+				// stream ends here.
+				s.Log.Warn("stream reset: events evicted", "next", d.Reset.NextEventID)
+				if s.Write(0, s.Mapper.Close(d.Reset)) == nil {
+					_ = s.Out.Flush()
+				}
+				return false
+			}
+			if d.Event == nil || d.Event.RunID != s.RunID {
+				continue
+			}
+			if err := s.Write(d.ID, s.Mapper.Push(*d.Event)); err != nil {
+				return true
+			}
+		}
+		if err := s.Out.Flush(); err != nil {
+			return !s.Mapper.Finished()
+		}
+		ping.Reset(s.Heartbeat)
+	}
+	return false
+}
