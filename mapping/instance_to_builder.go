@@ -33,12 +33,12 @@ type BuilderData struct {
 }
 
 // builderNames are the event names that differ by operation.
-type builderNames struct{ started, finished, failed, built, processing string }
+type builderNames struct{ started, finished, failed, built, processing, noun string }
 
 var builderNamesOf = map[op.Kind]builderNames{
-	op.Generate: {"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "WORKFLOW_GENERATED", "Generating workflow..."},
-	op.Modify:   {"MODIFICATION_STARTED", "MODIFICATION_FINISHED", "MODIFICATION_ERROR", "WORKFLOW_MODIFIED", "Modifying workflow..."},
-	op.Iterate:  {"ITERATION_STARTED", "ITERATION_FINISHED", "ITERATION_ERROR", "WORKFLOW_ITERATED", "Iterating on workflow..."},
+	op.Generate: {"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "WORKFLOW_GENERATED", "Generating workflow...", "generation"},
+	op.Modify:   {"MODIFICATION_STARTED", "MODIFICATION_FINISHED", "MODIFICATION_ERROR", "WORKFLOW_MODIFIED", "Modifying workflow...", "modification"},
+	op.Iterate:  {"ITERATION_STARTED", "ITERATION_FINISHED", "ITERATION_ERROR", "WORKFLOW_ITERATED", "Iterating on workflow...", "iteration"},
 }
 
 // InstanceToBuilder renders one builder run's Instance AI events (those
@@ -90,7 +90,7 @@ func (m *InstanceToBuilder) Push(ev instanceai.Event) []BuilderEvent {
 		out = m.start(out)
 		switch p.ToolName {
 		case op.StepValidateRequest:
-			out = append(out, m.event("VALIDATION_STARTED", "Validating workflow "+string(m.kind)+" request..."))
+			out = append(out, m.event("VALIDATION_STARTED", "Validating workflow "+m.names.noun+" request..."))
 		case op.StepCheckLLM:
 			out = append(out, m.event("LLM_CHECK_STARTED", "Checking LLM service availability..."))
 		case op.StepBuildWorkflow:

@@ -17,9 +17,11 @@ import (
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/storage"
+	"github.com/threadline/threadline/workflow/catalog"
 )
 
 // defaultStore is the embedded SQLite file a fresh checkout writes to.
@@ -46,6 +48,8 @@ type serveConfig struct {
 	instance        string
 	lease           time.Duration
 	leaseRenew      time.Duration
+	catalog         string
+	builderTimeout  time.Duration
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -84,8 +88,33 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"how long a run stays claimed by its instance without a heartbeat; a run whose instance died is settled about this long after")
 	f.Duration(&c.leaseRenew, "lease-renew", "THREADLINE_LEASE_RENEW", server.DefaultLeaseRenew,
 		"how often the heartbeat renews this instance's leases and sweeps the runs of dead instances (keep it well under -lease)")
+	f.String(&c.catalog, "n8n-catalog", "THREADLINE_N8N_CATALOG", "",
+		"n8n's node catalog for the builder's validation (node types, versions, required parameters): a nodes.json file, "+
+			"a node_modules directory holding n8n-nodes-base and @n8n/n8n-nodes-langchain, or a running n8n's URL (http://localhost:5678); none = structural checks only")
+	f.Duration(&c.builderTimeout, "builder-timeout", "THREADLINE_BUILDER_TIMEOUT", builderapi.DefaultOperationTimeout,
+		"how long one builder operation (generate, modify, iterate) may take")
 	agentFlags(f, &c.agents)
 	return f, c
+}
+
+// loadCatalog reads n8n's node catalog from where -n8n-catalog points.
+func loadCatalog(ctx context.Context, where string) (*catalog.Catalog, error) {
+	switch {
+	case where == "":
+		return nil, nil
+	case strings.HasPrefix(where, "http://") || strings.HasPrefix(where, "https://"):
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return catalog.Fetch(ctx, where)
+	}
+	info, err := os.Stat(where)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return catalog.LoadDir(where)
+	}
+	return catalog.LoadFile(where)
 }
 
 // loadAuth reads the configured tokens. Errors name the list entry or file
@@ -193,10 +222,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	nodes, err := loadCatalog(ctx, c.catalog)
+	if err != nil {
+		return fmt.Errorf("-n8n-catalog %s: %w", c.catalog, err)
+	}
+	if nodes != nil {
+		logger.Info("n8n node catalog loaded", "from", c.catalog, "types", nodes.Len())
+	}
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew,
+		Catalog: nodes, BuilderTimeout: c.builderTimeout,
 	})
 	// Bind first: a process that cannot take its port (another one has
 	// it) must leave the runs in the database alone.

@@ -1,6 +1,7 @@
 package builderapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
@@ -337,5 +339,72 @@ func TestValidateEndpoint(t *testing.T) {
 	if code := s.DoInto(http.MethodPost, "/validate", `{"workflow_json":"{\"name\":\"x\",\"nodes\":[],\"connections\":{} "}`, &res); code != http.StatusOK ||
 		res.IsValid || len(res.Errors) == 0 || res.Errors[0].Rule != "json.syntax" {
 		t.Fatalf("broken workflow: %d %+v", code, res)
+	}
+}
+
+// A builder run is a run like any other: an AG-UI client that rejoins the
+// thread while it builds sees the steps, the checklist state and the
+// steps' calls with the workflow in the result.
+func TestBuilderRunThroughAGUI(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{AgentDelay: 300 * time.Millisecond})
+	done := make(chan []builderFrame, 1)
+	go func() {
+		_, frames, _ := post(t, s, "/generate", `{"description":"Every day call an HTTP API and post to Slack","thread_id":"ag"}`, nil)
+		done <- frames
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if rows, err := s.App.Store.ReadAfter(context.Background(), "ag", 0, 0); err == nil && len(rows) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the builder run did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/agui/threads/ag/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := s.Client.Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("rejoin: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	rd := ssestream.NewReader(res.Body)
+	var seen []string
+	result := ""
+	for {
+		f, err := rd.Next()
+		if err != nil {
+			t.Fatalf("rejoin ended after %v: %v", seen, err)
+		}
+		if f.IsComment() || f.Data == "" {
+			continue
+		}
+		var ev struct {
+			Type, StepName, Content string
+		}
+		if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ev.Type+":"+ev.StepName)
+		if ev.Type == "TOOL_CALL_RESULT" && strings.Contains(ev.Content, "workflow_json") {
+			result = ev.Content
+		}
+		if ev.Type == "RUN_FINISHED" || ev.Type == "RUN_ERROR" {
+			break
+		}
+	}
+	joined := strings.Join(seen, " ")
+	for _, want := range []string{"STEP_STARTED:build_workflow", "STEP_FINISHED:build_workflow", "STEP_STARTED:validate_workflow",
+		"STATE_", "RUN_FINISHED:"} {
+		if !strings.Contains(joined, want) {
+			t.Fatalf("the AG-UI view lacks %s: %s", want, joined)
+		}
+	}
+	if !strings.Contains(result, "n8n-nodes-base.slack") {
+		t.Fatalf("no tool result carried the workflow: %q", result)
+	}
+	if frames := <-done; frames[len(frames)-1].ev.Type != "RUN_FINISHED" {
+		t.Fatalf("the builder stream ended %v", types(frames))
 	}
 }
