@@ -13,9 +13,10 @@ import (
 
 // BuildWorkflow is the reference agent's builder: workflows made from the
 // request's keywords by workflow/generate, deterministic and offline, so
-// the builder API works without a model. A description it cannot read is
-// an ErrorDetail that says how to phrase it.
-func (a *Agent) BuildWorkflow(ctx context.Context, req op.Request) (json.RawMessage, error) {
+// the builder API works without a model. Its workflows are valid by
+// construction, so it does not repair. A description it cannot read is an
+// ErrorDetail that says how to phrase it.
+func (a *Agent) BuildWorkflow(ctx context.Context, req op.Request, _ op.Validator) (json.RawMessage, error) {
 	if err := a.pause(ctx); err != nil {
 		return nil, err
 	}

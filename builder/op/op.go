@@ -79,9 +79,11 @@ type StepResult struct {
 }
 
 // Builder builds the workflow of a request: an agent's builder side.
-// Errors that are *workflow.ErrorDetail reach the client as they are.
+// check is the validator the operation's result will be judged by, for a
+// builder that repairs what it made before it answers. Errors that are
+// *workflow.ErrorDetail reach the client as they are.
 type Builder interface {
-	BuildWorkflow(ctx context.Context, req Request) (json.RawMessage, error)
+	BuildWorkflow(ctx context.Context, req Request, check Validator) (json.RawMessage, error)
 }
 
 // LLMChecker reports whether the model a builder uses answers; nil means
@@ -114,7 +116,7 @@ func Work(req Request, b Builder, check Validator, record Recorder) instanceai.A
 		}
 		var built json.RawMessage
 		err := s.do(StepBuildWorkflow, func() (StepResult, error) {
-			doc, err := b.BuildWorkflow(ctx, req)
+			doc, err := b.BuildWorkflow(ctx, req, check)
 			if err != nil {
 				return StepResult{}, err
 			}
