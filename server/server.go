@@ -125,10 +125,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// Metrics carry no user data, but tool names and traffic shape are
 	// the operator's business: they sit behind the same tokens as the API.
 	authed.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)
-	aguiapi.New(s.Core, aguiapi.Config{
-		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
-		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth,
-	}).Register(authed, router)
+	var tasks func() map[string]int
 	if bstore, ok := store.(builder.Store); ok {
 		// The agent's builder side, if it has one; without it the
 		// operations answer 501 and the projects still work.
@@ -138,11 +135,17 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 			r := validate.Validate(doc, opts)
 			return r, r.Errors
 		}
-		builderapi.New(s.Core, bstore, b, check, builderapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat,
-			OperationTimeout: cfg.BuilderTimeout, Logger: cfg.Logger}).Register(authed)
+		bapi := builderapi.New(s.Core, bstore, b, check, builderapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat,
+			OperationTimeout: cfg.BuilderTimeout, Logger: cfg.Logger})
+		bapi.Register(authed)
+		tasks = bapi.Tasks
 	} else {
 		cfg.Logger.Warn("the store keeps no builder data; the builder API is off")
 	}
+	aguiapi.New(s.Core, aguiapi.Config{
+		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
+		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
+	}).Register(authed, router)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.

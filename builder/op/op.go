@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/workflow"
@@ -101,13 +102,25 @@ type Validator func(doc []byte) (result any, errs []workflow.ErrorDetail)
 // fails the last step.
 type Recorder func(ctx context.Context, req Request, built json.RawMessage) error
 
+// Config is what an operation works with.
+type Config struct {
+	Builder Builder
+	Check   Validator
+	// Record, if set, keeps what the operation built.
+	Record Recorder
+	// Activity, if set, counts the operations and steps at work.
+	Activity *Activity
+}
+
 // Work returns the run's work for req: the steps in order, each a tool
 // call with its StepResult, stopping at the first that fails (the run
-// then ends in error, the step's result carrying its ErrorDetail). record
-// may be nil.
-func Work(req Request, b Builder, check Validator, record Recorder) instanceai.AgentFunc {
+// then ends in error, the step's result carrying its ErrorDetail).
+func Work(req Request, cfg Config) instanceai.AgentFunc {
+	b, check, record := cfg.Builder, cfg.Check, cfg.Record
 	return func(ctx context.Context, run *instanceai.Run) error {
-		s := &steps{run: run, req: req}
+		cfg.Activity.add(RoleOrchestrator, 1)
+		defer cfg.Activity.add(RoleOrchestrator, -1)
+		s := &steps{run: run, req: req, activity: cfg.Activity}
 		if err := s.do(StepValidateRequest, func() (StepResult, error) { return validateRequest(req, check) }); err != nil {
 			return err
 		}
@@ -157,10 +170,11 @@ func Work(req Request, b Builder, check Validator, record Recorder) instanceai.A
 
 // steps emits the checklist and the steps' calls.
 type steps struct {
-	run   *instanceai.Run
-	req   Request
-	state map[string]string
-	n     int
+	run      *instanceai.Run
+	req      Request
+	activity *Activity
+	state    map[string]string
+	n        int
 }
 
 func (s *steps) tasks() error {
@@ -192,7 +206,10 @@ func (s *steps) do(step string, body func() (StepResult, error)) error {
 		Payload: &instanceai.ToolCall{ToolCallID: callID, ToolName: step, Args: args}}); err != nil {
 		return err
 	}
+	role := roleOf[step]
+	s.activity.add(role, 1)
 	res, err := body()
+	s.activity.add(role, -1)
 	if err != nil {
 		res = StepResult{Message: err.Error(), Error: detailOf(step, err)}
 	}
@@ -289,4 +306,56 @@ func checkLLM(ctx context.Context, b Builder) (StepResult, error) {
 		return StepResult{Message: d.Message, Error: d}, nil
 	}
 	return StepResult{OK: true, Message: "LLM service is available and ready"}, nil
+}
+
+// The builder's agents as /status lists them: the orchestrator runs the
+// operations, the generator builds, the validator checks.
+const (
+	RoleOrchestrator = "orchestrator"
+	RoleGenerator    = "generator"
+	RoleValidator    = "validator"
+)
+
+// Roles lists them in order.
+var Roles = []string{RoleGenerator, RoleValidator, RoleOrchestrator}
+
+var roleOf = map[string]string{
+	StepValidateRequest: RoleValidator, StepCheckLLM: RoleOrchestrator,
+	StepBuildWorkflow: RoleGenerator, StepValidateWorkflow: RoleValidator,
+}
+
+// Activity counts, per role, the operations and steps at work in this
+// process. The zero value is ready; a nil *Activity counts nothing.
+type Activity struct {
+	mu     sync.Mutex
+	active map[string]int
+}
+
+func (a *Activity) add(role string, n int) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.active == nil {
+		a.active = map[string]int{}
+	}
+	a.active[role] += n
+}
+
+// Tasks returns each role's active count (every role present).
+func (a *Activity) Tasks() map[string]int {
+	out := make(map[string]int, len(Roles))
+	for _, r := range Roles {
+		out[r] = 0
+	}
+	if a == nil {
+		return out
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for r, n := range a.active {
+		out[r] = n
+	}
+	return out
 }

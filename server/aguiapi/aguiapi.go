@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +42,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Agents names the agents /health and /status report.
 	Agents []string
+	// Tasks, when set, adds agents that count their own work to /health
+	// and /status: the builder's generator, validator and orchestrator,
+	// each with the tasks it works on now.
+	Tasks func() map[string]int
 	// AllowedOrigins is reported by /status (CORS itself is the CORS
 	// middleware's job).
 	AllowedOrigins []string
@@ -570,8 +576,21 @@ func (h *Handler) health(w http.ResponseWriter, _ *http.Request) {
 	}
 	httpjson.Write(w, code, healthResponse{
 		Status: status, Timestamp: h.cfg.Now().UTC().Format(time.RFC3339Nano), Version: h.cfg.Version,
-		ActiveRuns: h.core.ActiveRuns(), Agents: h.cfg.Agents,
+		ActiveRuns: h.core.ActiveRuns(), Agents: h.agentNames(),
 	})
+}
+
+// agentNames lists the configured agents, then those Tasks counts.
+func (h *Handler) agentNames() []string {
+	names := slices.Clone(h.cfg.Agents)
+	if h.cfg.Tasks != nil {
+		for _, name := range slices.Sorted(maps.Keys(h.cfg.Tasks())) {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
 }
 
 type statusResponse struct {
@@ -608,6 +627,11 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	out.Agents = make(map[string]agentStatus, len(h.cfg.Agents))
 	for _, name := range h.cfg.Agents {
 		out.Agents[name] = agentStatus{Status: "ready", ActiveTasks: active}
+	}
+	if h.cfg.Tasks != nil {
+		for name, n := range h.cfg.Tasks() {
+			out.Agents[name] = agentStatus{Status: "ready", ActiveTasks: n}
+		}
 	}
 	out.Config.AllowedOrigins = h.cfg.AllowedOrigins
 	out.Config.AGUIVersion = agui.ProtocolVersion

@@ -41,7 +41,12 @@ type API struct {
 	builder  op.Builder
 	validate op.Validator
 	cfg      Config
+	activity op.Activity
 }
+
+// Tasks returns the builder's agents with the operations and steps each
+// is working on in this process (for /status).
+func (a *API) Tasks() map[string]int { return a.activity.Tasks() }
 
 // New returns the API over the core, keeping its projects and history in
 // store, building with b and validating with v.

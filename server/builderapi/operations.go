@@ -151,7 +151,7 @@ func (a *API) begin(r *http.Request, o operation) (source, error) {
 	if err != nil {
 		return source{}, err
 	}
-	work := op.Work(o.req, a.builder, a.validate, a.recorder(user))
+	work := op.Work(o.req, op.Config{Builder: a.builder, Check: a.validate, Record: a.recorder(user), Activity: &a.activity})
 	timed := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
 		ctx, cancel := context.WithTimeout(ctx, a.cfg.OperationTimeout)
 		defer cancel()

@@ -362,6 +362,31 @@ func TestBuilderRunThroughAGUI(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// /status lists the builder's agents with what each works on now.
+	tasks := func() map[string]int {
+		var st struct {
+			Agents map[string]struct {
+				ActiveTasks int `json:"active_tasks"`
+			} `json:"agents"`
+		}
+		if code := s.DoInto(http.MethodGet, "/status", "", &st); code != http.StatusOK {
+			t.Fatalf("/status: %d", code)
+		}
+		out := map[string]int{}
+		for name, a := range st.Agents {
+			out[name] = a.ActiveTasks
+		}
+		return out
+	}
+	for tasks()["generator"] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("/status never showed the generator at work: %v", tasks())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := tasks(); got["orchestrator"] != 1 || got["validator"] != 0 {
+		t.Fatalf("while building: %v; want orchestrator 1, validator 0", got)
+	}
 	req, _ := http.NewRequest(http.MethodGet, s.URL+"/agui/threads/ag/events", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	res, err := s.Client.Do(req)
@@ -406,5 +431,11 @@ func TestBuilderRunThroughAGUI(t *testing.T) {
 	}
 	if frames := <-done; frames[len(frames)-1].ev.Type != "RUN_FINISHED" {
 		t.Fatalf("the builder stream ended %v", types(frames))
+	}
+	for got := tasks(); got["orchestrator"] != 0 || got["generator"] != 0 || got["validator"] != 0; got = tasks() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the run: %v; want all idle", got)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
