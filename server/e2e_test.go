@@ -348,12 +348,35 @@ func TestRequestErrors(t *testing.T) {
 // last event; cancel is idempotent.
 func TestCancelMidRun(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
-		// The pause between events leaves each tool call in flight long
-		// enough for the cancel to land while it runs.
-		h := start(t, store, servertest.Options{AgentDelay: 100 * time.Millisecond})
+		// An agent whose tool call is in flight until the cancel, which
+		// then misbehaves: it goes on emitting after its run ended.
+		late := make(chan error, 1)
+		agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+			done := instanceai.Event{Type: instanceai.TypeToolCall, Payload: &instanceai.ToolCall{ToolCallID: "call_done",
+				ToolName: "lookup", Args: json.RawMessage(`{}`)}}
+			if err := run.Emit(done); err != nil {
+				return err
+			}
+			if err := run.Emit(instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{
+				ToolCallID: "call_done", Result: json.RawMessage(`{"ok":true}`)}}); err != nil {
+				return err
+			}
+			if err := run.Emit(instanceai.Event{Type: instanceai.TypeToolCall, Payload: &instanceai.ToolCall{ToolCallID: "call_busy",
+				ToolName: "lookup", Args: json.RawMessage(`{}`)}}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			late <- run.Emit(instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{
+				ToolCallID: "call_busy", Result: json.RawMessage(`{"late":true}`)}})
+			return ctx.Err()
+		})
+		h := start(t, store, servertest.Options{Agent: agent})
 		runID := h.Chat("th", "tools")
 		conn := h.Connect("th", "", false)
-		conn.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeToolCall })
+		conn.Until(wait, func(f servertest.Frame) bool {
+			p, ok := f.Decoded.Payload.(*instanceai.ToolCall)
+			return ok && p.ToolCallID == "call_busy"
+		})
 		for range 2 {
 			h.Cancel("th")
 		}
@@ -362,8 +385,9 @@ func TestCancelMidRun(t *testing.T) {
 		if finish.Status != instanceai.RunCancelled || finish.Reason != instanceai.ReasonUserCancelled {
 			t.Fatalf("run-finish = %+v", finish)
 		}
-		// Give the agent time to misbehave, then check nothing followed.
-		time.Sleep(150 * time.Millisecond)
+		if err := <-late; !errors.Is(err, instanceai.ErrRunFinished) {
+			t.Fatalf("an emit after the cancel: %v; want ErrRunFinished", err)
+		}
 		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
