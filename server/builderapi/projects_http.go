@@ -20,10 +20,10 @@ import (
 // field at fault, the confirm guard of the deletions and the body checks
 // the store cannot make.
 
-// errorHandler is a handler that returns its failure for serve to answer.
-type errorHandler func(w http.ResponseWriter, r *http.Request) error
+// projectHandler is a handler that returns its failure for projectRoute to answer.
+type projectHandler func(w http.ResponseWriter, r *http.Request) error
 
-func serve(h errorHandler) http.HandlerFunc {
+func projectRoute(h projectHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			httpjson.WriteError(w, err)
@@ -31,18 +31,35 @@ func serve(h errorHandler) http.HandlerFunc {
 	}
 }
 
-// depth is how far down a route's path goes.
-type depth int
+// projectRead is the route of a GET that answers what get returns for the
+// path's names.
+func projectRead[T any](a *API, d pathDepth, get func(context.Context, pathNames) (T, error)) http.HandlerFunc {
+	return projectRoute(func(w http.ResponseWriter, r *http.Request) error {
+		loc, err := readPath(r, d)
+		if err != nil {
+			return err
+		}
+		v, err := get(r.Context(), loc)
+		if err != nil {
+			return a.projectStoreError(r.Context(), loc, err)
+		}
+		httpjson.Write(w, http.StatusOK, v)
+		return nil
+	})
+}
+
+// pathDepth is how far down a route's path goes.
+type pathDepth int
 
 const (
-	atProject depth = iota
+	atProject pathDepth = iota
 	atFile
 	atVersion
 )
 
-// location is what a request is about: the caller, and the names its path
+// pathNames is what a request is about: the caller, and the names its path
 // gives.
-type location struct {
+type pathNames struct {
 	owner    string
 	project  string
 	filename string // "" above atFile
@@ -51,12 +68,12 @@ type location struct {
 	versionField string
 }
 
-// at reads and checks the path's names down to d, in path order, so that
+// readPath reads and checks the path's names down to d, in path order, so that
 // a bad name is reported as the path calls it before anything is looked
 // up.
-func at(r *http.Request, d depth) (location, error) {
+func readPath(r *http.Request, d pathDepth) (pathNames, error) {
 	vars := mux.Vars(r)
-	loc := location{owner: auth.UserFrom(r.Context()), project: vars["name"], versionField: "version_filename"}
+	loc := pathNames{owner: auth.UserFrom(r.Context()), project: vars["name"], versionField: "version_filename"}
 	if err := builder.CheckName(loc.project); err != nil {
 		return loc, loc.nameError(err)
 	}
@@ -77,14 +94,14 @@ func at(r *http.Request, d depth) (location, error) {
 
 // withVersion is loc about another version, named by the path variable
 // field (a compare's version1 or version2).
-func (loc location) withVersion(field, name string) location {
+func (loc pathNames) withVersion(field, name string) pathNames {
 	loc.version, loc.versionField = name, field
 	return loc
 }
 
 // nameError answers a *builder.NameError with the field named as the path
 // calls it; any other error is returned as it is.
-func (loc location) nameError(err error) error {
+func (loc pathNames) nameError(err error) error {
 	var ne *builder.NameError
 	if !errors.As(err, &ne) {
 		return err
@@ -94,11 +111,11 @@ func (loc location) nameError(err error) error {
 	return httpjson.NewError(http.StatusBadRequest, "invalid_field", field, "%s", ne.Error())
 }
 
-// storeError answers an error of the store. Not found is told apart by
+// projectStoreError answers an error of the store. Not found is told apart by
 // looking the project and then the file up again, only on this path, so
 // that the answer says which of them is missing: another user's project
 // is missing like one that never was.
-func (a *API) storeError(ctx context.Context, loc location, err error) error {
+func (a *API) projectStoreError(ctx context.Context, loc pathNames, err error) error {
 	var ve *builder.ValueError
 	switch {
 	case errors.As(err, new(*builder.NameError)):
@@ -108,12 +125,12 @@ func (a *API) storeError(ctx context.Context, loc location, err error) error {
 	case errors.Is(err, builder.ErrExists):
 		return httpjson.NewError(http.StatusConflict, "project_exists", "name", "project %q already exists", loc.project)
 	case errors.Is(err, builder.ErrNotFound):
-		return a.missing(ctx, loc)
+		return a.whichMissing(ctx, loc)
 	}
 	return err
 }
 
-func (a *API) missing(ctx context.Context, loc location) error {
+func (a *API) whichMissing(ctx context.Context, loc pathNames) error {
 	projectMissing := httpjson.NewError(http.StatusNotFound, "project_not_found", "name", "project %q not found", loc.project)
 	if loc.filename == "" {
 		return projectMissing
@@ -133,9 +150,9 @@ func (a *API) missing(ctx context.Context, loc location) error {
 		"version %q of workflow %q not found", loc.version, loc.filename)
 }
 
-// confirmed guards a deletion: without ?confirm=true nothing is deleted
+// deleteConfirmed guards a deletion: without ?confirm=true nothing is deleted
 // and the answer says how to go ahead and what would go.
-func confirmed(r *http.Request, what string, args ...any) error {
+func deleteConfirmed(r *http.Request, what string, args ...any) error {
 	if r.URL.Query().Get("confirm") == "true" {
 		return nil
 	}
@@ -143,29 +160,48 @@ func confirmed(r *http.Request, what string, args ...any) error {
 		"add ?confirm=true to delete %s", fmt.Sprintf(what, args...))
 }
 
-// decodeOptional is httpjson.Decode for a body whose fields all have
+// decodeOptionalBody is httpjson.Decode for a body whose fields all have
 // defaults: a request without a body leaves v as it is.
-func (a *API) decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+func (a *API) decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength == 0 {
 		return nil
 	}
 	return httpjson.Decode(w, r, a.cfg.MaxBody, v)
 }
 
-// checkUTF8 refuses JSON text kept byte for byte that is not UTF-8: the
+// checkUTF8Field refuses JSON text kept byte for byte that is not UTF-8: the
 // decoder lets such bytes through inside strings, and PostgreSQL's TEXT
 // refuses them.
-func checkUTF8(field string, raw []byte) error {
+func checkUTF8Field(field string, raw []byte) error {
 	if !utf8.Valid(raw) {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", field, "%s must be UTF-8 text", field)
 	}
 	return nil
 }
 
-// checkText refuses a decoded string PostgreSQL's TEXT cannot hold.
-func checkText(field, s string) error {
+// checkStoredText refuses a decoded string PostgreSQL's TEXT cannot hold.
+func checkStoredText(field, s string) error {
 	if strings.ContainsRune(s, 0) {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", field, "%s must not contain NUL characters", field)
+	}
+	return nil
+}
+
+// checkWorkflowText refuses workflow data PostgreSQL cannot keep: bytes
+// that are not UTF-8, or a name or tag with a NUL character (a version
+// keeps them decoded, see builder.Describe).
+func checkWorkflowText(data []byte) error {
+	if err := checkUTF8Field("workflow_data", data); err != nil {
+		return err
+	}
+	d := builder.Describe(data)
+	if err := checkStoredText("workflow_data.name", d.Name); err != nil {
+		return err
+	}
+	for _, tag := range d.Tags {
+		if err := checkStoredText("workflow_data.tags", tag); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -175,7 +211,7 @@ func checkText(field, s string) error {
 // that is the settings object itself (version_limit).
 func parseSettings(raw []byte, bare bool) (builder.Settings, error) {
 	var s builder.Settings
-	if err := checkUTF8("settings", raw); err != nil {
+	if err := checkUTF8Field("settings", raw); err != nil {
 		return s, err
 	}
 	err := s.UnmarshalJSON(raw)

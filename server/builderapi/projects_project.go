@@ -1,6 +1,7 @@
 package builderapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -63,9 +64,9 @@ func (a *API) projectStats(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// createRequest is the body of POST /projects/{name}. Name, when given,
+// createProjectRequest is the body of POST /projects/{name}. Name, when given,
 // must be the path's; Settings, when given, replace the defaults.
-type createRequest struct {
+type createProjectRequest struct {
 	Name             string          `json:"name"`
 	Description      string          `json:"description"`
 	InitialWorkflows []string        `json:"initial_workflows"`
@@ -73,12 +74,12 @@ type createRequest struct {
 }
 
 func (a *API) createProject(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atProject)
+	loc, err := readPath(r, atProject)
 	if err != nil {
 		return err
 	}
-	var req createRequest
-	if err := a.decodeOptional(w, r, &req); err != nil {
+	var req createProjectRequest
+	if err := a.decodeOptionalBody(w, r, &req); err != nil {
 		return err
 	}
 	if loc.project == statsName {
@@ -89,7 +90,7 @@ func (a *API) createProject(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "name",
 			"name %q in the body differs from the project name %q in the path", req.Name, loc.project)
 	}
-	if err := checkText("description", req.Description); err != nil {
+	if err := checkStoredText("description", req.Description); err != nil {
 		return err
 	}
 	np := builder.NewProject{Name: loc.project, Description: req.Description, InitialWorkflows: req.InitialWorkflows}
@@ -109,28 +110,20 @@ func (a *API) createProject(w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := a.store.CreateProject(r.Context(), loc.owner, np)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	w.Header().Set("Location", ProjectsRoot+"/"+p.Name)
 	httpjson.Write(w, http.StatusCreated, projectView(p))
 	return nil
 }
 
-func (a *API) getProject(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atProject)
-	if err != nil {
-		return err
-	}
-	p, err := a.store.GetProject(r.Context(), loc.owner, loc.project)
-	if err != nil {
-		return a.storeError(r.Context(), loc, err)
-	}
-	httpjson.Write(w, http.StatusOK, projectView(p))
-	return nil
+func (a *API) getProject(ctx context.Context, loc pathNames) (projectResponse, error) {
+	p, err := a.store.GetProject(ctx, loc.owner, loc.project)
+	return projectView(p), err
 }
 
-// deleteResponse answers a deletion.
-type deleteResponse struct {
+// deletedResponse answers a deletion.
+type deletedResponse struct {
 	Deleted bool   `json:"deleted"`
 	Project string `json:"project"`
 	// Filename and Version name the workflow file or version deleted.
@@ -142,28 +135,28 @@ type deleteResponse struct {
 }
 
 func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atProject)
+	loc, err := readPath(r, atProject)
 	if err != nil {
 		return err
 	}
 	p, err := a.store.GetProject(r.Context(), loc.owner, loc.project)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
-	if err := confirmed(r, "the project and its %d workflows", p.WorkflowCount); err != nil {
+	if err := deleteConfirmed(r, "the project and its %d workflows", p.WorkflowCount); err != nil {
 		return err
 	}
 	if err := a.store.DeleteProject(r.Context(), loc.owner, loc.project); err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
-	httpjson.Write(w, http.StatusOK, deleteResponse{Deleted: true, Project: p.Name, WorkflowsDeleted: &p.WorkflowCount})
+	httpjson.Write(w, http.StatusOK, deletedResponse{Deleted: true, Project: p.Name, WorkflowsDeleted: &p.WorkflowCount})
 	return nil
 }
 
 // putSettings replaces the project's settings with the body, a settings
 // object: keys it leaves out take their defaults.
 func (a *API) putSettings(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atProject)
+	loc, err := readPath(r, atProject)
 	if err != nil {
 		return err
 	}
@@ -177,7 +170,7 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := a.store.UpdateProjectSettings(r.Context(), loc.owner, loc.project, s)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	httpjson.Write(w, http.StatusOK, projectView(p))
 	return nil

@@ -16,7 +16,7 @@ import (
 )
 
 // project is a ProjectResponse as a client reads it.
-type project struct {
+type projResp struct {
 	Name          string         `json:"name"`
 	Path          string         `json:"path"`
 	Description   string         `json:"description"`
@@ -27,23 +27,23 @@ type project struct {
 	Settings      map[string]any `json:"settings"`
 }
 
-type workflowFile struct {
+type projFile struct {
 	Filename     string          `json:"filename"`
 	WorkflowData json.RawMessage `json:"workflow_data"`
 	Size         int64           `json:"size"`
 }
 
-type saved struct {
-	Project        string       `json:"project"`
-	Filename       string       `json:"filename"`
-	Created        bool         `json:"created"`
-	RestoredFrom   string       `json:"restored_from"`
-	BackupFilename *string      `json:"backup_filename"`
-	VersionsPruned int          `json:"versions_pruned"`
-	Workflow       workflowFile `json:"workflow"`
+type projSaved struct {
+	Project        string   `json:"project"`
+	Filename       string   `json:"filename"`
+	Created        bool     `json:"created"`
+	RestoredFrom   string   `json:"restored_from"`
+	BackupFilename *string  `json:"backup_filename"`
+	VersionsPruned int      `json:"versions_pruned"`
+	Workflow       projFile `json:"workflow"`
 }
 
-type version struct {
+type projVersion struct {
 	Filename     string   `json:"filename"`
 	FileSize     int64    `json:"file_size"`
 	WorkflowName string   `json:"workflow_name"`
@@ -52,7 +52,7 @@ type version struct {
 	IsBackup     bool     `json:"is_backup"`
 }
 
-var backupName = regexp.MustCompile(`^flow_backup_\d{8}_\d{6}(_\d+)?\.json$`)
+var projBackupName = regexp.MustCompile(`^flow_backup_\d{8}_\d{6}(_\d+)?\.json$`)
 
 // TestProjectLifecycle drives every project endpoint over HTTP on every
 // store: create (and its refusals), read, list, settings, statistics,
@@ -60,7 +60,7 @@ var backupName = regexp.MustCompile(`^flow_backup_\d{8}_\d{6}(_\d+)?\.json$`)
 func TestProjectLifecycle(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		s, _ := projUsers(t, store)
-		var list []project
+		var list []projResp
 		projWant(t, s, http.MethodGet, "/projects", "", http.StatusOK, &list)
 		if list == nil || len(list) != 0 {
 			t.Fatalf("no projects listed as %v", list)
@@ -71,7 +71,7 @@ func TestProjectLifecycle(t *testing.T) {
 			t.Fatalf("empty stats %v", stats)
 		}
 
-		var p project
+		var p projResp
 		projWant(t, s, http.MethodPost, "/projects/shop",
 			`{"name":"shop","description":"E-commerce","initial_workflows":["welcome.json"]}`, http.StatusCreated, &p)
 		if p.Name != "shop" || p.Path != "/projects/shop" || p.Description != "E-commerce" || p.WorkflowCount != 1 ||
@@ -97,7 +97,7 @@ func TestProjectLifecycle(t *testing.T) {
 			t.Fatalf("created without a body: %+v", p)
 		}
 
-		var got project
+		var got projResp
 		projWant(t, s, http.MethodGet, "/projects/shop", "", http.StatusOK, &got)
 		if got.Name != "shop" || got.WorkflowCount != 1 {
 			t.Fatalf("got %+v", got)
@@ -123,12 +123,12 @@ func TestProjectLifecycle(t *testing.T) {
 		}
 
 		// Workflow files.
-		var files []workflowFile
+		var files []projFile
 		projWant(t, s, http.MethodGet, "/projects/shop/workflows", "", http.StatusOK, &files)
 		if len(files) != 1 || files[0].Filename != "welcome.json" || files[0].WorkflowData != nil || files[0].Size == 0 {
 			t.Fatalf("files %+v", files)
 		}
-		var f workflowFile
+		var f projFile
 		projWant(t, s, http.MethodGet, "/projects/shop/workflows/welcome.json", "", http.StatusOK, &f)
 		if !projSameJSON(t, f.WorkflowData, []byte(`{"name":"welcome","nodes":[],"connections":{}}`)) {
 			t.Fatalf("initial workflow %s", f.WorkflowData)
@@ -137,7 +137,7 @@ func TestProjectLifecycle(t *testing.T) {
 		projWantError(t, s, http.MethodGet, "/projects/nope/workflows/nope.json", "", http.StatusNotFound, "project_not_found", "name")
 		projWantError(t, s, http.MethodGet, "/projects/nope/workflows", "", http.StatusNotFound, "project_not_found", "name")
 
-		var sv saved
+		var sv projSaved
 		projWant(t, s, http.MethodPut, "/projects/shop/workflows/flow.json", projSaveBody(projRecorded(t), false), http.StatusCreated, &sv)
 		if !sv.Created || sv.BackupFilename != nil || sv.VersionsPruned != 0 || sv.Filename != "flow.json" || sv.Project != "shop" ||
 			sv.Workflow.Size != int64(len(projRecorded(t))) || sv.Workflow.WorkflowData != nil {
@@ -217,26 +217,26 @@ func TestVersions(t *testing.T) {
 		s, _ := projUsers(t, store)
 		projWant(t, s, http.MethodPost, "/projects/shop", `{}`, http.StatusCreated, nil)
 		const flow = "/projects/shop/workflows/flow.json"
-		var none []version
+		var none []projVersion
 		projWant(t, s, http.MethodPut, flow, projSaveBody(projRecorded(t), true), http.StatusCreated, nil)
 		projWant(t, s, http.MethodGet, flow+"/versions", "", http.StatusOK, &none)
 		if none == nil || len(none) != 0 {
 			t.Fatalf("versions of a new file %v", none)
 		}
-		var sv saved
+		var sv projSaved
 		projWant(t, s, http.MethodPut, flow, projSaveBody(projChanged(t), true), http.StatusOK, &sv)
-		if sv.BackupFilename == nil || !backupName.MatchString(*sv.BackupFilename) || sv.VersionsPruned != 0 {
+		if sv.BackupFilename == nil || !projBackupName.MatchString(*sv.BackupFilename) || sv.VersionsPruned != 0 {
 			t.Fatalf("replacing save %+v", sv)
 		}
 		backup := *sv.BackupFilename
 
-		var vs []version
+		var vs []projVersion
 		projWant(t, s, http.MethodGet, flow+"/versions", "", http.StatusOK, &vs)
 		if len(vs) != 1 || vs[0].Filename != backup || !vs[0].IsBackup || vs[0].NodeCount != 5 ||
 			vs[0].WorkflowName == "" || vs[0].FileSize != int64(len(projRecorded(t))) || vs[0].Tags == nil {
 			t.Fatalf("versions %+v", vs)
 		}
-		var v version
+		var v projVersion
 		projWant(t, s, http.MethodGet, flow+"/versions/"+backup, "", http.StatusOK, &v)
 		if !reflect.DeepEqual(v, vs[0]) {
 			t.Fatalf("version %+v, listed %+v", v, vs[0])
@@ -257,7 +257,7 @@ func TestVersions(t *testing.T) {
 		if sv.RestoredFrom != backup || sv.Created || sv.BackupFilename == nil || *sv.BackupFilename == backup {
 			t.Fatalf("restore %+v", sv)
 		}
-		var f workflowFile
+		var f projFile
 		projWant(t, s, http.MethodGet, flow, "", http.StatusOK, &f)
 		if !projSameJSON(t, f.WorkflowData, projRecorded(t)) {
 			t.Fatalf("restored %s", f.WorkflowData)
@@ -320,7 +320,7 @@ func TestCompareVersions(t *testing.T) {
 		projWant(t, s, http.MethodPost, "/projects/shop", `{}`, http.StatusCreated, nil)
 		const flow = "/projects/shop/workflows/flow.json"
 		projWant(t, s, http.MethodPut, flow, projSaveBody(projRecorded(t), false), http.StatusCreated, nil)
-		var sv saved
+		var sv projSaved
 		projWant(t, s, http.MethodPut, flow, projSaveBody(projChanged(t), true), http.StatusOK, &sv)
 		old := *sv.BackupFilename
 

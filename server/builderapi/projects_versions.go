@@ -1,6 +1,7 @@
 package builderapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -12,45 +13,28 @@ import (
 	"github.com/threadline/threadline/workflow/diff"
 )
 
-func (a *API) listVersions(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
-	if err != nil {
-		return err
-	}
-	versions, err := a.store.ListVersions(r.Context(), loc.owner, loc.project, loc.filename)
-	if err != nil {
-		return a.storeError(r.Context(), loc, err)
-	}
+func (a *API) listVersions(ctx context.Context, loc pathNames) ([]builder.Version, error) {
+	versions, err := a.store.ListVersions(ctx, loc.owner, loc.project, loc.filename)
 	if versions == nil {
 		versions = []builder.Version{}
 	}
-	httpjson.Write(w, http.StatusOK, versions)
-	return nil
+	return versions, err
 }
 
-func (a *API) getVersion(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atVersion)
-	if err != nil {
-		return err
-	}
-	v, err := a.store.GetVersion(r.Context(), loc.owner, loc.project, loc.filename, loc.version)
-	if err != nil {
-		return a.storeError(r.Context(), loc, err)
-	}
-	httpjson.Write(w, http.StatusOK, v)
-	return nil
+func (a *API) getVersion(ctx context.Context, loc pathNames) (builder.Version, error) {
+	return a.store.GetVersion(ctx, loc.owner, loc.project, loc.filename, loc.version)
 }
 
 // getVersionContent answers the version's workflow document itself, byte
 // for byte as it was saved.
 func (a *API) getVersionContent(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atVersion)
+	loc, err := readPath(r, atVersion)
 	if err != nil {
 		return err
 	}
 	data, err := a.store.GetVersionContent(r.Context(), loc.owner, loc.project, loc.filename, loc.version)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
@@ -65,17 +49,17 @@ type restoreRequest struct {
 }
 
 func (a *API) restoreVersion(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atVersion)
+	loc, err := readPath(r, atVersion)
 	if err != nil {
 		return err
 	}
 	var req restoreRequest
-	if err := a.decodeOptional(w, r, &req); err != nil {
+	if err := a.decodeOptionalBody(w, r, &req); err != nil {
 		return err
 	}
 	res, err := a.store.RestoreVersion(r.Context(), loc.owner, loc.project, loc.filename, loc.version, req.CreateBackup)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	out := saveView(loc, res)
 	out.RestoredFrom = loc.version
@@ -84,20 +68,20 @@ func (a *API) restoreVersion(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) deleteVersion(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atVersion)
+	loc, err := readPath(r, atVersion)
 	if err != nil {
 		return err
 	}
 	if _, err := a.store.GetVersion(r.Context(), loc.owner, loc.project, loc.filename, loc.version); err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
-	if err := confirmed(r, "the version %s", loc.version); err != nil {
+	if err := deleteConfirmed(r, "the version %s", loc.version); err != nil {
 		return err
 	}
 	if err := a.store.DeleteVersion(r.Context(), loc.owner, loc.project, loc.filename, loc.version); err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
-	httpjson.Write(w, http.StatusOK, deleteResponse{Deleted: true, Project: loc.project, Filename: loc.filename, Version: loc.version})
+	httpjson.Write(w, http.StatusOK, deletedResponse{Deleted: true, Project: loc.project, Filename: loc.filename, Version: loc.version})
 	return nil
 }
 
@@ -113,12 +97,12 @@ type cleanupResponse struct {
 }
 
 func (a *API) cleanupVersions(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
+	loc, err := readPath(r, atFile)
 	if err != nil {
 		return err
 	}
 	var req cleanupRequest
-	if err := a.decodeOptional(w, r, &req); err != nil {
+	if err := a.decodeOptionalBody(w, r, &req); err != nil {
 		return err
 	}
 	var keep int
@@ -127,17 +111,17 @@ func (a *API) cleanupVersions(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		p, err := a.store.GetProject(r.Context(), loc.owner, loc.project)
 		if err != nil {
-			return a.storeError(r.Context(), loc, err)
+			return a.projectStoreError(r.Context(), loc, err)
 		}
 		keep = p.Settings.VersionLimit
 	}
 	removed, err := a.store.CleanupVersions(r.Context(), loc.owner, loc.project, loc.filename, keep)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	left, err := a.store.ListVersions(r.Context(), loc.owner, loc.project, loc.filename)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	httpjson.Write(w, http.StatusOK, cleanupResponse{Removed: removed, Kept: len(left)})
 	return nil
@@ -164,7 +148,7 @@ type compareResponse struct {
 // compareVersions compares version1 (the older, say) with version2, each a
 // version filename or "current".
 func (a *API) compareVersions(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
+	loc, err := readPath(r, atFile)
 	if err != nil {
 		return err
 	}
@@ -181,7 +165,7 @@ func (a *API) compareVersions(w http.ResponseWriter, r *http.Request) error {
 }
 
 // compareSide loads and parses the document loc.version names.
-func (a *API) compareSide(r *http.Request, loc location) (compareSide, *workflow.Workflow, error) {
+func (a *API) compareSide(r *http.Request, loc pathNames) (compareSide, *workflow.Workflow, error) {
 	side := compareSide{Version: loc.version}
 	var err error
 	if loc.version == currentVersion {
@@ -192,7 +176,7 @@ func (a *API) compareSide(r *http.Request, loc location) (compareSide, *workflow
 		side.WorkflowData, err = a.store.GetVersionContent(r.Context(), loc.owner, loc.project, loc.filename, loc.version)
 	}
 	if err != nil {
-		return side, nil, a.storeError(r.Context(), loc, err)
+		return side, nil, a.projectStoreError(r.Context(), loc, err)
 	}
 	doc, err := workflow.Parse(side.WorkflowData)
 	if err != nil {

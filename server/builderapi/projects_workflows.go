@@ -1,6 +1,7 @@
 package builderapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -8,33 +9,16 @@ import (
 	"github.com/threadline/threadline/server/httpjson"
 )
 
-func (a *API) listWorkflows(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atProject)
-	if err != nil {
-		return err
-	}
-	files, err := a.store.ListWorkflows(r.Context(), loc.owner, loc.project)
-	if err != nil {
-		return a.storeError(r.Context(), loc, err)
-	}
+func (a *API) listWorkflows(ctx context.Context, loc pathNames) ([]builder.WorkflowFile, error) {
+	files, err := a.store.ListWorkflows(ctx, loc.owner, loc.project)
 	if files == nil {
 		files = []builder.WorkflowFile{}
 	}
-	httpjson.Write(w, http.StatusOK, files)
-	return nil
+	return files, err
 }
 
-func (a *API) getWorkflow(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
-	if err != nil {
-		return err
-	}
-	f, err := a.store.GetWorkflow(r.Context(), loc.owner, loc.project, loc.filename)
-	if err != nil {
-		return a.storeError(r.Context(), loc, err)
-	}
-	httpjson.Write(w, http.StatusOK, f)
-	return nil
+func (a *API) getWorkflow(ctx context.Context, loc pathNames) (builder.WorkflowFile, error) {
+	return a.store.GetWorkflow(ctx, loc.owner, loc.project, loc.filename)
 }
 
 // saveRequest is the body of a save.
@@ -63,7 +47,7 @@ type saveResponse struct {
 	Workflow builder.WorkflowFile `json:"workflow"`
 }
 
-func saveView(loc location, res builder.SaveResult) saveResponse {
+func saveView(loc pathNames, res builder.SaveResult) saveResponse {
 	out := saveResponse{Project: loc.project, Filename: loc.filename, Created: res.Created,
 		VersionsPruned: res.Pruned, Workflow: res.Workflow}
 	out.Workflow.WorkflowData = nil
@@ -74,7 +58,7 @@ func saveView(loc location, res builder.SaveResult) saveResponse {
 }
 
 func (a *API) saveWorkflow(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
+	loc, err := readPath(r, atFile)
 	if err != nil {
 		return err
 	}
@@ -82,12 +66,12 @@ func (a *API) saveWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
 		return err
 	}
-	if err := checkUTF8("workflow_data", req.WorkflowData); err != nil {
+	if err := checkWorkflowText(req.WorkflowData); err != nil {
 		return err
 	}
 	res, err := a.store.SaveWorkflow(r.Context(), loc.owner, loc.project, loc.filename, req.WorkflowData, req.CreateBackup)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	status := http.StatusOK
 	if res.Created {
@@ -100,21 +84,21 @@ func (a *API) saveWorkflow(w http.ResponseWriter, r *http.Request) error {
 // deleteWorkflow deletes a file with its versions, after the same confirm
 // guard as a project.
 func (a *API) deleteWorkflow(w http.ResponseWriter, r *http.Request) error {
-	loc, err := at(r, atFile)
+	loc, err := readPath(r, atFile)
 	if err != nil {
 		return err
 	}
 	versions, err := a.store.ListVersions(r.Context(), loc.owner, loc.project, loc.filename)
 	if err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
 	n := len(versions)
-	if err := confirmed(r, "the workflow %s and its %d versions", loc.filename, n); err != nil {
+	if err := deleteConfirmed(r, "the workflow %s and its %d versions", loc.filename, n); err != nil {
 		return err
 	}
 	if err := a.store.DeleteWorkflow(r.Context(), loc.owner, loc.project, loc.filename); err != nil {
-		return a.storeError(r.Context(), loc, err)
+		return a.projectStoreError(r.Context(), loc, err)
 	}
-	httpjson.Write(w, http.StatusOK, deleteResponse{Deleted: true, Project: loc.project, Filename: loc.filename, VersionsDeleted: &n})
+	httpjson.Write(w, http.StatusOK, deletedResponse{Deleted: true, Project: loc.project, Filename: loc.filename, VersionsDeleted: &n})
 	return nil
 }
