@@ -110,7 +110,12 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
 
-	router := mux.NewRouter()
+	// No path cleaning: mux would answer a path with dot segments
+	// ("..%2F", "/./") with a 301 to the cleaned one, keeping the method
+	// and the query, so a DELETE …/versions/..%2F..%2Fx.json?confirm=true
+	// followed by a client would delete another resource. Uncleaned, such
+	// a path reaches the handlers, whose name and id rules refuse it.
+	router := mux.NewRouter().SkipClean(true)
 	// Routes that act for a user are registered on authed; routes that need
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
