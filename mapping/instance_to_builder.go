@@ -101,9 +101,7 @@ func (m *InstanceToBuilder) Push(ev instanceai.Event) []BuilderEvent {
 		out = append(out, m.result(m.steps[p.ToolCallID], p.Result)...)
 	case *instanceai.ErrorPayload:
 		if m.lastErr == nil {
-			m.lastErr = &workflow.ErrorDetail{Category: workflow.CategoryValidation, Severity: workflow.SeverityError,
-				Title: "The operation failed", Message: p.Content, UserGuidance: "Try again in a moment.",
-				FixSuggestions: []string{"Retry the request"}, TechnicalDetails: p.Content}
+			m.lastErr = failure("The operation failed", p.Content, "Try again in a moment.", "Retry the request", p.Content)
 		}
 	case *instanceai.RunFinish:
 		out = m.start(out)
@@ -122,11 +120,8 @@ func (m *InstanceToBuilder) Close(err error) []BuilderEvent {
 	m.finished = true
 	e := m.event(m.names.failed, "")
 	e.Success = new(bool)
-	e.Error = &workflow.ErrorDetail{Category: workflow.CategoryValidation, Severity: workflow.SeverityError,
-		Title: "The stream ended early", Message: err.Error(),
-		UserGuidance:     "Reconnect with the last event id to read the rest of the run.",
-		FixSuggestions:   []string{"Send the request again with the same run_id and a Last-Event-ID header"},
-		TechnicalDetails: err.Error()}
+	e.Error = failure("The stream ended early", err.Error(), "Reconnect with the last event id to read the rest of the run.",
+		"Send the request again with the same run_id and a Last-Event-ID header", err.Error())
 	return append(out, e)
 }
 
@@ -188,10 +183,8 @@ func (m *InstanceToBuilder) finish(p *instanceai.RunFinish) BuilderEvent {
 		if p.Reason != "" {
 			reason += " (" + p.Reason + ")"
 		}
-		e.Error = &workflow.ErrorDetail{Category: workflow.CategoryValidation, Severity: workflow.SeverityError,
-			Title: "The operation did not finish", Message: "The run ended " + reason,
-			UserGuidance: "Send the request again.", FixSuggestions: []string{"Retry the request"},
-			TechnicalDetails: "run-finish status " + reason}
+		e.Error = failure("The operation did not finish", "The run ended "+reason, "Send the request again.",
+			"Retry the request", "run-finish status "+reason)
 	}
 	e.Message = e.Error.Message
 	return e
@@ -203,4 +196,11 @@ func (m *InstanceToBuilder) event(typ, message string) BuilderEvent {
 		e.Timestamp = time.UnixMilli(m.ts).UTC().Format("2006-01-02T15:04:05.000Z")
 	}
 	return e
+}
+
+// failure is the ErrorDetail of an operation that ended without a step's
+// own detail to report.
+func failure(title, message, guidance, fix, technical string) *workflow.ErrorDetail {
+	return &workflow.ErrorDetail{Category: workflow.CategoryValidation, Severity: workflow.SeverityError, Title: title,
+		Message: message, UserGuidance: guidance, FixSuggestions: []string{fix}, TechnicalDetails: technical}
 }
