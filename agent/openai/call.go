@@ -56,11 +56,19 @@ type retryable struct {
 	err *instanceai.ProviderError
 	// after is the server's Retry-After (0: none).
 	after time.Duration
-	// streamOptions marks a 400 that blames stream_options.
-	streamOptions bool
+	// refused names the optional request field a 400 blames
+	// (stream_options, response_format): the attempt is repeated once
+	// without it.
+	refused string
 }
 
 func (r *retryable) Error() string { return r.err.Error() }
+
+// Optional request fields some servers refuse with a 400.
+const (
+	fieldStreamOptions  = "stream_options"
+	fieldResponseFormat = "response_format"
+)
 
 // callResult is what one model call produced.
 type callResult struct {
@@ -73,37 +81,44 @@ type callResult struct {
 // modelCall sends the conversation and streams the answer, retrying as the
 // policy allows.
 func (a *Agent) modelCall(ctx context.Context, l *loop) (*callResult, error) {
+	return withRetries(ctx, a, func() (*callResult, error) {
+		return a.attempt(ctx, l, !a.noStreamOptions.Load())
+	})
+}
+
+// withRetries runs attempt under the retry policy: a retryable failure is
+// repeated after a wait, up to MaxRetries times, and a refused optional
+// field is dropped for good (the attempt reads the agent's flags) and the
+// request sent again once.
+func withRetries[T any](ctx context.Context, a *Agent, attempt func() (T, error)) (T, error) {
+	var zero T
 	retries := 0
-	fellBack := false
+	fellBack := map[string]bool{}
 	for {
-		res, err := a.attempt(ctx, l, !a.noStreamOptions.Load())
+		res, err := attempt()
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			return zero, context.Cause(ctx)
 		}
 		var r *retryable
 		if !errors.As(err, &r) {
-			return nil, err
+			return zero, err
 		}
-		if r.streamOptions {
-			// Some servers (older vLLM and llama.cpp builds, strict
-			// proxies) reject the stream_options field. Ask again once
-			// without it: the run loses its usage numbers, not its answer.
-			if fellBack {
-				return nil, r.err
+		if r.refused != "" {
+			if fellBack[r.refused] {
+				return zero, r.err
 			}
-			fellBack = true
-			a.noStreamOptions.Store(true)
-			a.log.Info("the model server rejected stream_options; retrying without it (no usage reporting)", "url", a.chatURL)
+			fellBack[r.refused] = true
+			a.dropField(r.refused)
 			continue
 		}
 		if r.after > maxRetryAfter {
-			return nil, a.rateLimitTooLong(r.after, []byte(r.err.Details))
+			return zero, a.rateLimitTooLong(r.after, []byte(r.err.Details))
 		}
 		if retries >= a.cfg.MaxRetries {
-			return nil, r.err
+			return zero, r.err
 		}
 		wait := r.after
 		if wait <= 0 {
@@ -115,9 +130,27 @@ func (a *Agent) modelCall(ctx context.Context, l *loop) (*callResult, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, context.Cause(ctx)
+			return zero, context.Cause(ctx)
 		case <-t.C:
 		}
+	}
+}
+
+// dropField remembers that the server refused an optional field, so that
+// later requests leave it out instead of failing first every time.
+func (a *Agent) dropField(field string) {
+	switch field {
+	case fieldStreamOptions:
+		// Some servers (older vLLM and llama.cpp builds, strict proxies)
+		// reject the stream_options field: the run loses its usage
+		// numbers, not its answer.
+		a.noStreamOptions.Store(true)
+		a.log.Info("the model server rejected stream_options; retrying without it (no usage reporting)", "url", a.chatURL)
+	case fieldResponseFormat:
+		// LM Studio accepts only json_schema and text: the builder then
+		// relies on its prompt and its JSON extraction alone.
+		a.noResponseFormat.Store(true)
+		a.log.Info("the model server rejected response_format json_object; retrying without it", "url", a.chatURL)
 	}
 }
 
@@ -148,58 +181,99 @@ func retryAfter(h http.Header) time.Duration {
 // attempt makes one request and streams its answer.
 func (a *Agent) attempt(ctx context.Context, l *loop, withStreamOptions bool) (*callResult, error) {
 	req := chatRequest{Model: a.cfg.Model, Messages: wireMessages(l.msgs), Stream: true, Tools: l.tools}
+	var optional []string
 	if withStreamOptions {
 		req.StreamOptions = &streamOptions{IncludeUsage: true}
+		optional = append(optional, fieldStreamOptions)
 	}
+	x, err := a.post(ctx, req, "text/event-stream", optional...)
+	if err != nil {
+		return nil, err
+	}
+	defer x.close()
+	return a.stream(ctx, x.ctx, l, x.resp.Body, x.idle)
+}
+
+// exchange is a request whose answer is 200: the response, and the
+// context and timer that bound it.
+type exchange struct {
+	resp *http.Response
+	// ctx is cancelled with errIdleTimeout when the server goes silent
+	// for RequestTimeout (idle is the timer, to reset on progress).
+	ctx    context.Context
+	idle   *time.Timer
+	cancel context.CancelCauseFunc
+}
+
+func (x *exchange) close() {
+	x.idle.Stop()
+	x.cancel(nil)
+	_ = x.resp.Body.Close()
+}
+
+// post sends a Chat Completions request and returns its 200 answer, or
+// the classified failure (retryable where the policy allows). optional
+// names the fields of req a 400 may blame, to be dropped.
+func (a *Agent) post(ctx context.Context, req chatRequest, accept string, optional ...string) (*exchange, error) {
 	body, err := a.encodeRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode the model request: %w", err)
 	}
 	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	// One timer bounds the wait for the headers, then every silence.
 	idle := time.AfterFunc(a.cfg.RequestTimeout, func() { cancel(errIdleTimeout) })
-	defer idle.Stop()
+	fail := func(err error) (*exchange, error) {
+		idle.Stop()
+		cancel(nil)
+		return nil, err
+	}
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, a.chatURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("build the model request: %w", err)
+		return fail(fmt.Errorf("build the model request: %w", err))
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
+	hreq.Header.Set("Accept", accept)
 	if a.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+a.cfg.APIKey)
 	}
 	resp, err := a.client.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			return fail(context.Cause(ctx))
 		}
 		if errors.Is(context.Cause(actx), errIdleTimeout) {
 			err = errIdleTimeout
 		}
 		pe := a.transportFailure(err)
 		if retryableTransport(err) {
-			return nil, &retryable{err: pe}
+			return fail(&retryable{err: pe})
 		}
-		return nil, pe
+		return fail(pe)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, a.badStatus(ctx, resp, withStreamOptions)
+		err := a.badStatus(ctx, resp, optional)
+		_ = resp.Body.Close()
+		return fail(err)
 	}
-	return a.stream(ctx, actx, l, resp.Body, idle)
+	return &exchange{resp: resp, ctx: actx, idle: idle, cancel: cancel}, nil
 }
 
 // badStatus reads a non-200 answer and classifies it.
-func (a *Agent) badStatus(ctx context.Context, resp *http.Response, withStreamOptions bool) error {
+func (a *Agent) badStatus(ctx context.Context, resp *http.Response, optional []string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
 	status := resp.StatusCode
+	if status == http.StatusBadRequest {
+		lower := bytes.ToLower(body)
+		for _, f := range optional {
+			if bytes.Contains(lower, []byte(f)) {
+				return &retryable{err: a.statusFailure(status, resp.Header, body, nil), refused: f}
+			}
+		}
+	}
 	switch {
-	case status == http.StatusBadRequest && withStreamOptions && bytes.Contains(bytes.ToLower(body), []byte("stream_options")):
-		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), streamOptions: true}
 	case status == http.StatusTooManyRequests || status >= 500:
 		return &retryable{err: a.statusFailure(status, resp.Header, body, nil), after: retryAfter(resp.Header)}
 	case status == http.StatusNotFound || (status == http.StatusBadRequest && upstreamMessage(body).modelMissing()):

@@ -49,13 +49,7 @@ func (a *Agent) HealthHandler() http.Handler {
 		} else {
 			resp.Status, resp.ResponseTimeMS = "available", &elapsed
 			if parsed {
-				found := false
-				for _, m := range models {
-					if m == a.cfg.Model {
-						found = true
-						break
-					}
-				}
+				found := hasModel(models, a.cfg.Model)
 				resp.ModelAvailable = &found
 			}
 		}
@@ -68,9 +62,25 @@ func (a *Agent) HealthHandler() http.Handler {
 	})
 }
 
+// probeError is a failed model-list probe: its message (the health
+// answer's error) and what caused it, for CheckLLM's guidance.
+type probeError struct {
+	msg string
+	// cause is CodeTimeout, CodeConnectionFailed, CodeUnauthorized,
+	// CodeUpstreamError (an answer other than 200; status and body say
+	// which) or "" (cancelled, unreadable).
+	cause  string
+	status int
+	body   string
+	// details is the technical account: the request and what came back.
+	details string
+}
+
+func (e *probeError) Error() string { return e.msg }
+
 // listModels asks GET {BaseURL}/models. It returns the model ids, whether
-// the answer was a list it could read, and a human error when the server
-// did not answer 200 within timeout.
+// the answer was a list it could read, and a *probeError with a human
+// message when the server did not answer 200 within timeout.
 func (a *Agent) listModels(ctx context.Context, timeout time.Duration) (ids []string, parsed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -81,33 +91,43 @@ func (a *Agent) listModels(ctx context.Context, timeout time.Duration) (ids []st
 	if a.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+a.cfg.APIKey)
 	}
+	timedOut := func(details string) error {
+		return &probeError{msg: fmt.Sprintf("LLM service did not respond within %s", timeout), cause: CodeTimeout, details: details}
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
+		details := a.scrub(fmt.Sprintf("GET %s: %v", a.modelsURL, err))
 		var ne net.Error
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-			return nil, false, fmt.Errorf("LLM service did not respond within %s", timeout)
+			return nil, false, timedOut(details)
 		case errors.Is(ctx.Err(), context.Canceled):
-			return nil, false, errors.New("the health check was cancelled")
+			return nil, false, &probeError{msg: "the health check was cancelled", details: details}
 		}
-		return nil, false, errors.New(a.transportFailure(err).Message)
+		pe := a.transportFailure(err)
+		return nil, false, &probeError{msg: pe.Message, cause: pe.Code, details: details}
 	}
 	defer resp.Body.Close()
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	bad := func(cause, msg string) error {
+		return &probeError{msg: msg, cause: cause, status: resp.StatusCode, body: a.scrub(excerpt(string(body), maxDetails)),
+			details: a.scrub(excerpt(fmt.Sprintf("HTTP %d from GET %s: %s", resp.StatusCode, a.modelsURL, body), maxDetails))}
+	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, false, fmt.Errorf("the LLM service at %s refused the API key (HTTP %d)", a.cfg.BaseURL, resp.StatusCode)
+		return nil, false, bad(CodeUnauthorized, fmt.Sprintf("the LLM service at %s refused the API key (HTTP %d)", a.cfg.BaseURL, resp.StatusCode))
 	case resp.StatusCode != http.StatusOK:
 		msg := upstreamMessage(body).msg
 		if msg != "" {
 			msg = ": " + excerpt(msg, 200)
 		}
-		return nil, false, fmt.Errorf("the LLM service at %s answered HTTP %d to GET /models%s", a.cfg.BaseURL, resp.StatusCode, msg)
+		return nil, false, bad(CodeUpstreamError, fmt.Sprintf("the LLM service at %s answered HTTP %d to GET /models%s", a.cfg.BaseURL, resp.StatusCode, msg))
 	case rerr != nil:
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, false, fmt.Errorf("LLM service did not respond within %s", timeout)
+			return nil, false, timedOut(fmt.Sprintf("reading the answer of GET %s: %v", a.modelsURL, rerr))
 		}
-		return nil, false, fmt.Errorf("reading the model list of %s: %v", a.cfg.BaseURL, rerr)
+		return nil, false, &probeError{msg: fmt.Sprintf("reading the model list of %s: %v", a.cfg.BaseURL, rerr),
+			details: fmt.Sprintf("GET %s: %v", a.modelsURL, rerr)}
 	}
 	var list struct {
 		Data []struct {
@@ -121,6 +141,17 @@ func (a *Agent) listModels(ctx context.Context, timeout time.Duration) (ids []st
 		ids = append(ids, m.ID)
 	}
 	return ids, true, nil
+}
+
+// hasModel reports whether a model list offers model. Ollama lists a model
+// pulled without a tag as "name:latest" and answers to the bare name too.
+func hasModel(ids []string, model string) bool {
+	for _, id := range ids {
+		if id == model || id == model+":latest" {
+			return true
+		}
+	}
+	return false
 }
 
 // parseIP is net.ParseIP for a URL host (which may hold an IPv6 zone).

@@ -347,6 +347,11 @@ type (
 		Stream        bool           `json:"stream"`
 		StreamOptions *streamOptions `json:"stream_options,omitempty"`
 		Tools         []wireTool     `json:"tools,omitempty"`
+		// ResponseFormat is the builder's JSON mode.
+		ResponseFormat *responseFormat `json:"response_format,omitempty"`
+	}
+	responseFormat struct {
+		Type string `json:"type"`
 	}
 	streamOptions struct {
 		IncludeUsage bool `json:"include_usage"`

@@ -25,6 +25,7 @@ import (
 
 	"github.com/threadline/threadline/agent/conversation"
 	"github.com/threadline/threadline/agent/tools"
+	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
 )
 
@@ -34,6 +35,7 @@ const (
 	DefaultMaxRetries     = 2
 	DefaultRequestTimeout = 60 * time.Second
 	DefaultHealthTimeout  = 10 * time.Second
+	DefaultBuilderRepairs = 2
 )
 
 // Config configures the agent.
@@ -72,12 +74,16 @@ type Config struct {
 	// parameters…), as a JSON object. The fields the agent owns (model,
 	// messages, stream, stream_options, tools) cannot be set here.
 	RequestOptions json.RawMessage
+	// BuilderRepairs bounds how often the builder sends a workflow that
+	// fails validation back to the model to be fixed; 0 means the default
+	// 2, negative means never.
+	BuilderRepairs int
 	HTTPClient     *http.Client
 	Logger         *slog.Logger
 }
 
 // Agent is the OpenAI-compatible agent. It implements instanceai.Agent and
-// instanceai.Resumer.
+// instanceai.Resumer, and the builder API's op.Builder and op.LLMChecker.
 type Agent struct {
 	cfg       Config
 	options   map[string]json.RawMessage // Config.RequestOptions
@@ -89,11 +95,16 @@ type Agent struct {
 	// noStreamOptions is set once the server refused stream_options: later
 	// requests leave it out instead of failing first every time.
 	noStreamOptions atomic.Bool
+	// noResponseFormat is set once the server refused response_format
+	// json_object (the builder's JSON mode).
+	noResponseFormat atomic.Bool
 }
 
 var (
 	_ instanceai.Agent   = (*Agent)(nil)
 	_ instanceai.Resumer = (*Agent)(nil)
+	_ op.Builder         = (*Agent)(nil)
+	_ op.LLMChecker      = (*Agent)(nil)
 )
 
 // New checks the configuration, applies the defaults and returns the agent.
@@ -147,6 +158,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.HealthTimeout == 0 {
 		cfg.HealthTimeout = DefaultHealthTimeout
+	}
+	switch {
+	case cfg.BuilderRepairs == 0:
+		cfg.BuilderRepairs = DefaultBuilderRepairs
+	case cfg.BuilderRepairs < 0:
+		cfg.BuilderRepairs = 0
 	}
 	client := cfg.HTTPClient
 	if client == nil {
