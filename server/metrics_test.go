@@ -150,7 +150,9 @@ func TestAgentNames(t *testing.T) {
 
 	code, body = h.Do(http.MethodGet, "/status", "")
 	agents, _ := body["agents"].(map[string]any)
-	if code != http.StatusOK || len(agents) != 2 || agents["support"] == nil {
+	// The named upstreams, and the builder's agents beside them.
+	if code != http.StatusOK || len(agents) != 5 || agents["support"] == nil || agents["sales"] == nil ||
+		agents["generator"] == nil || agents["validator"] == nil || agents["orchestrator"] == nil {
 		t.Fatalf("/status lists %v", body)
 	}
 }
