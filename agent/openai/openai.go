@@ -34,7 +34,7 @@ const (
 	DefaultMaxSteps       = 8
 	DefaultMaxRetries     = 2
 	DefaultRequestTimeout = 60 * time.Second
-	DefaultHealthTimeout  = 10 * time.Second
+	DefaultHealthTimeout  = 30 * time.Second
 	DefaultBuilderRepairs = 2
 )
 
@@ -67,7 +67,8 @@ type Config struct {
 	// RequestTimeout bounds the wait for the response headers and every
 	// silence between stream chunks; default 60 s.
 	RequestTimeout time.Duration
-	// HealthTimeout bounds the health probe; default 10 s.
+	// HealthTimeout bounds the health probe (/llm/health and the builder's
+	// LLM check); default 30 s, the seed's health check timeout.
 	HealthTimeout time.Duration
 	// RequestOptions are extra fields of every Chat Completions request
 	// (temperature, max_tokens, top_p, seed, logit_bias, a server's own

@@ -31,6 +31,8 @@ type agentConfig struct {
 	openaiMaxSteps     int
 	openaiTimeout      time.Duration
 	openaiOptions      string
+	openaiHealth       time.Duration
+	openaiRepairs      int
 
 	n8nAPIURL string
 	n8nAPIKey string
@@ -51,6 +53,10 @@ func agentFlags(f *envFlags, c *agentConfig) {
 	f.Int(&c.openaiMaxSteps, "openai-max-steps", "THREADLINE_OPENAI_MAX_STEPS", 8, "openai agent: model calls per run (bounds the tool loop)")
 	f.Duration(&c.openaiTimeout, "openai-timeout", "THREADLINE_OPENAI_TIMEOUT", 60*time.Second,
 		"openai agent: wait for the response headers and longest silence between stream chunks")
+	f.Duration(&c.openaiHealth, "openai-health-timeout", "THREADLINE_OPENAI_HEALTH_TIMEOUT", openai.DefaultHealthTimeout,
+		"openai agent: how long /llm/health and the builder's model check wait for the model list")
+	f.Int(&c.openaiRepairs, "openai-builder-repairs", "THREADLINE_OPENAI_BUILDER_REPAIRS", openai.DefaultBuilderRepairs,
+		"openai agent: how often the builder sends a generated workflow's validation errors back to the model for a fix (0 = never)")
 	f.String(&c.openaiOptions, "openai-request-options", "THREADLINE_OPENAI_REQUEST_OPTIONS", "",
 		"openai agent: extra request fields as a JSON object, e.g. {\"temperature\":0.2,\"max_tokens\":1024}")
 	f.String(&c.n8nAPIURL, "n8n-api-url", "N8N_API_URL", "",
@@ -119,7 +125,7 @@ func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*op
 	a, err := openai.New(openai.Config{
 		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,
 		Tools: registry, Store: store, MaxSteps: c.openaiMaxSteps, RequestTimeout: c.openaiTimeout, Logger: logger,
-		RequestOptions: json.RawMessage(c.openaiOptions),
+		RequestOptions: json.RawMessage(c.openaiOptions), HealthTimeout: c.openaiHealth, BuilderRepairs: repairs(c.openaiRepairs),
 	})
 	if err != nil {
 		return nil, usageError{err.Error()}
@@ -180,4 +186,13 @@ func webhookHeader(s string) (http.Header, error) {
 	h := http.Header{}
 	h.Set(textproto.CanonicalMIMEHeaderKey(name), strings.TrimSpace(value))
 	return h, nil
+}
+
+// repairs turns the flag's count into Config.BuilderRepairs, where 0 means
+// the default and a negative count none.
+func repairs(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/servertest"
@@ -437,5 +439,33 @@ func TestBuilderRunThroughAGUI(t *testing.T) {
 			t.Fatalf("after the run: %v; want all idle", got)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With the LLM agent and no model server, the operation says so: the
+// seed's LLM_UNAVAILABLE with an llm_service ErrorDetail, then RUN_ERROR.
+func TestGenerateWithTheModelDown(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	base := down.URL + "/v1"
+	down.Close() // nothing listens there any more
+	agent, err := openai.New(openai.Config{BaseURL: base, Model: "llama-3.2-3b-instruct", HealthTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{Agent: agent})
+	code, frames, raw := post(t, s, "/generate", `{"description":"Send welcome email to new customers"}`, nil)
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, raw)
+	}
+	want := []string{"RUN_STARTED", "VALIDATION_STARTED", "VALIDATION_COMPLETED", "LLM_CHECK_STARTED", "LLM_UNAVAILABLE", "RUN_ERROR"}
+	if got := types(frames); !equal(got, want) {
+		t.Fatalf("events %v; want %v", got, want)
+	}
+	d := frames[4].ev.Error
+	if d == nil || d.Category != workflow.CategoryLLMService || d.UserGuidance == "" || len(d.FixSuggestions) == 0 {
+		t.Fatalf("LLM_UNAVAILABLE = %+v", frames[4].ev)
+	}
+	if fin := frames[5].ev; fin.Error == nil || fin.Error.Title != d.Title {
+		t.Fatalf("RUN_ERROR = %+v; want the model's detail", fin)
 	}
 }
