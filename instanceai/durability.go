@@ -27,7 +27,7 @@ func (d Durability) String() string {
 // DurabilityOf returns the durability class of an event type.
 func DurabilityOf(t EventType) Durability {
 	switch t {
-	case TypeTextDelta, TypeReasoningDelta, TypeStatus, TypeFilesystemRequest:
+	case TypeTextDelta, TypeReasoningDelta, TypeStatus, TypeFilesystemRequest, TypeCustom:
 		return Ephemeral
 	case TypeTextBlock, TypeReasoningBlock:
 		return Coalesced

@@ -110,6 +110,8 @@ func newPayload(t EventType) Payload {
 		return &SetupItems{}
 	case TypePreferencesApplied:
 		return &PreferencesApplied{}
+	case TypeCustom:
+		return &Custom{}
 	}
 	return nil
 }

@@ -317,6 +317,9 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 		m.interrupt(ev.AgentID, p)
 	case *instanceai.RunFinish:
 		m.runFinish(ev.AgentID, p)
+	case *instanceai.Custom:
+		// The agent's own name and value, as AG-UI's CUSTOM means them.
+		m.custom(ev.AgentID, p.Name, p.Value)
 	default:
 		if p, ok := ev.Payload.(*instanceai.ErrorPayload); ok {
 			m.lastError = p.Content

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/workflow"
@@ -76,5 +77,17 @@ func TestBuilderCloseAndCancel(t *testing.T) {
 	if got := builderTypes(out); len(got) != 2 || got[1] != "MODIFICATION_ERROR" || out[1].Error == nil ||
 		out[1].Error.Message != "The run ended cancelled ("+instanceai.ReasonUserCancelled+")" {
 		t.Fatalf("cancelled = %+v", out)
+	}
+}
+
+// A custom event is AG-UI's CUSTOM under the agent's own name and value.
+func TestCustomToAGUI(t *testing.T) {
+	m := NewInstanceToAGUI("th", "r")
+	out := m.Push(instanceai.Event{Type: instanceai.TypeRunStart, RunID: "x", AgentID: "a", Payload: &instanceai.RunStart{MessageID: "m"}})
+	out = append(out, m.Push(instanceai.Event{Type: instanceai.TypeCustom, RunID: "x", AgentID: "a",
+		Payload: &instanceai.Custom{Name: "progress", Value: json.RawMessage(`{"percent":5}`)}})...)
+	c, ok := out[len(out)-1].(*agui.Custom)
+	if !ok || c.Name != "progress" || string(c.Value) != `{"percent":5}` {
+		t.Fatalf("events %+v", out)
 	}
 }

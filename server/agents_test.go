@@ -340,3 +340,36 @@ func TestRealAgentsInterop(t *testing.T) {
 		t.Fatalf("n8n agent: events %v", rep.Results[0].Events)
 	}
 }
+
+// A custom control frame an n8n workflow writes on its own line reaches
+// AG-UI clients as CUSTOM under its own type, and native clients, who
+// know only n8n's event types, never see it.
+func TestN8NCustomFrames(t *testing.T) {
+	hook := ndjsonServer(t, "../agent/n8n/testdata/control_frames.ndjson", 5)
+	agent, err := n8n.New(n8n.Config{Webhooks: []n8n.Webhook{{Name: "builder", URL: hook.URL + "/webhook/build"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Agent: agent})
+	h.EnsureThread("hook")
+	live := h.Connect("hook", "", false)
+	runID := h.Chat("hook", "Build it")
+	for _, f := range live.Until(wait, servertest.IsRunFinish(runID)) {
+		if f.Decoded.Type == instanceai.TypeCustom || strings.Contains(f.Data, `"progress"`) {
+			t.Fatalf("a native stream carried the custom frame: %s", f.Data)
+		}
+	}
+	evs := h.runAgent("ag-hook", "r1", "Build it", nil)
+	if err := verifyAGUI(evs); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs {
+		if e.typ == "CUSTOM" && e.str("name") == "progress" {
+			found = strings.Contains(e.raw, `"percent":50`)
+		}
+	}
+	if !found {
+		t.Fatalf("no CUSTOM progress frame among %v", types(evs))
+	}
+}

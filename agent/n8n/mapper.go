@@ -346,6 +346,15 @@ func (m *mapper) chunk(c ndjson.Chunk, emit func(instanceai.Event) error) error 
 			Message: validText(msg), Details: validText(details)}
 	case ndjson.ChunkToolCallFrame, ndjson.ChunkToolResultFrame:
 		return m.frame(c, emit)
+	case ndjson.ChunkCustomFrame:
+		if m.noCapture {
+			return nil
+		}
+		// Passed on whole, under its own type: AG-UI clients get it as
+		// CUSTOM; native streams, whose clients know only n8n's types,
+		// leave it out.
+		return emit(instanceai.Event{Type: instanceai.TypeCustom,
+			Payload: &instanceai.Custom{Name: c.FrameType, Value: json.RawMessage(c.Raw)}})
 	case ndjson.ChunkToolCallStart:
 		if err := m.settle(emit); err != nil {
 			return err

@@ -196,6 +196,9 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 		}
 		for i := range batch {
 			d := &batch[i]
+			if d.Event != nil && d.Event.Type == instanceai.TypeCustom {
+				continue // n8n's clients know only n8n's types
+			}
 			if filter != nil && !filter(d) {
 				continue
 			}

@@ -45,6 +45,8 @@ func TestStreamThroughCapture(t *testing.T) {
 			tools = append(tools, "start "+c.Metadata.ToolCallID+" "+c.Metadata.ToolName+" "+string(c.Metadata.ToolInput))
 		case ndjson.ChunkToolCallEnd:
 			tools = append(tools, "end "+c.Metadata.ToolCallID+" "+string(c.Metadata.ToolOutput))
+		case ndjson.ChunkCustomFrame:
+			tools = append(tools, "frame "+c.FrameType)
 		}
 	}
 	item0 := normal(t, outs[ndjson.Key{NodeID: "agent-1", RunIndex: 0, ItemIndex: 0}])
@@ -55,10 +57,10 @@ func TestStreamThroughCapture(t *testing.T) {
 	if want := []string{"text:Second item ", "message:Ünïcode ✓"}; !slices.Equal(item1, want) {
 		t.Errorf("item 1: %q, want %q", item1, want)
 	}
-	if want := []string{`start call_1 search {"query":"café"}`, `end call_1 "3 results"`}; !slices.Equal(tools, want) {
+	if want := []string{`start call_1 search {"query":"café"}`, "frame node-execute-before", `end call_1 "3 results"`}; !slices.Equal(tools, want) {
 		t.Errorf("tools %q, want %q", tools, want)
 	}
-	if st := r.Stats(); !slices.Equal(errs, []string{"agent-1"}) || st.Keepalives != 1 || st.Unknown != 1 {
+	if st := r.Stats(); !slices.Equal(errs, []string{"agent-1"}) || st.Keepalives != 1 || st.Unknown != 0 {
 		t.Errorf("errors %q, stats %+v", errs, st)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 )
 
 // n8n streaming webhook (Response mode: Streaming), PROTOCOLS §3: plain
@@ -17,8 +18,7 @@ import (
 //	 "metadata":{"nodeId","nodeName","runIndex","itemIndex","timestamp"?}}
 //
 // Error chunks may lack timestamp and content. Newer n8n sends
-// {"type":"keepalive"} every 30 s; it and any other unknown type are skipped
-// and counted.
+// {"type":"keepalive"} every 30 s; it is skipped and counted.
 //
 // The optional tool chunks come from n8n PR 20499 (unmerged): types
 // "tool-call-start" and "tool-call-end", whose metadata adds toolName,
@@ -30,6 +30,10 @@ import (
 // ("you can write custom control frames in exactly the same stream"), are
 // the flat objects {"type":"tool_call",…} and {"type":"tool_result",…}:
 // they are yielded with the line in Raw, for the capture layer to read.
+// A line of any other type is a custom control frame (ChunkCustomFrame):
+// yielded with its type in FrameType and the line in Raw, to be passed on
+// rather than dropped. One whose type is empty or longer than
+// MaxFrameType is skipped and counted as unknown.
 
 // ChunkType is the type field of an n8n streaming chunk.
 type ChunkType string
@@ -45,7 +49,13 @@ const (
 
 	ChunkToolCallFrame   ChunkType = "tool_call"   // seed 004 control frame
 	ChunkToolResultFrame ChunkType = "tool_result" // seed 004 control frame
+	// ChunkCustomFrame is a line of a type neither n8n nor seed 004
+	// defines; Chunk.FrameType holds the line's own type.
+	ChunkCustomFrame ChunkType = "custom-frame"
 )
+
+// MaxFrameType bounds the type of a custom control frame.
+const MaxFrameType = 200
 
 // n8nChunkKeepalive is skipped silently (counted in ReaderStats.Keepalives).
 const n8nChunkKeepalive = "keepalive"
@@ -91,8 +101,10 @@ type Chunk struct {
 	Metadata   Metadata
 	Line       int // 1-based line number in the stream
 	// Raw is the whole line of a control frame (ChunkToolCallFrame,
-	// ChunkToolResultFrame); nil for n8n's own chunks.
+	// ChunkToolResultFrame, ChunkCustomFrame); nil for n8n's own chunks.
 	Raw []byte
+	// FrameType is a custom control frame's type.
+	FrameType string
 }
 
 // Key returns the (nodeId, runIndex, itemIndex) the chunk belongs to.
@@ -289,7 +301,10 @@ func n8nDecodeLine(line []byte) (Chunk, n8nLineKind, error) {
 	case n8nChunkKeepalive:
 		return Chunk{}, n8nLineKeepalive, nil
 	default:
-		return Chunk{}, n8nLineUnknown, nil
+		if *w.Type == "" || utf8.RuneCountInString(*w.Type) > MaxFrameType {
+			return Chunk{}, n8nLineUnknown, nil
+		}
+		return Chunk{Type: ChunkCustomFrame, FrameType: *w.Type, Raw: append([]byte(nil), bytes.TrimSpace(line)...)}, n8nLineChunk, nil
 	}
 	c := Chunk{Type: t}
 	if w.Content != nil {

@@ -57,7 +57,8 @@ func TestN8NChunkReaderShapes(t *testing.T) {
 		// PROTOCOLS §3 begin/item/end.
 		`{"type":"begin","metadata":{"nodeId":"n1","nodeName":"Agent","runIndex":0,"itemIndex":0,"timestamp":1760000000000}}`,
 		`{"type":"item","content":"héllo","metadata":{"nodeId":"n1","nodeName":"Agent","runIndex":0,"itemIndex":0,"timestamp":1760000000001}}`,
-		// Newer n8n heartbeat, and a type this reader does not know.
+		// Newer n8n heartbeat, and a type neither n8n nor seed 004
+		// defines: a custom control frame.
 		`{"type":"keepalive"}`,
 		`{"type":"node-execute-after","metadata":{"nodeId":"n2"}}`,
 		``,
@@ -75,9 +76,15 @@ func TestN8NChunkReaderShapes(t *testing.T) {
 	if err != nil || len(decodeErrs) != 0 {
 		t.Fatalf("err %v, decode errors %v", err, decodeErrs)
 	}
-	if len(chunks) != 7 {
+	if len(chunks) != 8 {
 		t.Fatalf("got %d chunks: %+v", len(chunks), chunks)
 	}
+	custom := chunks[2]
+	if custom.Type != ChunkCustomFrame || custom.FrameType != "node-execute-after" || custom.Line != 4 ||
+		string(custom.Raw) != `{"type":"node-execute-after","metadata":{"nodeId":"n2"}}` {
+		t.Errorf("custom frame: %+v", custom)
+	}
+	chunks = slices.Delete(chunks, 2, 3)
 	begin, item, start, end, errc, last := chunks[0], chunks[1], chunks[2], chunks[3], chunks[5], chunks[6]
 	if begin.Type != ChunkBegin || begin.HasContent || begin.Key() != (Key{"n1", 0, 0}) ||
 		!begin.Metadata.HasTimestamp || begin.Metadata.Timestamp != 1760000000000 || begin.Line != 1 {
@@ -108,7 +115,8 @@ func TestN8NChunkReaderStats(t *testing.T) {
 	stream := "{\"type\":\"keepalive\"}\n\n{\"type\":\"mystery\"}\nnot json\n{\"content\":\"no type\"}\n{\"type\":\"item\",\"content\":\"a\",\"metadata\":{\"nodeId\":\"n\",\"runIndex\":0,\"itemIndex\":0}}\n{\"type\":\"item\",\"metadata\":{\"runIndex\":1.5}}\n"
 	r := NewReader(strings.NewReader(stream), 0)
 	chunks, decodeErrs, err := readAll(t, r)
-	if err != nil || len(chunks) != 1 || chunks[0].Content != "a" {
+	if err != nil || len(chunks) != 2 || chunks[0].Type != ChunkCustomFrame || chunks[0].FrameType != "mystery" ||
+		string(chunks[0].Raw) != `{"type":"mystery"}` || chunks[1].Content != "a" {
 		t.Fatalf("err %v, chunks %+v", err, chunks)
 	}
 	var lines []int
@@ -118,7 +126,7 @@ func TestN8NChunkReaderStats(t *testing.T) {
 	if !slices.Equal(lines, []int{4, 5, 7}) {
 		t.Fatalf("decode errors on lines %v: %v", lines, decodeErrs)
 	}
-	want := ReaderStats{Bytes: int64(len(stream)), Lines: 7, Chunks: 1, Keepalives: 1, Unknown: 1, Blank: 1, Malformed: 3}
+	want := ReaderStats{Bytes: int64(len(stream)), Lines: 7, Chunks: 2, Keepalives: 1, Blank: 1, Malformed: 3}
 	if got := r.Stats(); got != want {
 		t.Fatalf("stats %+v, want %+v", got, want)
 	}
@@ -170,7 +178,7 @@ func TestN8NChunkReaderSplitReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _, err := readAll(t, NewReader(bytes.NewReader(data), 0))
-	if err != nil || len(want) != 12 {
+	if err != nil || len(want) != 13 {
 		t.Fatalf("err %v, %d chunks", err, len(want))
 	}
 	readers := map[string]func() io.Reader{
@@ -233,10 +241,11 @@ func FuzzN8NChunkReader(f *testing.F) {
 
 func TestControlFrames(t *testing.T) {
 	stream := `{"type":"tool_call","name":"search","args":{"q":"x"}}` + "\n" +
-		`  {"type":"tool_result","name":"search","result":[1]}  ` + "\n" + `{"type":"progress","percent":5}` + "\n"
+		`  {"type":"tool_result","name":"search","result":[1]}  ` + "\n" + `{"type":"progress","percent":5}` + "\n" +
+		`{"type":""}` + "\n"
 	r := NewReader(strings.NewReader(stream), 0)
 	chunks, decodeErrs, err := readAll(t, r)
-	if err != nil || len(decodeErrs) != 0 || len(chunks) != 2 {
+	if err != nil || len(decodeErrs) != 0 || len(chunks) != 3 {
 		t.Fatalf("err %v, decode errors %v, chunks %+v", err, decodeErrs, chunks)
 	}
 	if chunks[0].Type != ChunkToolCallFrame || string(chunks[0].Raw) != `{"type":"tool_call","name":"search","args":{"q":"x"}}` {
@@ -245,7 +254,10 @@ func TestControlFrames(t *testing.T) {
 	if chunks[1].Type != ChunkToolResultFrame || string(chunks[1].Raw) != `{"type":"tool_result","name":"search","result":[1]}` || chunks[1].Line != 2 {
 		t.Errorf("second frame %+v", chunks[1])
 	}
-	if st := r.Stats(); st.Chunks != 2 || st.Unknown != 1 {
-		t.Errorf("stats %+v: want 2 chunks and the progress frame unknown", st)
+	if chunks[2].Type != ChunkCustomFrame || chunks[2].FrameType != "progress" || string(chunks[2].Raw) != `{"type":"progress","percent":5}` {
+		t.Errorf("custom frame %+v", chunks[2])
+	}
+	if st := r.Stats(); st.Chunks != 3 || st.Unknown != 1 {
+		t.Errorf("stats %+v: want 3 chunks and the frame without a type unknown", st)
 	}
 }
