@@ -264,7 +264,8 @@ type Description struct {
 // Describe reads a workflow's name, number of nodes and tag names. n8n
 // writes tags as objects with a name or as plain strings; both are read.
 // What is missing or of another shape is left zero: a version of any
-// content can be described.
+// content can be described. NUL characters are dropped from the name and
+// tags, which stores keep as text (PostgreSQL's TEXT cannot hold them).
 func Describe(data []byte) Description {
 	var doc struct {
 		Name  json.RawMessage   `json:"name"`
@@ -284,6 +285,7 @@ func Describe(data []byte) Description {
 		_ = json.Unmarshal(m["tags"], &doc.Tags)
 	}
 	_ = json.Unmarshal(doc.Name, &d.Name)
+	d.Name = strings.ReplaceAll(d.Name, "\x00", "")
 	d.NodeCount = len(doc.Nodes)
 	for _, raw := range doc.Tags {
 		var name string
@@ -296,7 +298,7 @@ func Describe(data []byte) Description {
 			}
 			name = tag.Name
 		}
-		if name != "" {
+		if name = strings.ReplaceAll(name, "\x00", ""); name != "" {
 			d.Tags = append(d.Tags, name)
 		}
 	}

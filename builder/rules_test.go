@@ -206,3 +206,11 @@ func TestCheckWorkflowData(t *testing.T) {
 		}
 	}
 }
+
+// A NUL in a workflow's name or tags never reaches a store's text columns.
+func TestDescribeDropsNUL(t *testing.T) {
+	d := Describe([]byte(`{"name":"a\u0000b","nodes":[],"tags":["x\u0000",{"name":"\u0000"}]}`))
+	if d.Name != "ab" || len(d.Tags) != 1 || d.Tags[0] != "x" {
+		t.Fatalf("Describe = %+v", d)
+	}
+}

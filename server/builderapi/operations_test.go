@@ -243,6 +243,8 @@ func TestOperationsRejectBadRequests(t *testing.T) {
 		{"/generate", `{"description":7}`, "description"},
 		{"/generate", `{"description":"email","thread_id":"../etc"}`, "thread_id"},
 		{"/generate", `{"description":"email","run_id":"a b"}`, "run_id"},
+		{"/generate", `{"description":"email\u0000"}`, "description"},
+		{"/iterate", `{"workflow_id":"wf","existing_workflow_json":"{}","feedback_from_testing":"ok","additional_requirements":"\u0000"}`, "additional_requirements"},
 		{"/generate", `not json`, ""},
 		{"/modify", `{"modification_description":"add slack"}`, "existing_workflow_json"},
 		{"/modify", `{"existing_workflow_json":[1],"modification_description":"add slack"}`, "existing_workflow_json"},

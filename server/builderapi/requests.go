@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-playground/validator/v10"
 
@@ -19,7 +20,7 @@ import (
 // validate tags are checked before any stream byte is written.
 type (
 	generateRequest struct {
-		Description string `json:"description" validate:"notblank,max=20000"`
+		Description string `json:"description" validate:"notblank,text,max=20000"`
 		// WorkflowID is not in the seed's generate body: a client may name
 		// the workflow it will iterate on; else one is made.
 		WorkflowID string `json:"workflow_id" validate:"omitempty,id"`
@@ -28,7 +29,7 @@ type (
 	}
 	modifyRequest struct {
 		ExistingWorkflowJSON    workflowText `json:"existing_workflow_json" validate:"notblank,max=5000000"`
-		ModificationDescription string       `json:"modification_description" validate:"notblank,max=20000"`
+		ModificationDescription string       `json:"modification_description" validate:"notblank,text,max=20000"`
 		WorkflowID              string       `json:"workflow_id" validate:"omitempty,id"`
 		ThreadID                string       `json:"thread_id" validate:"omitempty,id"`
 		RunID                   string       `json:"run_id" validate:"omitempty,id"`
@@ -36,8 +37,8 @@ type (
 	iterateRequest struct {
 		WorkflowID             string       `json:"workflow_id" validate:"required,id"`
 		ExistingWorkflowJSON   workflowText `json:"existing_workflow_json" validate:"notblank,max=5000000"`
-		FeedbackFromTesting    string       `json:"feedback_from_testing" validate:"notblank,max=20000"`
-		AdditionalRequirements string       `json:"additional_requirements" validate:"max=20000"`
+		FeedbackFromTesting    string       `json:"feedback_from_testing" validate:"notblank,text,max=20000"`
+		AdditionalRequirements string       `json:"additional_requirements" validate:"text,max=20000"`
 		ThreadID               string       `json:"thread_id" validate:"omitempty,id"`
 		RunID                  string       `json:"run_id" validate:"omitempty,id"`
 	}
@@ -86,6 +87,11 @@ var checker = func() *validator.Validate {
 	})
 	_ = v.RegisterValidation("id", func(fl validator.FieldLevel) bool { return instanceai.ValidThreadID(fl.Field().String()) })
 	_ = v.RegisterValidation("notblank", func(fl validator.FieldLevel) bool { return strings.TrimSpace(fl.Field().String()) != "" })
+	// text is what the stores can keep as text: UTF-8 without NUL.
+	_ = v.RegisterValidation("text", func(fl validator.FieldLevel) bool {
+		s := fl.Field().String()
+		return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+	})
 	return v
 }()
 
@@ -120,6 +126,8 @@ func fieldMessage(fe validator.FieldError) string {
 		return fmt.Sprintf("%s is longer than %s characters", fe.Field(), fe.Param())
 	case "id":
 		return fmt.Sprintf("%s %s", fe.Field(), instanceai.ThreadIDRule)
+	case "text":
+		return fmt.Sprintf("%s must be UTF-8 text without NUL characters", fe.Field())
 	}
 	return fmt.Sprintf("%s fails the %q rule", fe.Field(), fe.Tag())
 }
