@@ -245,23 +245,20 @@ func workflowID(r *http.Request) (string, error) {
 }
 
 func (a *API) iterations(w http.ResponseWriter, r *http.Request) {
-	id, err := workflowID(r)
-	if err == nil {
-		var list []builder.Iteration
-		if list, err = a.store.ListIterations(r.Context(), auth.UserFrom(r.Context()), id); err == nil {
-			httpjson.Write(w, http.StatusOK, nonNil(list))
-			return
-		}
-	}
-	httpjson.WriteError(w, err)
+	history(w, r, a.store.ListIterations)
 }
 
 func (a *API) feedback(w http.ResponseWriter, r *http.Request) {
+	history(w, r, a.store.ListFeedback)
+}
+
+// history answers the caller's list of one workflow's history.
+func history[T any](w http.ResponseWriter, r *http.Request, list func(ctx context.Context, ownerID, workflowID string) ([]T, error)) {
 	id, err := workflowID(r)
 	if err == nil {
-		var list []builder.Feedback
-		if list, err = a.store.ListFeedback(r.Context(), auth.UserFrom(r.Context()), id); err == nil {
-			httpjson.Write(w, http.StatusOK, nonNil(list))
+		var items []T
+		if items, err = list(r.Context(), auth.UserFrom(r.Context()), id); err == nil {
+			httpjson.Write(w, http.StatusOK, nonNil(items))
 			return
 		}
 	}
