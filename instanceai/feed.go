@@ -190,7 +190,7 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				case <-ch:
 				}
 			}
-			frames, resync, err := f.sub.take()
+			batches, resync, err := f.sub.take()
 			if err != nil {
 				return nil, err
 			}
@@ -200,7 +200,11 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 					return nil, err
 				}
 			}
-			more, err := f.admit(ctx, frames)
+			more, err := f.admit(ctx, batches)
+			// The deliveries point at the frames' events and bytes, not at
+			// the batches: the subscription may reuse their slice, and an
+			// idle connection keeps no published frame alive.
+			clear(batches)
 			if err != nil {
 				return nil, err
 			}
@@ -277,8 +281,24 @@ func (f *Feed) reset(next int64) Delivery {
 // not have them (a memory store evicted them), a reset frame says so
 // before the frame goes out with its id: the client's cursor never jumps
 // silently over a row it has not seen.
-func (f *Feed) admit(ctx context.Context, frames []Frame) ([]Delivery, error) {
-	out := make([]Delivery, 0, len(frames))
+func (f *Feed) admit(ctx context.Context, batches [][]Frame) ([]Delivery, error) {
+	n := 0
+	for _, frames := range batches {
+		n += len(frames)
+	}
+	out := make([]Delivery, 0, n)
+	for _, frames := range batches {
+		var err error
+		if out, err = f.admitBatch(ctx, out, frames); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// admitBatch applies admit's rules to the frames of one batch, appending
+// to out.
+func (f *Feed) admitBatch(ctx context.Context, out []Delivery, frames []Frame) ([]Delivery, error) {
 	for i := range frames {
 		fr := &frames[i]
 		if fr.Seq > f.last+1 {

@@ -244,18 +244,31 @@ func (s *Subscription) unparkAndUnlock() {
 	}
 }
 
-// take returns, without waiting, the queued frames and whether a resync was
-// asked for since the last take.
-func (s *Subscription) take() (frames []Frame, resync bool, err error) {
+// take returns, without waiting, the queued batches and whether a resync
+// was asked for since the last take. The batches' outer slice is the
+// subscription's own and is reused by the take after next: the caller
+// must be done with it when it calls take again (one consumer at a time).
+func (s *Subscription) take() (batches [][]Frame, resync bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, false, s.err
 	}
-	frames, resync = s.queue, s.resync
-	s.queue, s.resync = nil, false
-	return frames, resync, nil
+	batches, resync = s.queue, s.resync
+	// The spare was handed out by the previous take, whose caller is done
+	// with it now: cleared (so it holds no frames alive) and reused, unless
+	// a burst grew it beyond what an idle subscriber should keep.
+	clear(s.spare)
+	s.queue, s.spare = s.spare[:0], batches
+	if cap(s.queue) > maxSpareBatches {
+		s.queue = nil
+	}
+	s.queued, s.resync = 0, false
+	return batches, resync, nil
 }
+
+// maxSpareBatches bounds the outer slice a subscription keeps for reuse.
+const maxSpareBatches = 16
 
 // Subscribers returns the number of live subscribers across all threads:
 // dropped, closed and forgotten ones no longer count.
@@ -281,8 +294,13 @@ type Subscription struct {
 	threadID string
 	topic    *topic
 
-	mu     sync.Mutex
-	queue  []Frame
+	mu sync.Mutex
+	// queue holds the published batches not taken yet, each shared with
+	// every subscriber it was offered to (frames are never copied per
+	// subscriber); queued counts their frames, which the bound applies to.
+	queue  [][]Frame
+	spare  [][]Frame
+	queued int
 	notify chan struct{}
 	// parked is set by a subscriber about to wait for notify, so that
 	// publishers signal only subscribers that are actually waiting.
@@ -303,12 +321,14 @@ func (s *Subscription) offer(frames []Frame) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if len(s.queue)+len(frames) > s.hub.queueSize {
+	if s.queued+len(frames) > s.hub.queueSize {
 		s.mu.Unlock()
 		s.close(ErrSubscriberDropped)
 		return false
 	}
-	s.queue = append(s.queue, frames...)
+	// Capped, so that no consumer's append can write into the shared batch.
+	s.queue = append(s.queue, frames[:len(frames):len(frames)])
+	s.queued += len(frames)
 	s.unparkAndUnlock()
 	return true
 }
@@ -320,7 +340,7 @@ func (s *Subscription) close(err error) {
 		return
 	}
 	s.closed, s.err = true, err
-	s.queue = nil
+	s.queue, s.spare, s.queued = nil, nil, 0
 	close(s.notify)
 }
 
@@ -337,11 +357,11 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 			s.mu.Unlock()
 			return nil, err
 		}
-		if len(s.queue) > 0 {
+		if s.queued > 0 {
 			q := s.queue
-			s.queue = nil
+			s.queue, s.queued = nil, 0
 			s.mu.Unlock()
-			return q, nil
+			return flatten(q), nil
 		}
 		s.parked = true
 		s.mu.Unlock()
@@ -353,13 +373,29 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 	}
 }
 
+// flatten returns the frames of batches in order: the one batch itself
+// when there is one (it is shared, and capped), else a copy.
+func flatten(batches [][]Frame) []Frame {
+	var n int
+	var last []Frame
+	for _, b := range batches {
+		if len(b) > 0 {
+			n, last = n+1, b
+		}
+	}
+	if n <= 1 {
+		return last
+	}
+	return slices.Concat(batches...)
+}
+
 // wait reports whether frames are queued or the subscription ended. If not,
 // it marks the subscriber parked and returns the channel a publisher will
 // signal, for a select that also serves heartbeats and cancellation.
 func (s *Subscription) wait() (ready bool, ch <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) > 0 || s.closed || s.resync {
+	if s.queued > 0 || s.closed || s.resync {
 		return true, nil
 	}
 	s.parked = true

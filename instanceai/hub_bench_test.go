@@ -84,8 +84,23 @@ type hubFanout struct {
 }
 
 func newHubFanout(tb testing.TB, batched bool) *hubFanout {
+	return newHubFanoutStalled(tb, batched, false)
+}
+
+// newHubFanoutStalled is newHubFanout with, when stalled is set, one more
+// subscriber that never takes a frame: a client whose socket no longer
+// drains. Its queue is large enough that it is not dropped during a
+// benchmark, so the others run beside it throughout.
+func newHubFanoutStalled(tb testing.TB, batched, stalled bool) *hubFanout {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hubFanout{batched: batched, hub: instanceai.NewHub(1 << 16), frame: fanoutEvent(tb), count: newCounter(), cancel: cancel}
+	h := &hubFanout{batched: batched, hub: instanceai.NewHub(1 << 24), frame: fanoutEvent(tb), count: newCounter(), cancel: cancel}
+	if stalled {
+		sub, _ := h.hub.Subscribe("t")
+		go func() {
+			<-ctx.Done()
+			sub.Close()
+		}()
+	}
 	for range fanoutSubscribers {
 		sub, _ := h.hub.Subscribe("t")
 		go func() {
@@ -227,28 +242,56 @@ func BenchmarkFanout1x1000(b *testing.B) {
 	b.Run("ratio-batched", func(b *testing.B) { benchFanoutRatio(b, true) })
 }
 
+// BenchmarkFanoutStalled1x1000 measures the isolation of subscribers: the
+// same 1,000 subscribers' deliveries per second with and without one more
+// subscriber that never reads, rounds alternating in one loop; stalled/clean
+// is the throughput the others keep (1.0 = none lost). Joe has no row: a
+// client that does not return from Send stops its one loop, and every
+// subscriber with it.
+func BenchmarkFanoutStalled1x1000(b *testing.B) {
+	b.Run("per-frame", func(b *testing.B) { benchStalledRatio(b, false) })
+	b.Run("batched", func(b *testing.B) { benchStalledRatio(b, true) })
+}
+
+func benchStalledRatio(b *testing.B, batched bool) {
+	clean, stalled := newHubFanoutStalled(b, batched, false), newHubFanoutStalled(b, batched, true)
+	defer clean.close()
+	defer stalled.close()
+	rounds, cleanTime, stalledTime := alternate(b, clean, stalled)
+	deliveries := float64(rounds * fanoutRound * fanoutSubscribers)
+	b.ReportMetric(deliveries/cleanTime.Seconds(), "clean-deliveries/s")
+	b.ReportMetric(deliveries/stalledTime.Seconds(), "stalled-deliveries/s")
+	b.ReportMetric(cleanTime.Seconds()/stalledTime.Seconds(), "stalled/clean")
+}
+
+// alternate runs rounds of a and b in turn, each first every other
+// iteration, and returns the rounds each ran and the time each took.
+func alternate(tb *testing.B, a, b fanout) (rounds int, aTime, bTime time.Duration) {
+	timed := func(d *time.Duration, f fanout) {
+		t0 := time.Now()
+		f.round(tb)
+		*d += time.Since(t0)
+	}
+	i := 0
+	for tb.Loop() {
+		if i%2 == 0 {
+			timed(&aTime, a)
+			timed(&bTime, b)
+		} else {
+			timed(&bTime, b)
+			timed(&aTime, a)
+		}
+		i++
+	}
+	return i, aTime, bTime
+}
+
 func benchFanoutRatio(b *testing.B, batched bool) {
 	hub, joe := newHubFanout(b, batched), newJoeFanout(b)
 	defer hub.close()
 	defer joe.close()
-	var hubTime, joeTime time.Duration
-	timed := func(d *time.Duration, f fanout) {
-		t0 := time.Now()
-		f.round(b)
-		*d += time.Since(t0)
-	}
-	i := 0
-	for b.Loop() {
-		if i%2 == 0 {
-			timed(&hubTime, hub)
-			timed(&joeTime, joe)
-		} else {
-			timed(&joeTime, joe)
-			timed(&hubTime, hub)
-		}
-		i++
-	}
-	deliveries := float64(i * fanoutRound * fanoutSubscribers)
+	rounds, hubTime, joeTime := alternate(b, hub, joe)
+	deliveries := float64(rounds * fanoutRound * fanoutSubscribers)
 	b.ReportMetric(deliveries/hubTime.Seconds(), "hub-deliveries/s")
 	b.ReportMetric(deliveries/joeTime.Seconds(), "joe-deliveries/s")
 	b.ReportMetric(joeTime.Seconds()/hubTime.Seconds(), "hub/joe")

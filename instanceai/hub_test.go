@@ -112,8 +112,9 @@ func admitIDs(t *testing.T, log EventLog) (got []Delivery, ids []int64, last int
 	f := &Feed{last: 3, log: log, threadID: "t"}
 	block := mustFrame(t, 5, textEv(TypeTextBlock, "r", "a", "x", "hi"))
 	delta := mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "x", "hi"))
-	got, err := f.admit(context.Background(), []Frame{toolFrame(t, 2), toolFrame(t, 3), toolFrame(t, 4), delta, block,
-		toolFrame(t, 6), toolFrame(t, 8), toolFrame(t, 9)})
+	// Two batches, as two publishes queue them: the rules run across them.
+	got, err := f.admit(context.Background(), [][]Frame{{toolFrame(t, 2), toolFrame(t, 3), toolFrame(t, 4), delta},
+		{block, toolFrame(t, 6), toolFrame(t, 8), toolFrame(t, 9)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -201,6 +202,15 @@ type waiter struct {
 	done chan struct{}
 }
 
+// maxDrainPass bounds the events one drain pass takes from the queue. A
+// producer faster than the drain (an agent emitting deltas in a loop)
+// queues tens of thousands of events during one pass; published as one
+// batch they would overflow every subscriber's queue at once, however fast
+// it reads (a batch reaches a subscriber whole or not at all). A pass of
+// this size is one multi-row append and one publish that fit a default
+// queue many times over, and costs nothing measurable per event.
+const maxDrainPass = 1024
+
 // threadDrain is the ordered drain of one thread.
 type threadDrain struct {
 	w        *Writer
@@ -235,14 +245,21 @@ func (d *threadDrain) run() {
 	idle := time.NewTimer(d.w.cfg.IdleFlush)
 	defer idle.Stop()
 	lastActivity := time.Now()
+	backlog := false // the last pass left events queued: take them at once
 	for {
-		select {
-		case <-d.wake:
-		case <-idle.C:
+		if !backlog {
+			select {
+			case <-d.wake:
+			case <-idle.C:
+			}
 		}
 		d.mu.Lock()
 		batch := d.queue
 		d.queue = nil
+		backlog = len(batch) > maxDrainPass
+		if backlog {
+			d.queue, batch = batch[maxDrainPass:], batch[:maxDrainPass]
+		}
 		d.enqueued += len(batch)
 		stop := d.stop
 		drop := d.drop
@@ -265,7 +282,7 @@ func (d *threadDrain) run() {
 		for i := range batch {
 			d.add(&b, &batch[i])
 		}
-		if stop || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
+		if (stop && !backlog) || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
 			d.closeWhere(&b, func(*segment) bool { return true })
 		}
 		if len(b.items) > 0 {
@@ -273,6 +290,14 @@ func (d *threadDrain) run() {
 		}
 		d.release()
 
+		if backlog {
+			// The subscribers this publish woke share the CPU with this
+			// goroutine; yielding lets them take the pass before the next
+			// one lands in their queues, so a backlog reaches a fast
+			// subscriber in passes rather than piling up in its queue.
+			runtime.Gosched()
+			continue
+		}
 		if stop {
 			d.mu.Lock()
 			empty := len(d.queue) == 0

@@ -275,3 +275,70 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 		t.Fatalf("appends = %d, want 1 + 2 retries", n)
 	}
 }
+
+// batchRecorder is a Publisher that records the size of every batch.
+type batchRecorder struct {
+	mu      sync.Mutex
+	batches []int
+	frames  int
+}
+
+func (r *batchRecorder) Publish(_ string, frames []instanceai.Frame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = append(r.batches, len(frames))
+	r.frames += len(frames)
+}
+
+// A producer that outruns the drain leaves a backlog: it is published in
+// passes that fit a subscriber's queue, and coalesced as if it had come in
+// one pass, even when Close finds it still queued.
+func TestBacklogIsPublishedInBoundedPasses(t *testing.T) {
+	for _, closing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close=%v", closing), func(t *testing.T) {
+			const deltas = 10 * instanceai.MaxDrainPass
+			store := memory.New()
+			if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+				t.Fatal(err)
+			}
+			rec := &batchRecorder{}
+			w := instanceai.NewWriter(store, rec, instanceai.WriterConfig{IdleFlush: time.Hour})
+			var text strings.Builder
+			for i := range deltas {
+				chunk := fmt.Sprintf("chunk %d. ", i)
+				text.WriteString(chunk)
+				if err := w.Enqueue("t", delta(instanceai.TypeTextDelta, "r", "a", "s", chunk)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !closing {
+				if err := w.Enqueue("t", finish("r", "a")); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Sync(context.Background(), "t"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			e := &env{store: store}
+			want := []string{"text-block[a]:s:" + text.String()}
+			if !closing {
+				want = append(want, "run-finish[a]")
+			}
+			expectLog(t, e.logShape(t), want...)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if want := deltas + len(want); rec.frames != want {
+				t.Fatalf("published %d frames, want %d", rec.frames, want)
+			}
+			for i, n := range rec.batches {
+				// A pass's events, plus the blocks it closes.
+				if n > instanceai.MaxDrainPass+1 {
+					t.Fatalf("batch %d has %d frames, over a pass of %d events", i, n, instanceai.MaxDrainPass)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,4 @@
+package instanceai
+
+// MaxDrainPass exposes maxDrainPass to the external tests.
+const MaxDrainPass = maxDrainPass

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ssestream
+
+const raceDetector = false
