@@ -77,6 +77,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // continues after it.
 var logDialect = sqllog.Dialect{
 	Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
+	AppendOne: appendOne,
 	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
 		var last int64
 		var now time.Time
@@ -85,6 +86,40 @@ var logDialect = sqllog.Dialect{
 			threadID, n).Scan(&last, &now)
 		return last, now, err
 	},
+}
+
+// appendOneSQL moves the thread's counter and inserts the batch in one
+// statement. The UPDATE takes the counter row's lock, as Reserve does, and
+// holds it until the statement commits, so concurrent appenders queue
+// behind it and seqs follow commit order; the INSERT numbers the rows from
+// the seq after the old last_seq by their position in the arrays. A
+// data-modifying WITH runs whether or not the outer query reads it, and
+// reads no rows of r when the thread is missing: no row comes back, and
+// nothing was inserted. One statement is one transaction, so a failed
+// insert (a duplicate seq) takes the counter bump with it.
+const appendOneSQL = `WITH r AS (
+    UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq
+), i AS (
+    INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
+    SELECT $1, r.last_seq - $2 + v.ord, v.type, v.run_id, v.agent_id, v.data, now()
+    FROM r, unnest($3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS v (type, run_id, agent_id, data, ord)
+)
+SELECT last_seq FROM r`
+
+// appendOne runs appendOneSQL: five parameters whatever the batch's size,
+// so the statement's text never changes.
+func appendOne(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	types := make([]string, len(events))
+	runs := make([]string, len(events))
+	agents := make([]string, len(events))
+	datas := make([]string, len(events))
+	for i := range events {
+		types[i], runs[i], agents[i], datas[i] = string(events[i].Type), events[i].RunID, events[i].AgentID, string(data[i])
+	}
+	var last int64
+	err := db.QueryRowContext(ctx, appendOneSQL, threadID, len(events),
+		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas)).Scan(&last)
+	return last, err
 }
 
 // claimsDialect spells the claims statements for PostgreSQL: leases on the

@@ -11,7 +11,6 @@ package sqllog
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -124,6 +123,13 @@ type Dialect struct {
 	// updated_at. It returns the new last_seq and the created_at value of
 	// the batch's rows, or sql.ErrNoRows for a missing thread.
 	Reserve func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (last int64, stamp any, err error)
+	// AppendOne, when set, stores a batch of at most MaxRows rows with one
+	// statement that moves the counter and inserts the rows, in place of
+	// the transaction of Reserve and the INSERTs: on a server every
+	// statement of that transaction is a round trip, and one statement is
+	// atomic by itself. It returns the batch's last seq, or sql.ErrNoRows
+	// for a missing thread.
+	AppendOne func(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (last int64, err error)
 	// Err, when set, amends every error before it is wrapped (PostgreSQL
 	// adds the context's error to its driver's own).
 	Err func(ctx context.Context, err error) error
@@ -200,6 +206,13 @@ func (l *Log) appendEncoded(ctx context.Context, threadID string, events []insta
 
 func (l *Log) append(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (first int64, err error) {
 	n := int64(len(events))
+	if l.d.AppendOne != nil && len(events) <= l.maxRows {
+		last, err := l.d.AppendOne(ctx, l.w, threadID, events, data)
+		if err != nil {
+			return 0, notFound(err)
+		}
+		return last - n + 1, nil
+	}
 	tx, err := l.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -356,7 +369,9 @@ func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
 		if err := rows.Scan(&se.Seq, &data); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(data, &se.Event); err != nil {
+		// Event.UnmarshalJSON checks the bytes itself; json.Unmarshal would
+		// scan the whole row once more before calling it.
+		if err := se.Event.UnmarshalJSON(data); err != nil {
 			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
 		}
 		se.Data = data
