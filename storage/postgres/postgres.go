@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -40,7 +41,8 @@ type Store struct {
 	*claims.Table
 	*buildersql.Store
 
-	db *sqlx.DB
+	db  *sqlx.DB
+	one *oneStatement
 }
 
 var (
@@ -67,25 +69,29 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
-	return &Store{Log: sqllog.New(logDialect, db.DB, db.DB), Table: claims.New(claimsDialect, db.DB, db.DB),
+	one := &oneStatement{}
+	return &Store{Log: sqllog.New(logDialect(one), db.DB, db.DB), one: one, Table: claims.New(claimsDialect, db.DB, db.DB),
 		Store: buildersql.New(builderDialect, db.DB, db.DB), db: db}, nil
 }
 
-// logDialect stamps events with the database's clock, one clock for every
+// logDialect returns the event log's dialect, appending through one. It
+// stamps events with the database's clock, one clock for every
 // instance. The counter row's lock, taken here, is held until COMMIT: a
 // concurrent appender's UPDATE waits, then sees this one's last_seq and
 // continues after it.
-var logDialect = sqllog.Dialect{
-	Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
-	AppendOne: appendOne,
-	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
-		var last int64
-		var now time.Time
-		err := tx.QueryRowContext(ctx,
-			`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
-			threadID, n).Scan(&last, &now)
-		return last, now, err
-	},
+func logDialect(one *oneStatement) sqllog.Dialect {
+	return sqllog.Dialect{
+		Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
+		Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+			var last int64
+			var now time.Time
+			err := tx.QueryRowContext(ctx,
+				`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
+				threadID, n).Scan(&last, &now)
+			return last, now, err
+		},
+		AppendOne: one.append,
+	}
 }
 
 // appendOneSQL moves the thread's counter and inserts the batch in one
@@ -106,9 +112,43 @@ const appendOneSQL = `WITH r AS (
 )
 SELECT last_seq FROM r`
 
-// appendOne runs appendOneSQL: five parameters whatever the batch's size,
-// so the statement's text never changes.
-func appendOne(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+// oneStatement runs appendOneSQL, whose text never changes (six parameters
+// whatever the batch's size), so it is prepared once, on first use (the
+// tables exist only after Migrate): lib/pq sends an unprepared statement
+// with parameters in two round trips (parse, then bind and execute), a
+// prepared one in one.
+type oneStatement struct {
+	mu   sync.Mutex
+	stmt *sql.Stmt
+}
+
+func (o *oneStatement) prepared(ctx context.Context, db *sql.DB) (*sql.Stmt, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stmt == nil {
+		stmt, err := db.PrepareContext(ctx, appendOneSQL)
+		if err != nil {
+			return nil, err
+		}
+		o.stmt = stmt
+	}
+	return o.stmt, nil
+}
+
+func (o *oneStatement) close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stmt == nil {
+		return nil
+	}
+	return o.stmt.Close()
+}
+
+func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	stmt, err := o.prepared(ctx, db)
+	if err != nil {
+		return 0, err
+	}
 	types := make([]string, len(events))
 	runs := make([]string, len(events))
 	agents := make([]string, len(events))
@@ -117,7 +157,7 @@ func appendOne(ctx context.Context, db *sql.DB, threadID string, events []instan
 		types[i], runs[i], agents[i], datas[i] = string(events[i].Type), events[i].RunID, events[i].AgentID, string(data[i])
 	}
 	var last int64
-	err := db.QueryRowContext(ctx, appendOneSQL, threadID, len(events),
+	err = stmt.QueryRowContext(ctx, threadID, len(events),
 		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas)).Scan(&last)
 	return last, err
 }
@@ -162,7 +202,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return errors.Join(s.one.close(), s.db.Close()) }
 
 // threadRow is a threads row as sqlx scans it.
 type threadRow struct {
