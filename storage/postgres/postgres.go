@@ -202,7 +202,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return errors.Join(s.one.close(), s.db.Close()) }
+func (s *Store) Close() error { return errors.Join(s.one.close(), s.Log.Close(), s.db.Close()) }
 
 // threadRow is a threads row as sqlx scans it.
 type threadRow struct {

@@ -13,8 +13,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
@@ -143,6 +145,14 @@ type Log struct {
 	// apart from its readers; PostgreSQL passes one pool twice).
 	w, r    *sql.DB
 	maxRows int
+
+	// inserts holds the writer's prepared INSERTs, by row count. A batch
+	// goes in chunks whose sizes are powers of two (64 = one chunk; 100 =
+	// 64 + 32 + 4), so a handful of statements serve every batch size and
+	// each is parsed once, not once per append: parsing a multi-row INSERT
+	// costs more than binding it.
+	insertsMu sync.Mutex
+	inserts   map[int]*sql.Stmt
 }
 
 var (
@@ -213,6 +223,18 @@ func (l *Log) append(ctx context.Context, threadID string, events []instanceai.E
 		}
 		return last - n + 1, nil
 	}
+	// The statements are prepared before the transaction begins: SQLite's
+	// writer pool has one connection, which the transaction holds.
+	var chunks []*sql.Stmt
+	for left := len(events); left > 0; {
+		rows := chunkRows(left, l.maxRows)
+		stmt, err := l.insert(ctx, rows)
+		if err != nil {
+			return 0, err
+		}
+		chunks = append(chunks, stmt)
+		left -= rows
+	}
 	tx, err := l.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -231,17 +253,58 @@ func (l *Log) append(ctx context.Context, threadID string, events []instanceai.E
 	}
 	first = last - n + 1
 	p := l.d.Placeholders
-	for lo := 0; lo < len(events); lo += l.maxRows {
-		hi := min(lo+l.maxRows, len(events))
+	lo := 0
+	for _, stmt := range chunks {
+		hi := lo + chunkRows(len(events)-lo, l.maxRows)
 		args := p.insertArgs(threadID, stamp, first+int64(lo), events[lo:hi], data[lo:hi])
-		if _, err := tx.ExecContext(ctx, p.insertSQL(hi-lo), args...); err != nil {
+		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...); err != nil {
 			return 0, err
 		}
+		lo = hi
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
 	return first, nil
+}
+
+// chunkRows is the size of the next chunk of a batch with left rows to go:
+// the largest power of two that is at most left and at most maxRows.
+func chunkRows(left, maxRows int) int {
+	return 1 << (bits.Len(uint(min(left, maxRows))) - 1)
+}
+
+// insert returns the prepared INSERT of rows rows, preparing it on the
+// writer the first time. database/sql prepares it again by itself on a
+// connection that has not seen it.
+func (l *Log) insert(ctx context.Context, rows int) (*sql.Stmt, error) {
+	l.insertsMu.Lock()
+	defer l.insertsMu.Unlock()
+	if stmt := l.inserts[rows]; stmt != nil {
+		return stmt, nil
+	}
+	stmt, err := l.w.PrepareContext(ctx, l.d.Placeholders.insertSQL(rows))
+	if err != nil {
+		return nil, err
+	}
+	if l.inserts == nil {
+		l.inserts = map[int]*sql.Stmt{}
+	}
+	l.inserts[rows] = stmt
+	return stmt, nil
+}
+
+// Close releases the prepared statements. The store calls it before it
+// closes its databases.
+func (l *Log) Close() error {
+	l.insertsMu.Lock()
+	defer l.insertsMu.Unlock()
+	var errs []error
+	for rows, stmt := range l.inserts {
+		errs = append(errs, stmt.Close())
+		delete(l.inserts, rows)
+	}
+	return errors.Join(errs...)
 }
 
 // notFound turns "no such row" into instanceai.ErrNotFound.
