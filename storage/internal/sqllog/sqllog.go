@@ -323,7 +323,9 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 		q += ` LIMIT ?`
 		args = append(args, limit)
 	}
-	out, err := l.queryEvents(ctx, threadID, q, args...)
+	// A page is usually full: sized up front, the slice is not grown and
+	// copied log2(limit) times on the way.
+	out, err := l.queryEvents(ctx, threadID, min(max(limit, 0), 4096), q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
@@ -391,7 +393,7 @@ func (l *Log) unfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
 // than at the beginning of the thread; a run without a run-start is looked
 // for in the whole thread. A missing thread is ErrNotFound.
 func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	out, err := l.queryEvents(ctx, threadID,
+	out, err := l.queryEvents(ctx, threadID, 0,
 		`SELECT seq, data FROM events
 		 WHERE thread_id = ? AND run_id = ? AND seq >= COALESCE(
 		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ? AND run_id = ?), 0)
@@ -403,13 +405,13 @@ func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instance
 }
 
 // queryEvents runs a query (with ? placeholders) of (seq, data) rows of one
-// thread. Only an empty answer needs telling apart from a missing thread.
-func (l *Log) queryEvents(ctx context.Context, threadID, query string, args ...any) ([]instanceai.StoredEvent, error) {
+// thread, into a slice of capacity rows to begin with. Only an empty answer needs telling apart from a missing thread.
+func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, query string, args ...any) ([]instanceai.StoredEvent, error) {
 	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -423,9 +425,9 @@ func (l *Log) queryEvents(ctx context.Context, threadID, query string, args ...a
 
 // scanEvents reads (seq, data) rows into stored events, keeping each row's
 // bytes, and closes the rows.
-func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
+func scanEvents(rows *sql.Rows, capacity int) ([]instanceai.StoredEvent, error) {
 	defer rows.Close()
-	var out []instanceai.StoredEvent
+	out := make([]instanceai.StoredEvent, 0, capacity)
 	for rows.Next() {
 		var se instanceai.StoredEvent
 		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
