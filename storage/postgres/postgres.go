@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -40,7 +41,8 @@ type Store struct {
 	*claims.Table
 	*buildersql.Store
 
-	db *sqlx.DB
+	db  *sqlx.DB
+	one *oneStatement
 }
 
 var (
@@ -67,24 +69,97 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
-	return &Store{Log: sqllog.New(logDialect, db.DB, db.DB), Table: claims.New(claimsDialect, db.DB, db.DB),
+	one := &oneStatement{}
+	return &Store{Log: sqllog.New(logDialect(one), db.DB, db.DB), one: one, Table: claims.New(claimsDialect, db.DB, db.DB),
 		Store: buildersql.New(builderDialect, db.DB, db.DB), db: db}, nil
 }
 
-// logDialect stamps events with the database's clock, one clock for every
+// logDialect returns the event log's dialect, appending through one. It
+// stamps events with the database's clock, one clock for every
 // instance. The counter row's lock, taken here, is held until COMMIT: a
 // concurrent appender's UPDATE waits, then sees this one's last_seq and
 // continues after it.
-var logDialect = sqllog.Dialect{
-	Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
-	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
-		var last int64
-		var now time.Time
-		err := tx.QueryRowContext(ctx,
-			`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
-			threadID, n).Scan(&last, &now)
-		return last, now, err
-	},
+func logDialect(one *oneStatement) sqllog.Dialect {
+	return sqllog.Dialect{
+		Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
+		Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+			var last int64
+			var now time.Time
+			err := tx.QueryRowContext(ctx,
+				`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
+				threadID, n).Scan(&last, &now)
+			return last, now, err
+		},
+		AppendOne: one.append,
+	}
+}
+
+// appendOneSQL moves the thread's counter and inserts the batch in one
+// statement. The UPDATE takes the counter row's lock, as Reserve does, and
+// holds it until the statement commits, so concurrent appenders queue
+// behind it and seqs follow commit order; the INSERT numbers the rows from
+// the seq after the old last_seq by their position in the arrays. A
+// data-modifying WITH runs whether or not the outer query reads it, and
+// reads no rows of r when the thread is missing: no row comes back, and
+// nothing was inserted. One statement is one transaction, so a failed
+// insert (a duplicate seq) takes the counter bump with it.
+const appendOneSQL = `WITH r AS (
+    UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq
+), i AS (
+    INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
+    SELECT $1, r.last_seq - $2 + v.ord, v.type, v.run_id, v.agent_id, v.data, now()
+    FROM r, unnest($3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS v (type, run_id, agent_id, data, ord)
+)
+SELECT last_seq FROM r`
+
+// oneStatement runs appendOneSQL, whose text never changes (six parameters
+// whatever the batch's size), so it is prepared once, on first use (the
+// tables exist only after Migrate): lib/pq sends an unprepared statement
+// with parameters in two round trips (parse, then bind and execute), a
+// prepared one in one.
+type oneStatement struct {
+	mu   sync.Mutex
+	stmt *sql.Stmt
+}
+
+func (o *oneStatement) prepared(ctx context.Context, db *sql.DB) (*sql.Stmt, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stmt == nil {
+		stmt, err := db.PrepareContext(ctx, appendOneSQL)
+		if err != nil {
+			return nil, err
+		}
+		o.stmt = stmt
+	}
+	return o.stmt, nil
+}
+
+func (o *oneStatement) close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stmt == nil {
+		return nil
+	}
+	return o.stmt.Close()
+}
+
+func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	stmt, err := o.prepared(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	types := make([]string, len(events))
+	runs := make([]string, len(events))
+	agents := make([]string, len(events))
+	datas := make([]string, len(events))
+	for i := range events {
+		types[i], runs[i], agents[i], datas[i] = string(events[i].Type), events[i].RunID, events[i].AgentID, string(data[i])
+	}
+	var last int64
+	err = stmt.QueryRowContext(ctx, threadID, len(events),
+		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas)).Scan(&last)
+	return last, err
 }
 
 // claimsDialect spells the claims statements for PostgreSQL: leases on the
@@ -127,7 +202,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return errors.Join(s.one.close(), s.Log.Close(), s.db.Close()) }
 
 // threadRow is a threads row as sqlx scans it.
 type threadRow struct {

@@ -249,3 +249,15 @@ func TestCancelledStatementSaysCanceled(t *testing.T) {
 		t.Fatalf("error %v does not say context.Canceled", err)
 	}
 }
+
+// BenchmarkReplay reads a 100,000-event thread through a feed against the
+// bare page query on the store's own pool.
+func BenchmarkReplay(b *testing.B) {
+	s := openDSN(b, durableSchema(b))
+	b.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storagetest.BenchReplay(b, s, storagetest.SQLReplayPage(s.db.DB,
+		`SELECT seq, data FROM events WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`))
+}

@@ -208,8 +208,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // close checkpoints the WAL into the database file, which a query-only
 // reader cannot do.
 func (s *Store) Close() error {
+	serr := s.Log.Close()
 	rerr := s.rdb.Close()
-	return errors.Join(rerr, s.wdb.Close())
+	return errors.Join(serr, rerr, s.wdb.Close())
 }
 
 func formatTime(t time.Time) string {

@@ -218,3 +218,11 @@ func TestUnfinishedRunsUsesIndexes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReplay reads a 100,000-event thread through a feed against the
+// bare page query on the store's own readers.
+func BenchmarkReplay(b *testing.B) {
+	s := openMigrated(b)
+	storagetest.BenchReplay(b, s, storagetest.SQLReplayPage(s.rdb,
+		`SELECT seq, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?`))
+}

@@ -41,6 +41,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 		{"StoredBytes", testStoredBytes},
 		{"DeleteRemovesRows", testDeleteRemovesRows},
 		{"ChunkedAppendIsAtomic", testChunkedAppend},
+		{"OneStatementAppendIsAtomic", testOneStatementAppend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,5 +184,51 @@ func testChunkedAppend(t *testing.T, b SQLBackend) {
 	var last int64
 	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 50 {
 		t.Fatalf("last_seq after the failed append = %d, %v; want 50", last, err)
+	}
+}
+
+// testOneStatementAppend: a batch that fits one INSERT (PostgreSQL writes
+// it with one statement that also moves the counter) that collides with a
+// row in its middle stores nothing and leaves the counter where it was;
+// the next append continues right after the last good one, and a batch for
+// a missing thread is ErrNotFound with nothing stored.
+func testOneStatementAppend(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	ensure(t, b, "t", "o")
+	if first, err := b.Append(ctx, "t", TypicalBatch("r", 10)); err != nil || first != 1 {
+		t.Fatalf("Append = %d, %v; want 1", first, err)
+	}
+	if _, err := b.DB.ExecContext(ctx,
+		`INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
+		 VALUES ('t', 13, 'status', '', '', '{}', '2025-06-01T12:00:00.000000Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "t", TypicalBatch("r", 5)); err == nil {
+		t.Fatal("Append over a squatted seq succeeded")
+	} else if errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append over a squatted seq: %v", err)
+	}
+	if n := countRows(t, b.DB, "events"); n != 11 {
+		t.Fatalf("%d rows after the failed append, want 11 (10 + the squatter)", n)
+	}
+	var last int64
+	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 10 {
+		t.Fatalf("last_seq after the failed append = %d, %v; want 10", last, err)
+	}
+	if _, err := b.DB.ExecContext(ctx, `DELETE FROM events WHERE thread_id = 't' AND seq = 13`); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := b.Append(ctx, "t", TypicalBatch("r", 5)); err != nil || first != 11 {
+		t.Fatalf("Append after the failure = %d, %v; want 11", first, err)
+	}
+	got, err := b.ReadAfter(ctx, "t", 0, 0)
+	if err != nil || len(got) != 15 || got[14].Seq != 15 {
+		t.Fatalf("read %d events (%v), want 1..15", len(got), err)
+	}
+	if _, err := b.Append(ctx, "missing", TypicalBatch("r", 3)); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append to a missing thread: %v, want ErrNotFound", err)
+	}
+	if n := countRows(t, b.DB, "events"); n != 15 {
+		t.Fatalf("%d rows after appending to a missing thread, want 15", n)
 	}
 }

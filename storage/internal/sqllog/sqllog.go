@@ -11,11 +11,12 @@ package sqllog
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
@@ -124,6 +125,13 @@ type Dialect struct {
 	// updated_at. It returns the new last_seq and the created_at value of
 	// the batch's rows, or sql.ErrNoRows for a missing thread.
 	Reserve func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (last int64, stamp any, err error)
+	// AppendOne, when set, stores a batch of at most MaxRows rows with one
+	// statement that moves the counter and inserts the rows, in place of
+	// the transaction of Reserve and the INSERTs: on a server every
+	// statement of that transaction is a round trip, and one statement is
+	// atomic by itself. It returns the batch's last seq, or sql.ErrNoRows
+	// for a missing thread.
+	AppendOne func(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (last int64, err error)
 	// Err, when set, amends every error before it is wrapped (PostgreSQL
 	// adds the context's error to its driver's own).
 	Err func(ctx context.Context, err error) error
@@ -137,6 +145,14 @@ type Log struct {
 	// apart from its readers; PostgreSQL passes one pool twice).
 	w, r    *sql.DB
 	maxRows int
+
+	// inserts holds the writer's prepared INSERTs, by row count. A batch
+	// goes in chunks whose sizes are powers of two (64 = one chunk; 100 =
+	// 64 + 32 + 4), so a handful of statements serve every batch size and
+	// each is parsed once, not once per append: parsing a multi-row INSERT
+	// costs more than binding it.
+	insertsMu sync.Mutex
+	inserts   map[int]*sql.Stmt
 }
 
 var (
@@ -200,6 +216,25 @@ func (l *Log) appendEncoded(ctx context.Context, threadID string, events []insta
 
 func (l *Log) append(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (first int64, err error) {
 	n := int64(len(events))
+	if l.d.AppendOne != nil && len(events) <= l.maxRows {
+		last, err := l.d.AppendOne(ctx, l.w, threadID, events, data)
+		if err != nil {
+			return 0, notFound(err)
+		}
+		return last - n + 1, nil
+	}
+	// The statements are prepared before the transaction begins: SQLite's
+	// writer pool has one connection, which the transaction holds.
+	var chunks []*sql.Stmt
+	for left := len(events); left > 0; {
+		rows := chunkRows(left, l.maxRows)
+		stmt, err := l.insert(ctx, rows)
+		if err != nil {
+			return 0, err
+		}
+		chunks = append(chunks, stmt)
+		left -= rows
+	}
 	tx, err := l.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -218,17 +253,58 @@ func (l *Log) append(ctx context.Context, threadID string, events []instanceai.E
 	}
 	first = last - n + 1
 	p := l.d.Placeholders
-	for lo := 0; lo < len(events); lo += l.maxRows {
-		hi := min(lo+l.maxRows, len(events))
+	lo := 0
+	for _, stmt := range chunks {
+		hi := lo + chunkRows(len(events)-lo, l.maxRows)
 		args := p.insertArgs(threadID, stamp, first+int64(lo), events[lo:hi], data[lo:hi])
-		if _, err := tx.ExecContext(ctx, p.insertSQL(hi-lo), args...); err != nil {
+		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...); err != nil {
 			return 0, err
 		}
+		lo = hi
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
 	return first, nil
+}
+
+// chunkRows is the size of the next chunk of a batch with left rows to go:
+// the largest power of two that is at most left and at most maxRows.
+func chunkRows(left, maxRows int) int {
+	return 1 << (bits.Len(uint(min(left, maxRows))) - 1)
+}
+
+// insert returns the prepared INSERT of rows rows, preparing it on the
+// writer the first time. database/sql prepares it again by itself on a
+// connection that has not seen it.
+func (l *Log) insert(ctx context.Context, rows int) (*sql.Stmt, error) {
+	l.insertsMu.Lock()
+	defer l.insertsMu.Unlock()
+	if stmt := l.inserts[rows]; stmt != nil {
+		return stmt, nil
+	}
+	stmt, err := l.w.PrepareContext(ctx, l.d.Placeholders.insertSQL(rows))
+	if err != nil {
+		return nil, err
+	}
+	if l.inserts == nil {
+		l.inserts = map[int]*sql.Stmt{}
+	}
+	l.inserts[rows] = stmt
+	return stmt, nil
+}
+
+// Close releases the prepared statements. The store calls it before it
+// closes its databases.
+func (l *Log) Close() error {
+	l.insertsMu.Lock()
+	defer l.insertsMu.Unlock()
+	var errs []error
+	for rows, stmt := range l.inserts {
+		errs = append(errs, stmt.Close())
+		delete(l.inserts, rows)
+	}
+	return errors.Join(errs...)
 }
 
 // notFound turns "no such row" into instanceai.ErrNotFound.
@@ -247,7 +323,9 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 		q += ` LIMIT ?`
 		args = append(args, limit)
 	}
-	out, err := l.queryEvents(ctx, threadID, q, args...)
+	// A page is usually full: sized up front, the slice is not grown and
+	// copied log2(limit) times on the way.
+	out, err := l.queryEvents(ctx, threadID, min(max(limit, 0), 4096), q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
@@ -315,7 +393,7 @@ func (l *Log) unfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
 // than at the beginning of the thread; a run without a run-start is looked
 // for in the whole thread. A missing thread is ErrNotFound.
 func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instanceai.StoredEvent, error) {
-	out, err := l.queryEvents(ctx, threadID,
+	out, err := l.queryEvents(ctx, threadID, 0,
 		`SELECT seq, data FROM events
 		 WHERE thread_id = ? AND run_id = ? AND seq >= COALESCE(
 		     (SELECT MIN(seq) FROM events WHERE type = 'run-start' AND thread_id = ? AND run_id = ?), 0)
@@ -327,13 +405,13 @@ func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instance
 }
 
 // queryEvents runs a query (with ? placeholders) of (seq, data) rows of one
-// thread. Only an empty answer needs telling apart from a missing thread.
-func (l *Log) queryEvents(ctx context.Context, threadID, query string, args ...any) ([]instanceai.StoredEvent, error) {
+// thread, into a slice of capacity rows to begin with. Only an empty answer needs telling apart from a missing thread.
+func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, query string, args ...any) ([]instanceai.StoredEvent, error) {
 	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows)
+	out, err := scanEvents(rows, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -347,16 +425,18 @@ func (l *Log) queryEvents(ctx context.Context, threadID, query string, args ...a
 
 // scanEvents reads (seq, data) rows into stored events, keeping each row's
 // bytes, and closes the rows.
-func scanEvents(rows *sql.Rows) ([]instanceai.StoredEvent, error) {
+func scanEvents(rows *sql.Rows, capacity int) ([]instanceai.StoredEvent, error) {
 	defer rows.Close()
-	var out []instanceai.StoredEvent
+	out := make([]instanceai.StoredEvent, 0, capacity)
 	for rows.Next() {
 		var se instanceai.StoredEvent
 		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
 		if err := rows.Scan(&se.Seq, &data); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(data, &se.Event); err != nil {
+		// Event.UnmarshalJSON checks the bytes itself; json.Unmarshal would
+		// scan the whole row once more before calling it.
+		if err := se.Event.UnmarshalJSON(data); err != nil {
 			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
 		}
 		se.Data = data

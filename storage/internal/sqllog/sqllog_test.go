@@ -74,3 +74,28 @@ func TestRebind(t *testing.T) {
 		t.Errorf("Dollar.Rebind = %s, want %s", got, want)
 	}
 }
+
+// A batch goes in power-of-two chunks, largest first, none over maxRows,
+// covering every row exactly once.
+func TestChunkRows(t *testing.T) {
+	for _, tc := range []struct {
+		n, maxRows int
+		want       []int
+	}{
+		{1, 100, []int{1}},
+		{64, 4680, []int{64}},
+		{100, 4680, []int{64, 32, 4}},
+		{20, 7, []int{4, 4, 4, 4, 4}},
+		{10000, 4680, []int{4096, 4096, 1024, 512, 256, 16}},
+	} {
+		var got []int
+		for left := tc.n; left > 0; {
+			c := chunkRows(left, tc.maxRows)
+			got = append(got, c)
+			left -= c
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("chunks of %d rows (max %d) = %v, want %v", tc.n, tc.maxRows, got, tc.want)
+		}
+	}
+}
