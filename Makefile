@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build test test-short bench lint node-deps
+.PHONY: run build test test-short bench bench-peers bench-peers-smoke lint node-deps
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -32,6 +32,17 @@ test-short:
 ## bench: run the benchmarks (each reports a ratio against a baseline measured in the same run)
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./...
+
+## bench-peers: Threadline against a go-sse Joe server and Centrifugo v6 over loopback sockets (about 10 minutes; BENCH_PEERS_FLAGS passes loadclient flags)
+bench-peers:
+	$(GO) build -o bin/threadline ./cmd/threadline
+	cd bench && $(GO) build -o .cache/bin/joeserver ./cmd/joeserver && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
+	bench/centrifugo.sh install
+	bench/.cache/bin/loadclient -threadline bin/threadline -joeserver bench/.cache/bin/joeserver -centrifugo bench/centrifugo.sh $(BENCH_PEERS_FLAGS)
+
+## bench-peers-smoke: vet and test the peer benchmark's own module
+bench-peers-smoke:
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## lint: gofmt and go vet
 lint:

@@ -1,0 +1,171 @@
+// Command loadclient runs the peer comparison: every figure for Threadline,
+// a go-sse Joe server and Centrifugo, servers interleaved within each
+// repeat (A, B, C, A, B, C, …) so that load from elsewhere on the machine
+// hits all three alike, and prints each server's median with Threadline's
+// ratio to each peer.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/threadline/threadline/bench/internal/figures"
+	"github.com/threadline/threadline/bench/internal/servers"
+)
+
+type figure struct {
+	name, unit string
+	run        func(*figures.Env, servers.Kind) (figures.Result, error)
+}
+
+var allFigures = []figure{
+	{"fanout", "deliveries/s", (*figures.Env).Fanout},
+	{"latency", "p99 ms, lower is better", (*figures.Env).Latency},
+	{"idle", "KB per idle connection, lower is better", (*figures.Env).Idle},
+	{"firstbyte", "p50 ms, lower is better", (*figures.Env).FirstByte},
+	{"replay", "replay events/s", (*figures.Env).Replay},
+}
+
+func main() {
+	var p figures.Params
+	var bin servers.Binaries
+	flag.StringVar(&bin.Threadline, "threadline", "bin/threadline", "the Threadline binary under test")
+	flag.StringVar(&bin.Joe, "joeserver", "bench/.cache/bin/joeserver", "the joeserver binary")
+	flag.StringVar(&bin.CentrifugoExec, "centrifugo", "bench/centrifugo.sh", "centrifugo.sh")
+	flag.IntVar(&p.FanoutSubscribers, "fanout-subscribers", 1000, "fan-out: subscribers of the one thread")
+	flag.IntVar(&p.FanoutMessages, "fanout-messages", 1000, "fan-out: messages (Threadline: deltas of a `long N` run; keep below --subscriber-queue, 8192, or subscribers are dropped)")
+	flag.IntVar(&p.Publishers, "publishers", 4, "fan-out: concurrent publishers to Joe and Centrifugo")
+	flag.IntVar(&p.LatencySubscribers, "latency-subscribers", 100, "latency: subscribers")
+	flag.IntVar(&p.LatencyRate, "latency-rate", 2000, "latency: messages per second")
+	flag.DurationVar(&p.LatencyDuration, "latency-duration", 5*time.Second, "latency: how long to publish")
+	flag.IntVar(&p.IdleConnections, "idle-connections", 5000, "memory: idle SSE connections")
+	flag.IntVar(&p.FirstByteConns, "firstbyte-connections", 200, "first byte: connections, one after another")
+	flag.IntVar(&p.ReplayEvents, "replay-events", 100000, "replay: events in the history")
+	repeats := flag.Int("repeats", 3, "repeats of every figure")
+	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay", "figures to run, comma-separated")
+	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
+	flag.Parse()
+
+	if err := run(bin, p, *repeats, strings.Split(*only, ","), strings.Split(*serverList, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "loadclient:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames []string) error {
+	raiseFileLimit(p.IdleConnections + 1000)
+	work, err := os.MkdirTemp("", "bench-peers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	hook, err := figures.StartWebhook()
+	if err != nil {
+		return err
+	}
+	defer hook.Close()
+	env := &figures.Env{Bin: bin, Params: p, WorkDir: work, Webhook: hook}
+	kinds := make([]servers.Kind, len(serverNames))
+	for i, n := range serverNames {
+		kinds[i] = servers.Kind(n)
+	}
+
+	type key struct {
+		fig  string
+		kind servers.Kind
+	}
+	values := map[key][]float64{}
+	for _, f := range allFigures {
+		if !slices.Contains(only, f.name) {
+			continue
+		}
+		for r := 1; r <= repeats; r++ {
+			for _, k := range kinds {
+				res, err := f.run(env, k)
+				if errors.Is(err, figures.ErrNotApplicable) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("%s, %s, repeat %d: %w", f.name, k, r, err)
+				}
+				values[key{f.name, k}] = append(values[key{f.name, k}], res.Value)
+				fmt.Fprintf(os.Stderr, "%-9s %-10s #%d  %12.2f %s  (%s)\n", f.name, k, r, res.Value, f.unit, res.Note)
+			}
+		}
+	}
+
+	fmt.Printf("\n| figure | %s |", strings.Join(serverNames, " | "))
+	for _, k := range kinds[1:] {
+		fmt.Printf(" %s/%s |", kinds[0], k)
+	}
+	fmt.Printf("\n|%s\n", strings.Repeat(" --- |", 1+2*len(kinds)-1))
+	for _, f := range allFigures {
+		if !slices.Contains(only, f.name) {
+			continue
+		}
+		fmt.Printf("| %s (%s) |", f.name, f.unit)
+		med := map[servers.Kind]float64{}
+		for _, k := range kinds {
+			v := values[key{f.name, k}]
+			if len(v) == 0 {
+				fmt.Print(" — |")
+				continue
+			}
+			med[k] = median(v)
+			fmt.Printf(" %s |", format(med[k]))
+		}
+		for _, k := range kinds[1:] {
+			a, okA := med[kinds[0]]
+			b, okB := med[k]
+			if !okA || !okB || b == 0 {
+				fmt.Print(" — |")
+				continue
+			}
+			fmt.Printf(" **%.2f** |", a/b)
+		}
+		fmt.Println()
+	}
+	return nil
+}
+
+// raiseFileLimit lifts the soft limit on open files towards want (the
+// hard limit caps it), because every idle connection is a descriptor.
+func raiseFileLimit(want int) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return
+	}
+	if l.Cur >= uint64(want) {
+		return
+	}
+	l.Cur = min(uint64(want), l.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur < uint64(want) {
+		fmt.Fprintf(os.Stderr, "loadclient: open files capped at %d (want %d): the idle figure will fail\n", l.Cur, want)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func format(v float64) string {
+	if v >= 1000 {
+		s := fmt.Sprintf("%.0f", v)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	}
+	return fmt.Sprintf("%.2f", v)
+}
