@@ -22,6 +22,8 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // Migration is one versioned SQL script.
@@ -47,6 +49,11 @@ type Dialect struct {
 	// lock must be released when the transaction ends, so that two processes
 	// starting at once apply each migration exactly once.
 	Lock func(ctx context.Context, tx *sql.Tx) error
+	// Busy, when set, tells an error that a moment later may not repeat:
+	// SQLite refuses a connection's setup (its journal_mode pragma) or
+	// BEGIN with SQLITE_BUSY without waiting in the busy handler while
+	// another process converts a fresh file to WAL. inTx retries those.
+	Busy func(error) bool
 }
 
 // SQLite is the dialect for SQLite. Its Lock is empty because SQLite has a
@@ -64,6 +71,7 @@ var SQLite = Dialect{
 	Applied: `SELECT 1 FROM schema_migrations WHERE version = ?`,
 	Record:  `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`,
 	Lock:    func(context.Context, *sql.Tx) error { return nil },
+	Busy:    func(err error) bool { return strings.Contains(err.Error(), "SQLITE_BUSY") },
 }
 
 // Postgres is the dialect for PostgreSQL. Its Lock takes a transaction-scoped
@@ -219,9 +227,20 @@ func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int64]bool, error) {
 	return got, rows.Err()
 }
 
+// busyWait bounds how long inTx retries a BEGIN the dialect calls busy.
+const busyWait = 10 * time.Second
+
 // inTx runs fn in a transaction that holds the dialect's lock.
 func inTx(ctx context.Context, db *sql.DB, d Dialect, fn func(*sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
+	for deadline := time.Now().Add(busyWait); err != nil && d.Busy != nil && d.Busy(err) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("begin: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		tx, err = db.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
