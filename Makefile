@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build test test-short bench bench-peers bench-peers-smoke lint node-deps
+.PHONY: run build test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -39,6 +39,12 @@ bench-peers:
 	cd bench && $(GO) build -o .cache/bin/joeserver ./cmd/joeserver && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
 	bench/centrifugo.sh install
 	bench/.cache/bin/loadclient -threadline bin/threadline -joeserver bench/.cache/bin/joeserver -centrifugo bench/centrifugo.sh $(BENCH_PEERS_FLAGS)
+
+## bench-growth: Threadline's throughput and memory as subscribers (10 to 5,000) and threads (1 to 1,000 × 10 subscribers) grow, on --store memory (about 2 minutes; BENCH_GROWTH_FLAGS passes loadclient flags)
+bench-growth:
+	$(GO) build -o bin/threadline ./cmd/threadline
+	cd bench && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
+	bench/.cache/bin/loadclient -mode growth -threadline bin/threadline -repeats 5 $(BENCH_GROWTH_FLAGS)
 
 ## bench-peers-smoke: vet and test the peer benchmark's own module
 bench-peers-smoke:

@@ -2,7 +2,8 @@
 // a go-sse Joe server and Centrifugo, servers interleaved within each
 // repeat (A, B, C, A, B, C, …) so that load from elsewhere on the machine
 // hits all three alike, and prints each server's median with Threadline's
-// ratio to each peer.
+// ratio to each peer. With -mode growth it measures instead how
+// Threadline's throughput and memory grow with subscribers and threads.
 package main
 
 import (
@@ -50,9 +51,25 @@ func main() {
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
 	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay", "figures to run, comma-separated")
 	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
+	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags)")
+	gp := growthParams{subscribers: intList{10, 100, 1000, 5000}, threads: intList{1, 100, 1000}}
+	flag.Var(&gp.subscribers, "growth-subscribers", "growth: subscriber counts of the one-thread rows")
+	flag.IntVar(&gp.messages, "growth-messages", 1000, "growth: deltas of the one thread's run (the agent's long N)")
+	flag.Var(&gp.threads, "growth-threads", "growth: thread counts of the many-thread rows")
+	flag.IntVar(&gp.threadSubscribers, "growth-thread-subscribers", 10, "growth: subscribers of each thread in the many-thread rows")
+	flag.IntVar(&gp.threadMessages, "growth-thread-messages", 100, "growth: deltas of each thread's run (long N) in the many-thread rows")
 	flag.Parse()
 
-	if err := run(bin, p, *repeats, strings.Split(*only, ","), strings.Split(*serverList, ",")); err != nil {
+	var err error
+	switch *mode {
+	case "peers":
+		err = run(bin, p, *repeats, strings.Split(*only, ","), strings.Split(*serverList, ","))
+	case "growth":
+		err = runGrowth(bin, gp, *repeats)
+	default:
+		err = fmt.Errorf("unknown -mode %q (peers or growth)", *mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
 		os.Exit(1)
 	}

@@ -99,33 +99,13 @@ func chat(s *servers.Server, thread, message string) error {
 	return s.Post("/instance-ai/chat/"+thread, fmt.Appendf(nil, `{"message":%q}`, message), nil)
 }
 
-// openAll opens n streams to url with some parallelism.
+// openAll opens n streams to url.
 func openAll(url string, n int) ([]*sse.Stream, error) {
-	streams := make([]*sse.Stream, n)
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			s, err := sse.Open(url, nil)
-			if err != nil {
-				errs <- err
-				return
-			}
-			streams[i] = s
-		}()
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = url
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		closeAll(streams)
-		return nil, err
-	}
-	return streams, nil
+	return openURLs(urls)
 }
 
 func closeAll(streams []*sse.Stream) {
