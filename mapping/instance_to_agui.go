@@ -103,8 +103,11 @@ type segCount struct {
 // completes (the orchestrator's own finish is marked with a CUSTOM
 // instance-ai.orchestrator-finished event). A confirmation-request ends the
 // AG-UI run with an interrupt; Resume continues the same instance-ai run as
-// a new AG-UI run. Call Close when the source ends to guarantee a terminal
-// event.
+// a new AG-UI run. A tasks-update is the shared state (STATE_SNAPSHOT, then
+// STATE_DELTA) and its tasks in progress are active steps (STEP_STARTED /
+// STEP_FINISHED, all finished before the run ends or is interrupted); a
+// custom event is CUSTOM under its own name. Call Close when the source
+// ends to guarantee a terminal event.
 type InstanceToAGUI struct {
 	threadID, runID string
 
