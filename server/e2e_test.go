@@ -385,8 +385,10 @@ func TestCancelMidRun(t *testing.T) {
 		if finish.Status != instanceai.RunCancelled || finish.Reason != instanceai.ReasonUserCancelled {
 			t.Fatalf("run-finish = %+v", finish)
 		}
-		if err := <-late; !errors.Is(err, instanceai.ErrRunFinished) {
-			t.Fatalf("an emit after the cancel: %v; want ErrRunFinished", err)
+		// Refused either way: as finished, or as cancelled when the agent
+		// got there between the cancel and the run-finish (Run.Emit).
+		if err := <-late; err == nil || !errors.Is(err, instanceai.ErrRunFinished) && !strings.Contains(err.Error(), "run cancelled") {
+			t.Fatalf("an emit after the cancel: %v; want ErrRunFinished or the cancellation", err)
 		}
 		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
