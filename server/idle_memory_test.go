@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"net"
 	"net/url"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/servertest"
 )
@@ -21,9 +23,18 @@ import (
 // is one socket object each, a few hundred bytes).
 //
 //	go test -run '^$' -bench IdleStreamMemory -benchtime 1x ./server/
-func BenchmarkIdleStreamMemory(b *testing.B) {
+func BenchmarkIdleStreamMemory(b *testing.B) { idleStreamMemory(b, servertest.OpenStore(b, "memory")) }
+
+// BenchmarkIdleStreamMemorySQLite is the same on the SQLite store, whose
+// driver's deep call chains once grew every stream goroutine's stack (see
+// storage/sqlite's onFreshStack).
+func BenchmarkIdleStreamMemorySQLite(b *testing.B) {
+	idleStreamMemory(b, servertest.OpenStore(b, "sqlite:"+filepath.Join(b.TempDir(), "idle.db")))
+}
+
+func idleStreamMemory(b *testing.B, store instanceai.Store) {
 	const idleStreams = 2000
-	h := servertest.Start(b, servertest.OpenStore(b, "memory"), servertest.Options{Config: server.Config{SubscriberQueue: defaultSubscriberQueue}})
+	h := servertest.Start(b, store, servertest.Options{Config: server.Config{SubscriberQueue: defaultSubscriberQueue}})
 	h.EnsureThread("idle")
 	u, err := url.Parse(h.URL)
 	if err != nil {

@@ -291,8 +291,8 @@ func (s *Store) ensureThread(ctx context.Context, t instanceai.Thread) (stored i
 	return stored, n == 1, tx.Commit()
 }
 
-// GetThread implements instanceai.ThreadStore.
-func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, error) {
+// getThread reads a thread (GetThread runs it on a fresh stack).
+func (s *Store) getThread(ctx context.Context, id string) (instanceai.Thread, error) {
 	t, err := scanThread(s.rdb.QueryRowContext(ctx, `SELECT `+threadColumns+` FROM threads WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = instanceai.ErrNotFound
