@@ -180,7 +180,6 @@ func TestReconnectingClientEndsLikeASteadyOne(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		h := start(t, store, servertest.Options{AgentDelay: 200 * time.Microsecond})
 		runID := h.Chat("th", "long 5000")
-		type result struct{ c *textClient }
 		steadyc, jumpyc := make(chan *textClient, 1), make(chan *textClient, 1)
 		go func() { steadyc <- h.follow("th", runID, 0, 0) }()
 		go func() { jumpyc <- h.follow("th", runID, 97, 0) }()

@@ -128,7 +128,7 @@ func (s *Stream) Data(id int64, data []byte) error {
 // singleLine reports whether data is one non-empty line, which frames as a
 // single `data:` line; JSON always is.
 func singleLine(data []byte) bool {
-	return len(data) > 0 && bytes.IndexAny(data, "\r\n") < 0
+	return len(data) > 0 && !bytes.ContainsAny(data, "\r\n")
 }
 
 func appendDataLine(b, data []byte) []byte {

@@ -72,7 +72,7 @@ type StepResult struct {
 	Message    string `json:"message"`
 	// Error says why the step failed.
 	Error *workflow.ErrorDetail `json:"error,omitempty"`
-	// WorkflowJSON is the built workflow's JSON text (build_workflow).
+	// WorkflowJSON is the built workflow's JSON text (validate_workflow).
 	WorkflowJSON string `json:"workflow_json,omitempty"`
 	// Validation is the built workflow's ValidationResult
 	// (validate_workflow).
@@ -134,7 +134,8 @@ func Work(req Request, cfg Config) instanceai.AgentFunc {
 				return StepResult{}, err
 			}
 			built = doc
-			return StepResult{OK: true, Message: builtMessage(req.Kind), WorkflowJSON: string(doc)}, nil
+			// The workflow itself goes with the validation's result, once.
+			return StepResult{OK: true, Message: builtMessage(req.Kind)}, nil
 		})
 		if err != nil {
 			return err
@@ -201,7 +202,14 @@ func (s *steps) do(step string, body func() (StepResult, error)) error {
 	}
 	s.n++
 	callID := fmt.Sprintf("call_%s_%d", step, s.n)
-	args, _ := json.Marshal(s.req) // strings only
+	// The first call carries the whole request; the others name only the
+	// operation and its workflow, so an existing workflow (up to megabytes)
+	// is stored once per run, not once per step.
+	req := s.req
+	if s.n > 1 {
+		req = Request{Kind: req.Kind, WorkflowID: req.WorkflowID}
+	}
+	args, _ := json.Marshal(req) // strings only
 	if err := s.run.Emit(instanceai.Event{Type: instanceai.TypeToolCall,
 		Payload: &instanceai.ToolCall{ToolCallID: callID, ToolName: step, Args: args}}); err != nil {
 		return err

@@ -19,28 +19,30 @@ import (
 // The request bodies of the operations, with the seed's field names. The
 // validate tags are checked before any stream byte is written.
 type (
+	// tracking is the optional thread and run every operation may name.
+	tracking struct {
+		ThreadID string `json:"thread_id" validate:"omitempty,id"`
+		RunID    string `json:"run_id" validate:"omitempty,id"`
+	}
 	generateRequest struct {
 		Description string `json:"description" validate:"notblank,text,max=20000"`
 		// WorkflowID is not in the seed's generate body: a client may name
 		// the workflow it will iterate on; else one is made.
 		WorkflowID string `json:"workflow_id" validate:"omitempty,id"`
-		ThreadID   string `json:"thread_id" validate:"omitempty,id"`
-		RunID      string `json:"run_id" validate:"omitempty,id"`
+		tracking
 	}
 	modifyRequest struct {
 		ExistingWorkflowJSON    workflowText `json:"existing_workflow_json" validate:"notblank,max=5000000"`
 		ModificationDescription string       `json:"modification_description" validate:"notblank,text,max=20000"`
 		WorkflowID              string       `json:"workflow_id" validate:"omitempty,id"`
-		ThreadID                string       `json:"thread_id" validate:"omitempty,id"`
-		RunID                   string       `json:"run_id" validate:"omitempty,id"`
+		tracking
 	}
 	iterateRequest struct {
 		WorkflowID             string       `json:"workflow_id" validate:"required,id"`
 		ExistingWorkflowJSON   workflowText `json:"existing_workflow_json" validate:"notblank,max=5000000"`
 		FeedbackFromTesting    string       `json:"feedback_from_testing" validate:"notblank,text,max=20000"`
 		AdditionalRequirements string       `json:"additional_requirements" validate:"text,max=20000"`
-		ThreadID               string       `json:"thread_id" validate:"omitempty,id"`
-		RunID                  string       `json:"run_id" validate:"omitempty,id"`
+		tracking
 	}
 	validateRequest struct {
 		WorkflowJSON workflowText `json:"workflow_json" validate:"notblank,max=5000000"`

@@ -112,7 +112,7 @@ func testProjects(t *testing.T, s BuilderStore) {
 		p.WorkflowCount != 2 || !slices.Equal(p.Workflows, []string{"inventory-sync.json", "order-processing.json"}) {
 		t.Errorf("CreateProject = %+v", p)
 	}
-	if p.Settings.AutoBackup != true || p.Settings.VersionLimit != 10 || len(p.Settings.Extra) != 0 {
+	if !p.Settings.AutoBackup || p.Settings.VersionLimit != 10 || len(p.Settings.Extra) != 0 {
 		t.Errorf("default settings = %+v, want auto_backup true and version_limit 10", p.Settings)
 	}
 	checkRecent(t, "created_date", p.CreatedDate, before)

@@ -6,31 +6,17 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-)
 
-// nodeModules is testdata/n8n-nodes/node_modules, where `npm ci` (make
-// node-deps) installs the pinned n8n node packages. Without it the tests
-// that read n8n's catalog skip, except under CI=true, where they fail.
-func nodeModules(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join("testdata", "n8n-nodes", "node_modules")
-	if _, err := os.Stat(filepath.Join(dir, "n8n-nodes-base", "package.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: CI must run npm ci in workflow/catalog/testdata/n8n-nodes", dir)
-		}
-		t.Skip("skipping: run `npm ci` in workflow/catalog/testdata/n8n-nodes to test against n8n's catalog")
-	}
-	return dir
-}
+	"github.com/threadline/threadline/workflow/catalog/catalogtest"
+)
 
 func loadInstalled(t *testing.T) *Catalog {
 	t.Helper()
-	c, err := LoadDir(nodeModules(t))
+	c, err := LoadDir(catalogtest.NodeModules(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +24,7 @@ func loadInstalled(t *testing.T) *Catalog {
 }
 
 func TestLoadInstalledPackages(t *testing.T) {
-	dir := nodeModules(t)
+	dir := catalogtest.NodeModules(t)
 	all := loadInstalled(t)
 	base, err := LoadPackages(filepath.Join(dir, "n8n-nodes-base"))
 	if err != nil {

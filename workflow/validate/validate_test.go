@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/workflow/catalog"
+	"github.com/threadline/threadline/workflow/catalog/catalogtest"
 )
 
 var (
@@ -18,18 +19,11 @@ var (
 	installedErr  error
 )
 
-// installedCatalog is n8n's catalog from the pinned packages that `npm ci`
-// installs in workflow/catalog/testdata/n8n-nodes. Without them the tests
-// that need it skip, except under CI=true, where they fail.
+// installedCatalog is n8n's catalog from the pinned packages (see
+// catalogtest.NodeModules), loaded once for all tests.
 func installedCatalog(t *testing.T) *catalog.Catalog {
 	t.Helper()
-	dir := filepath.Join("..", "catalog", "testdata", "n8n-nodes", "node_modules")
-	if _, err := os.Stat(filepath.Join(dir, "n8n-nodes-base", "package.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: CI must run npm ci in workflow/catalog/testdata/n8n-nodes", dir)
-		}
-		t.Skip("skipping: run `npm ci` in workflow/catalog/testdata/n8n-nodes to validate against n8n's catalog")
-	}
+	dir := catalogtest.NodeModules(t)
 	installedOnce.Do(func() { installed, installedErr = catalog.LoadDir(dir) })
 	if installedErr != nil {
 		t.Fatal(installedErr)
