@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/internal/testredis"
 	"github.com/threadline/threadline/server/servertest"
@@ -94,7 +95,8 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 	for _, bc := range clusterBuses {
 		t.Run(bc.name, func(t *testing.T) {
 			store := testpg.FreshDSN(t)
-			ps := cluster(t, store, bc.spec(t), 3, 5*time.Millisecond)
+			bus := bc.spec(t)
+			ps := cluster(t, store, bus, 3, 5*time.Millisecond)
 			a, b, c := ps[0], ps[1], ps[2]
 
 			for _, th := range []string{"live", "cancel", "confirm", "crash"} {
@@ -201,6 +203,36 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			}
 			if code := b.post("/instance-ai/chat/crash", `{"message":"simple"}`); code != http.StatusOK {
 				t.Fatalf("chat after the crash was settled: %d", code)
+			}
+
+			// kill -9 of a fourth instance while a tool call is open (a
+			// slower script, so the kill lands between the call and its
+			// result): the instance that settles the run closes the call.
+			d := launch(t, store, 300*time.Millisecond, "-bus", bus, "-instance-id", "inst-d",
+				"-lease", testLease.String(), "-lease-renew", testLeaseRenew.String())
+			if code := d.post("/instance-ai/threads", `{"id":"crash-tool"}`); code != http.StatusOK && code != http.StatusCreated {
+				t.Fatalf("create thread crash-tool: %d", code)
+			}
+			onB5 := b.stream("crash-tool", "")
+			run = d.chat("crash-tool", "tools")
+			seen = onB5.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeToolCall })
+			d.kill()
+			onB5.Close()
+			cursor = seen[len(seen)-1].ID
+			c.stream("crash-tool", cursor).Until(wait+testLease, servertest.IsRunFinish(run))
+			var events []instanceai.Event
+			interrupted := 0
+			for _, f := range b.replayAll("crash-tool", run) {
+				events = append(events, f.Decoded)
+				if f.Decoded.Type == instanceai.TypeToolInterrupted {
+					interrupted++
+				}
+			}
+			if interrupted != 1 {
+				t.Fatalf("tool call open at the kill: %d tool-interrupted events in the log, want 1", interrupted)
+			}
+			if id := loadingToolCall(agenttree.Fold(events)); id != "" {
+				t.Fatalf("after the crash the folded tree still shows tool call %s loading", id)
 			}
 		})
 	}
