@@ -14,7 +14,12 @@ type Delivery struct {
 	// ID is the SSE id to write, 0 for none.
 	ID int64
 	// Type is the SSE event type, "" for the default (message).
-	Type  string
+	Type string
+	// Kind is the event's type, set on every delivery of an event, also
+	// when Event is not (a row a SkipDecode feed replayed).
+	Kind EventType
+	// Event is the decoded event, nil for a reset frame and for the rows
+	// a SkipDecode feed replays.
 	Event *Event
 	Data  []byte
 	// Wire is Data framed as SSE data lines (see Frame.Wire).
@@ -98,6 +103,13 @@ type Feed struct {
 	// the hub has closed them too.
 	ahead map[openKey]int64
 
+	// SkipDecode, when set before the first Next, delivers the rows the
+	// feed reads from the log with their bytes and Kind but no Event: a
+	// consumer that sends the stored bytes as they are (the native stream)
+	// saves decoding each row, most of a replay's cost. Live frames keep
+	// their Event either way.
+	SkipDecode bool
+
 	// BeforeLive, if set, is called once when the replay is over, with the
 	// highest seq the replay covered and the open segments sent; what it
 	// returns is delivered before the live tail (run-sync frames).
@@ -127,12 +139,12 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 	for {
 		switch f.phase {
 		case phaseReplay:
-			rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+			out, n, err := f.readPage(ctx, 0)
 			if err != nil {
 				return nil, err
 			}
-			if len(rows) > 0 {
-				return f.replayed(rows, 0), nil
+			if n > 0 {
+				return out, nil
 			}
 			f.sub, f.snap = f.hub.Subscribe(f.threadID)
 			f.phase = phaseGap
@@ -141,11 +153,10 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				f.phase = phaseOpen
 				continue
 			}
-			rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+			out, _, err := f.readPage(ctx, f.snap.Committed)
 			if err != nil {
 				return nil, err
 			}
-			out := f.replayed(rows, f.snap.Committed)
 			if len(out) == 0 {
 				// The log holds nothing more up to C, though C was
 				// committed: a bounded store evicted it. The queue
@@ -170,7 +181,7 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, Delivery{Event: ev, Data: data, Wire: ssestream.DataFrame(data)})
+				out = append(out, Delivery{Kind: ev.Type, Event: ev, Data: data, Wire: ssestream.DataFrame(data)})
 			}
 			if f.BeforeLive != nil {
 				out = append(out, f.BeforeLive(f.snap.Committed, f.snap.Open)...)
@@ -224,42 +235,76 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 func (f *Feed) catchUp(ctx context.Context, upTo int64) ([]Delivery, error) {
 	var out []Delivery
 	for {
-		rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+		page, n, err := f.readPage(ctx, upTo)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, f.replayed(rows, upTo)...)
-		if len(rows) < replayPage || (upTo > 0 && f.last >= upTo) {
+		out = append(out, page...)
+		if n < replayPage || (upTo > 0 && f.last >= upTo) {
 			return out, nil
 		}
 	}
 }
 
-// replayed turns log rows into deliveries, stopping after upTo when set.
-// The log's seqs are contiguous, so a first row beyond f.last+1 means the
-// rows in between were evicted: a reset frame goes first.
-func (f *Feed) replayed(rows []StoredEvent, upTo int64) []Delivery {
-	out := make([]Delivery, 0, len(rows))
+// readPage reads one page of the log after f.last and turns it into
+// deliveries (see replayed); n is the number of rows the page held.
+func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int, err error) {
+	if f.SkipDecode {
+		rows, err := ReadRowsAfter(ctx, f.log, f.threadID, f.last, replayPage)
+		if err != nil {
+			return nil, 0, err
+		}
+		return f.replayed(len(rows), upTo, func(i int) (int64, EventType, *Event, []byte) {
+			r := &rows[i]
+			return r.Seq, r.Type, nil, r.Data
+		}), len(rows), nil
+	}
+	rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+	if err != nil {
+		return nil, 0, err
+	}
 	for i := range rows {
+		if r := &rows[i]; len(r.Data) == 0 {
+			// A log that keeps no bytes (a test double): encode the event.
+			r.Data, _ = json.Marshal(&r.Event)
+		}
+	}
+	return f.replayed(len(rows), upTo, func(i int) (int64, EventType, *Event, []byte) {
 		r := &rows[i]
-		if upTo > 0 && r.Seq > upTo {
+		return r.Seq, r.Event.Type, &r.Event, r.Data
+	}), len(rows), nil
+}
+
+// replayed turns n log rows, read through row, into deliveries, stopping
+// after upTo when set. The log's seqs are contiguous, so a first row beyond
+// f.last+1 means the rows in between were evicted: a reset frame goes
+// first.
+func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind EventType, ev *Event, data []byte)) []Delivery {
+	// The page's frames share one buffer: one allocation, not one per row.
+	size := 0
+	for i := range n {
+		_, _, _, data := row(i)
+		size += len(data) + ssestream.DataFrameOverhead
+	}
+	wires := make([]byte, 0, size)
+	out := make([]Delivery, 0, n)
+	for i := range n {
+		seq, kind, ev, data := row(i)
+		if upTo > 0 && seq > upTo {
 			break
 		}
-		if r.Seq <= f.last {
+		if seq <= f.last || len(data) == 0 {
 			continue
 		}
-		if r.Seq > f.last+1 {
-			out = append(out, f.reset(r.Seq))
+		if seq > f.last+1 {
+			out = append(out, f.reset(seq))
 		}
-		data := []byte(r.Data)
-		if len(data) == 0 {
-			var err error
-			if data, err = json.Marshal(&r.Event); err != nil {
-				continue
-			}
-		}
-		f.last = r.Seq
-		out = append(out, Delivery{ID: r.Seq, Event: &r.Event, Data: data, Wire: ssestream.DataFrame(data)})
+		f.last = seq
+		start := len(wires)
+		wires = ssestream.AppendDataFrame(wires, data)
+		// A multi-line event can outgrow the estimate; the frames already
+		// cut keep the old buffer, which stays valid.
+		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Wire: wires[start:len(wires):len(wires)]})
 	}
 	return out
 }
@@ -328,7 +373,7 @@ func (f *Feed) admitBatch(ctx context.Context, out []Delivery, frames []Frame) (
 		if fr.Hidden {
 			continue
 		}
-		out = append(out, Delivery{ID: id, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
+		out = append(out, Delivery{ID: id, Kind: fr.Event.Type, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"time"
 )
@@ -20,6 +21,49 @@ type StoredEvent struct {
 	// it (every built-in store does): replay sends these bytes instead of
 	// encoding the event again.
 	Data json.RawMessage
+}
+
+// StoredRow is a stored event as its row holds it, not decoded: its seq,
+// its type (kept beside the bytes by every built-in log) and its bytes. A
+// native replay sends the bytes as they are and needs no more than the
+// type (for channels), so decoding each row into an Event would be most of
+// its cost.
+type StoredRow struct {
+	Seq  int64
+	Type EventType
+	Data json.RawMessage
+}
+
+// RowReader is implemented by an EventLog that can read rows without
+// decoding them. ReadRowsAfter follows ReadAfter's contract (order, limit,
+// eviction, ErrNotFound) and returns the same seqs and bytes. Feeds use it
+// when it is there and fall back to ReadAfter otherwise.
+type RowReader interface {
+	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]StoredRow, error)
+}
+
+// ReadRowsAfter reads rows through log's RowReader, or through ReadAfter
+// (encoding an event whose bytes the log did not return) when it has none.
+func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int64, limit int) ([]StoredRow, error) {
+	if rr, ok := log.(RowReader); ok {
+		return rr.ReadRowsAfter(ctx, threadID, after, limit)
+	}
+	events, err := log.ReadAfter(ctx, threadID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StoredRow, len(events))
+	for i := range events {
+		e := &events[i]
+		data := e.Data
+		if len(data) == 0 {
+			if data, err = json.Marshal(&e.Event); err != nil {
+				return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+			}
+		}
+		out[i] = StoredRow{Seq: e.Seq, Type: e.Event.Type, Data: data}
+	}
+	return out, nil
 }
 
 // threadIDPattern is the thread id rule every surface applies.

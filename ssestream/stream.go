@@ -149,13 +149,22 @@ func appendID(b []byte, id int64) []byte {
 // DataFrame frames data as an SSE message without id or event lines:
 // `data:` lines ending in the blank line, ready for Stream.Frame.
 func DataFrame(data []byte) []byte {
+	return AppendDataFrame(make([]byte, 0, len(data)+DataFrameOverhead), data)
+}
+
+// DataFrameOverhead is what DataFrame adds to a single line of data.
+const DataFrameOverhead = len("data: \n\n")
+
+// AppendDataFrame appends DataFrame(data) to dst, so that many frames can
+// share one buffer.
+func AppendDataFrame(dst, data []byte) []byte {
 	if singleLine(data) {
-		return appendDataLine(make([]byte, 0, len(data)+len("data: \n\n")), data)
+		return appendDataLine(dst, data)
 	}
 	var m sse.Message
 	m.AppendData(string(data))
 	b, _ := m.MarshalText() // only fails for a message with nothing in it
-	return b
+	return append(dst, b...)
 }
 
 // Frame writes a frame built by DataFrame, preceded by `id: <id>` when

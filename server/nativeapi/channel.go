@@ -47,11 +47,11 @@ func channelFilter(r *http.Request) (func(*instanceai.Delivery) bool, error) {
 }
 
 func keep(d *instanceai.Delivery, text bool) bool {
-	if d.Event == nil {
-		return true // run-sync: the state of live runs, for both channels
+	if d.Kind == "" {
+		return true // run-sync and reset frames, for both channels
 	}
-	if lifecycleTypes[d.Event.Type] {
+	if lifecycleTypes[d.Kind] {
 		return true
 	}
-	return textTypes[d.Event.Type] == text
+	return textTypes[d.Kind] == text
 }

@@ -174,6 +174,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	}
 	feed := a.core.Feed(threadID, after)
 	defer feed.Close()
+	feed.SkipDecode = true // the stored bytes go out as they are
 	feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
 		return a.runSyncFrames(r.Context(), threadID, committed, open)
 	}
@@ -196,7 +197,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 		}
 		for i := range batch {
 			d := &batch[i]
-			if d.Event != nil && d.Event.Type == instanceai.TypeCustom {
+			if d.Kind == instanceai.TypeCustom {
 				continue // n8n's clients know only n8n's types
 			}
 			if filter != nil && !filter(d) {

@@ -101,6 +101,7 @@ type thread struct {
 
 type entry struct {
 	seq   int64
+	typ   instanceai.EventType
 	runID string
 	data  []byte
 }
@@ -116,7 +117,10 @@ type confirmation struct {
 	added int64
 }
 
-var _ instanceai.Store = (*Store)(nil)
+var (
+	_ instanceai.Store     = (*Store)(nil)
+	_ instanceai.RowReader = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
@@ -203,7 +207,7 @@ func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []ins
 	}
 	for i, b := range data {
 		seq := first + int64(i)
-		t.events = append(t.events, entry{seq: seq, runID: events[i].RunID, data: b})
+		t.events = append(t.events, entry{seq: seq, typ: events[i].Type, runID: events[i].RunID, data: b})
 		t.bytes += int64(len(b))
 		t.noteRun(&events[i], seq)
 	}
@@ -232,6 +236,35 @@ func (s *Store) evict(t *thread) {
 
 // ReadAfter implements instanceai.EventLog.
 func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	window, err := s.window(ctx, threadID, after, limit)
+	if err != nil || len(window) == 0 {
+		return nil, err
+	}
+	out := make([]instanceai.StoredEvent, len(window))
+	for i, e := range window {
+		out[i].Seq, out[i].Data = e.seq, e.data
+		if err := json.Unmarshal(e.data, &out[i].Event); err != nil {
+			return nil, fmt.Errorf("memory: read thread %q: decode event %d: %w", threadID, e.seq, err)
+		}
+	}
+	return out, nil
+}
+
+// ReadRowsAfter implements instanceai.RowReader.
+func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
+	window, err := s.window(ctx, threadID, after, limit)
+	if err != nil || len(window) == 0 {
+		return nil, err
+	}
+	out := make([]instanceai.StoredRow, len(window))
+	for i, e := range window {
+		out[i] = instanceai.StoredRow{Seq: e.seq, Type: e.typ, Data: e.data}
+	}
+	return out, nil
+}
+
+// window returns a copy of the entries ReadAfter reads.
+func (s *Store) window(ctx context.Context, threadID string, after int64, limit int) ([]entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: read thread %q: %w", threadID, err)
 	}
@@ -258,18 +291,7 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 		}
 	}
 	s.mu.Unlock()
-
-	if len(window) == 0 {
-		return nil, nil
-	}
-	out := make([]instanceai.StoredEvent, len(window))
-	for i, e := range window {
-		out[i].Seq, out[i].Data = e.seq, e.data
-		if err := json.Unmarshal(e.data, &out[i].Event); err != nil {
-			return nil, fmt.Errorf("memory: read thread %q: decode event %d: %w", threadID, e.seq, err)
-		}
-	}
-	return out, nil
+	return window, nil
 }
 
 // NextSeq implements instanceai.EventLog. It counts evicted events too: the

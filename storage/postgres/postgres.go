@@ -45,6 +45,9 @@ type Store struct {
 	one *oneStatement
 }
 
+// Store reads rows undecoded for the native replay.
+var _ instanceai.RowReader = (*Store)(nil)
+
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)

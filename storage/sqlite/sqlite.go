@@ -65,6 +65,9 @@ type Store struct {
 	rdb *sql.DB
 }
 
+// Store reads rows undecoded for the native replay.
+var _ instanceai.RowReader = (*Store)(nil)
+
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)

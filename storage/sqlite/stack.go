@@ -33,6 +33,11 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 	return onFreshStack(func() ([]instanceai.StoredEvent, error) { return s.Log.ReadAfter(ctx, threadID, after, limit) })
 }
 
+// ReadRowsAfter implements instanceai.RowReader (see onFreshStack).
+func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
+	return onFreshStack(func() ([]instanceai.StoredRow, error) { return s.Log.ReadRowsAfter(ctx, threadID, after, limit) })
+}
+
 // NextSeq implements instanceai.EventLog (see onFreshStack).
 func (s *Store) NextSeq(ctx context.Context, threadID string) (int64, error) {
 	return onFreshStack(func() (int64, error) { return s.Log.NextSeq(ctx, threadID) })

@@ -209,6 +209,14 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		"AppendEncoded": func() error { _, err := s.AppendEncoded(ctx, "t", ev, [][]byte{data}); return err },
 		"ReadAfter":     func() error { _, err := s.ReadAfter(ctx, "t", 0, 0); return err },
 		"NextSeq":       func() error { _, err := s.NextSeq(ctx, "t"); return err },
+		"ReadRowsAfter": func() error {
+			rr, ok := s.(instanceai.RowReader)
+			if !ok {
+				return errors.New("no RowReader: nothing to call")
+			}
+			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0)
+			return err
+		},
 		"EnsureThread": func() error {
 			_, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "new", OwnerID: "owner"})
 			return err

@@ -50,10 +50,13 @@ func SQLReplayPage(db *sql.DB, query string) RawReplayPage {
 // event was delivered — against raw, the same pages read with a bare query
 // on the same database, in the same run. Sub-benchmarks:
 //
-//	feed   the feed alone; reports events/s
+//	feed   the feed decoding every row (as an AG-UI replay reads it);
+//	       reports events/s
+//	rows   the feed with SkipDecode (as the native stream reads it);
+//	       reports events/s
 //	raw    the baseline alone; reports events/s
-//	ratio  one feed replay and one raw replay per iteration, alternating
-//	       which goes first; reports both rates and feed/raw
+//	ratio  one replay of each per iteration, rotating which goes first;
+//	       reports the three rates, feed/raw and rows/raw
 //
 // Both check what they read: every seq once, in order, with bytes.
 func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage) {
@@ -73,23 +76,10 @@ func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage) {
 	// sides make the same number of round trips.
 	const page = 1000
 
-	viaFeed := func(b *testing.B) {
-		feed := instanceai.OpenFeed(s, hub, id, 0)
-		defer feed.Close()
-		var last int64
-		for last < ReplayEvents {
-			batch, err := feed.Next(ctx, nil)
-			if err != nil {
-				b.Fatalf("feed: %v", err)
-			}
-			for _, d := range batch {
-				if d.ID != last+1 || len(d.Wire) == 0 {
-					b.Fatalf("feed delivered id %d (%d bytes) after %d", d.ID, len(d.Wire), last)
-				}
-				last = d.ID
-			}
-		}
+	feedOf := func(skipDecode bool) func(b *testing.B) {
+		return func(b *testing.B) { replayFeed(b, s, hub, id, skipDecode) }
 	}
+	viaFeed, viaRows := feedOf(false), feedOf(true)
 	viaRaw := func(b *testing.B) {
 		var last int64
 		for last < ReplayEvents {
@@ -117,28 +107,53 @@ func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage) {
 	}
 
 	b.Run("feed", func(b *testing.B) { replays(b, viaFeed) })
+	b.Run("rows", func(b *testing.B) { replays(b, viaRows) })
 	b.Run("raw", func(b *testing.B) { replays(b, viaRaw) })
 	b.Run("ratio", func(b *testing.B) {
-		var feedTime, rawTime time.Duration
-		timed := func(d *time.Duration, f func(*testing.B)) {
-			t0 := time.Now()
-			f(b)
-			*d += time.Since(t0)
-		}
+		sides := []struct {
+			name string
+			f    func(*testing.B)
+			took time.Duration
+		}{{"feed", viaFeed, 0}, {"rows", viaRows, 0}, {"raw", viaRaw, 0}}
 		i := 0
 		for b.Loop() {
-			if i%2 == 0 {
-				timed(&feedTime, viaFeed)
-				timed(&rawTime, viaRaw)
-			} else {
-				timed(&rawTime, viaRaw)
-				timed(&feedTime, viaFeed)
+			for k := range sides {
+				side := &sides[(i+k)%len(sides)]
+				t0 := time.Now()
+				side.f(b)
+				side.took += time.Since(t0)
 			}
 			i++
 		}
 		events := float64(i * ReplayEvents)
-		b.ReportMetric(events/feedTime.Seconds(), "feed-events/s")
-		b.ReportMetric(events/rawTime.Seconds(), "raw-events/s")
-		b.ReportMetric(rawTime.Seconds()/feedTime.Seconds(), "feed/raw")
+		for _, side := range sides {
+			b.ReportMetric(events/side.took.Seconds(), side.name+"-events/s")
+		}
+		raw := sides[2].took.Seconds()
+		b.ReportMetric(raw/sides[0].took.Seconds(), "feed/raw")
+		b.ReportMetric(raw/sides[1].took.Seconds(), "rows/raw")
 	})
+}
+
+// replayFeed reads the whole thread through a feed from the start and
+// checks every id arrives once, in order, with bytes (and, decoding, with
+// its event).
+func replayFeed(b *testing.B, s instanceai.Store, hub *instanceai.Hub, id string, skipDecode bool) {
+	ctx := context.Background()
+	feed := instanceai.OpenFeed(s, hub, id, 0)
+	feed.SkipDecode = skipDecode
+	defer feed.Close()
+	var last int64
+	for last < ReplayEvents {
+		batch, err := feed.Next(ctx, nil)
+		if err != nil {
+			b.Fatalf("feed: %v", err)
+		}
+		for _, d := range batch {
+			if d.ID != last+1 || len(d.Wire) == 0 || d.Kind == "" || (d.Event == nil) != skipDecode {
+				b.Fatalf("feed delivered id %d (%d bytes, kind %q, decoded %t) after %d", d.ID, len(d.Wire), d.Kind, d.Event != nil, last)
+			}
+			last = d.ID
+		}
+	}
 }

@@ -4,6 +4,7 @@
 package storagetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentAppendersGetContiguousSeqs", testConcurrentAppenders},
 		{"ThreadsHaveIndependentSeqs", testIndependentThreads},
 		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
+		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
 		{"NextSeqIsMaxPlusOne", testNextSeq},
 		{"EmptyAppend", testEmptyAppend},
 		{"LargeBatch", testLargeBatch},
@@ -331,6 +333,53 @@ func testIndependentThreads(t *testing.T, s instanceai.Store) {
 	}
 	checkTexts(t, s, "a", 0, 1, 10)
 	checkTexts(t, s, "b", 0, 1, 5)
+}
+
+// testReadRowsAfter: a store that reads rows undecoded (instanceai.RowReader)
+// returns, for every cursor and limit, the seqs, types and bytes ReadAfter
+// returns. A store without it is skipped: feeds fall back to ReadAfter.
+func testReadRowsAfter(t *testing.T, s instanceai.Store) {
+	rr, ok := s.(instanceai.RowReader)
+	if !ok {
+		t.Skip("the store does not implement instanceai.RowReader")
+	}
+	ctx := context.Background()
+	ensure(t, s, "rows", "owner")
+	batch := TypicalBatch("run-rows", 60)
+	for len(batch) > 0 { // in uneven appends, so that pages cross them
+		n := min(len(batch), 7)
+		if _, err := s.Append(ctx, "rows", batch[:n]); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+		batch = batch[n:]
+	}
+	types := map[instanceai.EventType]bool{}
+	for after := int64(-1); after <= 62; after += 3 {
+		for _, limit := range []int{0, 1, 8, 100} {
+			want, err := s.ReadAfter(ctx, "rows", after, limit)
+			if err != nil {
+				t.Fatalf("ReadAfter(%d, %d): %v", after, limit, err)
+			}
+			got, err := rr.ReadRowsAfter(ctx, "rows", after, limit)
+			if err != nil {
+				t.Fatalf("ReadRowsAfter(%d, %d): %v", after, limit, err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("ReadRowsAfter(%d, %d) returned %d rows, ReadAfter %d", after, limit, len(got), len(want))
+			}
+			for i := range got {
+				g, w := got[i], want[i]
+				if g.Seq != w.Seq || g.Type != w.Event.Type || !bytes.Equal(g.Data, w.Data) {
+					t.Fatalf("ReadRowsAfter(%d, %d)[%d] = seq %d %s %s, ReadAfter seq %d %s %s",
+						after, limit, i, g.Seq, g.Type, g.Data, w.Seq, w.Event.Type, w.Data)
+				}
+				types[g.Type] = true
+			}
+		}
+	}
+	if len(types) < 3 {
+		t.Fatalf("the batch covered only the types %v", types)
+	}
 }
 
 func testReadAfterEveryCursor(t *testing.T, s instanceai.Store) {
@@ -703,6 +752,10 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 	check("ReadAfter", err)
 	_, err = s.ReadAfter(ctx, "missing", 5, 1)
 	check("ReadAfter(5, 1)", err)
+	if rr, ok := s.(instanceai.RowReader); ok {
+		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 0)
+		check("ReadRowsAfter", err)
+	}
 	_, err = s.NextSeq(ctx, "missing")
 	check("NextSeq", err)
 	_, err = s.GetThread(ctx, "missing")

@@ -332,6 +332,81 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 	return out, nil
 }
 
+// ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
+// their type column, not decoded.
+func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
+	q := `SELECT seq, type, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
+	args := []any{threadID, after}
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	out, err := l.queryRows(ctx, threadID, min(max(limit, 0), 4096), q, args...)
+	if err != nil {
+		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
+	}
+	return out, nil
+}
+
+// eventTypes maps a type column's bytes to the type's constant, so that a
+// row's type costs no allocation.
+var eventTypes = func() map[string]instanceai.EventType {
+	m := make(map[string]instanceai.EventType, len(instanceai.AllTypes))
+	for _, t := range instanceai.AllTypes {
+		m[string(t)] = t
+	}
+	return m
+}()
+
+func (l *Log) queryRows(ctx context.Context, threadID string, capacity int, query string, args ...any) ([]instanceai.StoredRow, error) {
+	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanRows(rows, capacity)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if err := l.ThreadExists(ctx, threadID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// rowArenaChunk is the size of the chunks scanRows copies rows into.
+const rowArenaChunk = 64 << 10
+
+// scanRows reads (seq, type, data) rows, keeping each row's bytes, and
+// closes the rows.
+func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
+	defer rows.Close()
+	out := make([]instanceai.StoredRow, 0, capacity)
+	// The rows' bytes are copied into shared chunks rather than one
+	// allocation each (sql.RawBytes is valid only until the next row).
+	var arena []byte
+	for rows.Next() {
+		var r instanceai.StoredRow
+		var typ, data sql.RawBytes
+		if err := rows.Scan(&r.Seq, &typ, &data); err != nil {
+			return nil, err
+		}
+		t, ok := eventTypes[string(typ)]
+		if !ok {
+			t = instanceai.EventType(typ) // a type this build does not know
+		}
+		if cap(arena)-len(arena) < len(data) {
+			arena = make([]byte, 0, max(rowArenaChunk, len(data)))
+		}
+		start := len(arena)
+		arena = append(arena, data...)
+		r.Type, r.Data = t, arena[start:len(arena):len(arena)]
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 // NextSeq implements instanceai.EventLog. It reads the log itself rather
 // than the counter, so it reports what a reader can actually see.
 func (l *Log) NextSeq(ctx context.Context, threadID string) (int64, error) {
