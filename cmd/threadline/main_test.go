@@ -111,14 +111,20 @@ func TestMigrateThenServe(t *testing.T) {
 
 // startServe runs `serve args…` until the test ends and waits until it
 // answers; it returns the base URL and the server's log.
-func startServe(t *testing.T, args ...string) (string, *lockedBuffer) {
+// freeLoopbackAddr returns a loopback address no listener has.
+func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startServe(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	addr := freeLoopbackAddr(t)
 	logs := &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -234,6 +240,19 @@ func TestServeWithoutTokens(t *testing.T) {
 	}
 }
 
+// TestServePprof: -pprof-addr serves the profiler on its own loopback
+// listener; the API's address does not serve it.
+func TestServePprof(t *testing.T) {
+	addr := freeLoopbackAddr(t)
+	url, _ := startServe(t, "-pprof-addr", addr)
+	if got := get(t, "http://"+addr+"/debug/pprof/cmdline", ""); got != 200 {
+		t.Fatalf("profiler: %d", got)
+	}
+	if got := get(t, url+"/debug/pprof/cmdline", ""); got != 404 {
+		t.Fatalf("the API's address serves the profiler: %d", got)
+	}
+}
+
 func TestTokenFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("THREADLINE_TOKENS", "from-env=alice")
 	t.Setenv("THREADLINE_INSECURE_NO_AUTH", "true")
@@ -277,6 +296,7 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{"-tokens-file", dup}, dup + ":3: duplicate token (already configured at " + dup + ":1)"},
 		{[]string{"-tokens-file", filepath.Join(t.TempDir(), "missing")}, "-tokens-file"},
 		{[]string{"-tokens", "secret-a=alice,=bob"}, "-tokens (THREADLINE_TOKENS) entry 2: empty token"},
+		{[]string{"-pprof-addr", "0.0.0.0:6060"}, "-pprof-addr 0.0.0.0:6060: the profiler has no authentication"},
 	} {
 		err := run(context.Background(), append([]string{"serve", "-store", "sqlite:" + store}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {

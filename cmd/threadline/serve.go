@@ -50,6 +50,7 @@ type serveConfig struct {
 	leaseRenew      time.Duration
 	catalog         string
 	builderTimeout  time.Duration
+	pprofAddr       string
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -93,6 +94,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 			"a node_modules directory holding n8n-nodes-base and @n8n/n8n-nodes-langchain, or a running n8n's URL (http://localhost:5678); none = structural checks only")
 	f.Duration(&c.builderTimeout, "builder-timeout", "THREADLINE_BUILDER_TIMEOUT", builderapi.DefaultOperationTimeout,
 		"how long one builder operation (generate, modify, iterate) may take")
+	f.String(&c.pprofAddr, "pprof-addr", "THREADLINE_PPROF_ADDR", "",
+		"serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; none = off")
 	agentFlags(f, &c.agents)
 	return f, c
 }
@@ -194,6 +197,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := auth.CheckListen(c.addr, authn, c.insecureNoAuth); err != nil {
 		return usageError{err.Error()}
 	}
+	if err := checkPprofAddr(c.pprofAddr); err != nil {
+		return err
+	}
 	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
 		return usageError{fmt.Sprintf("-lease %v must be at least twice -lease-renew %v", c.lease, c.leaseRenew)}
 	}
@@ -247,6 +253,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("settle interrupted runs: %w", err)
+	}
+	if c.pprofAddr != "" {
+		stopPprof, err := startPprof(c.pprofAddr, logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopPprof()
 	}
 	logAuth(logger, authn, entries, c.addr)
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent,
