@@ -273,3 +273,52 @@ func TestCurlFollowsEventStream(t *testing.T) {
 		}
 	}
 }
+
+// A shutdown that meets streams still opening ends every one of them,
+// those it found registered and those asked for after it, and waits for
+// them.
+func TestShutdownWhileStreamsOpen(t *testing.T) {
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{Heartbeat: time.Millisecond}})
+	h.EnsureThread("th")
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	const openers = 8
+	for range openers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("tcp", u.Host)
+				if err != nil {
+					return // the listener is closed
+				}
+				_, _ = io.WriteString(c, "GET /instance-ai/events/th HTTP/1.1\r\nHost: x\r\n\r\n")
+				_, _ = io.Copy(io.Discard, c) // until the server ends it
+				c.Close()
+			}
+		}()
+	}
+	waitSubscribers(t, h, openers, wait)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.App.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	for range openers {
+		select {
+		case <-done:
+		case <-time.After(wait):
+			t.Fatal("a stream was not ended by the shutdown")
+		}
+	}
+	waitSubscribers(t, h, 0, time.Second)
+}

@@ -119,13 +119,18 @@ func (a *API) serveHijacked(s *ssestream.Stream, threadID string, after int64, f
 		return a.runSyncFrames(h.pollCtx, threadID, committed, open)
 	}
 	h.feed.Wake = h.wake
+	// Marked running while it is set up: a wake meanwhile (the timer, a
+	// Shutdown that found it registered) is noted for the first run
+	// rather than starting one on a stream that is not ready.
+	h.running = true
+	h.ping = time.AfterFunc(a.cfg.Heartbeat, h.heartbeat)
 	if !a.streams.add(h) {
+		h.ping.Stop()
 		s.Close()
 		return
 	}
-	h.ping = time.AfterFunc(a.cfg.Heartbeat, h.heartbeat)
 	s.WatchClient(h.clientGone)
-	h.wake()
+	go h.run()
 }
 
 func (h *hijacked) heartbeat() {
