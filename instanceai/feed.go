@@ -114,6 +114,12 @@ type Feed struct {
 	// highest seq the replay covered and the open segments sent; what it
 	// returns is delivered before the live tail (run-sync frames).
 	BeforeLive func(committed int64, open []Event) []Delivery
+
+	// Wake, for a feed read with Poll, is called when the live tail has
+	// something to take after a Poll found nothing: frames, a resync or
+	// the subscription's end. It is called on the publisher's goroutine
+	// and must not block. Set it before the first Poll.
+	Wake func()
 }
 
 // OpenFeed starts a feed after the cursor (0 = from the start).
@@ -136,6 +142,19 @@ func (f *Feed) Last() int64 { return f.last }
 // heartbeat. An error ends the connection: the subscriber was dropped, the
 // thread was deleted, the log failed or ctx ended.
 func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, error) {
+	return f.next(ctx, tick, false)
+}
+
+// Poll is Next for a caller that keeps no goroutine waiting on an idle
+// feed: where Next would wait for the live tail, Poll returns (nil, nil)
+// and Wake is called once there is something to take, so the caller polls
+// again then. The replay and the log reads Next makes are made here too.
+// A feed is read with Next or with Poll, not both.
+func (f *Feed) Poll(ctx context.Context) ([]Delivery, error) {
+	return f.next(ctx, nil, true)
+}
+
+func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]Delivery, error) {
 	for {
 		switch f.phase {
 		case phaseReplay:
@@ -146,7 +165,11 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			if n > 0 {
 				return out, nil
 			}
-			f.sub, f.snap = f.hub.Subscribe(f.threadID)
+			var wake func()
+			if poll {
+				wake = f.Wake
+			}
+			f.sub, f.snap = f.hub.subscribe(f.threadID, wake)
 			f.phase = phaseGap
 		case phaseGap:
 			if f.last >= f.snap.Committed {
@@ -193,6 +216,9 @@ func (f *Feed) Next(ctx context.Context, tick <-chan time.Time) ([]Delivery, err
 			return out, nil
 		case phaseLive:
 			if ready, ch := f.sub.wait(); !ready {
+				if poll {
+					return nil, nil
+				}
 				select {
 				case <-ctx.Done():
 					return nil, ctx.Err()

@@ -236,11 +236,16 @@ func (s *Subscription) unparkAndUnlock() {
 	wake := s.parked
 	s.parked = false
 	s.mu.Unlock()
-	if wake {
-		select {
-		case s.notify <- struct{}{}:
-		default:
-		}
+	if !wake {
+		return
+	}
+	if s.wake != nil {
+		s.wake()
+		return
+	}
+	select {
+	case s.notify <- struct{}{}:
+	default:
 	}
 }
 
@@ -302,6 +307,10 @@ type Subscription struct {
 	spare  [][]Frame
 	queued int
 	notify chan struct{}
+	// wake, when set, is called instead of signalling notify (which is
+	// then nil): a consumer with no goroutine of its own waiting (see
+	// Feed.Poll) is told this way that there is something to take.
+	wake func()
 	// parked is set by a subscriber about to wait for notify, so that
 	// publishers signal only subscribers that are actually waiting.
 	parked bool
@@ -335,13 +344,21 @@ func (s *Subscription) offer(frames []Frame) bool {
 
 func (s *Subscription) close(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return
 	}
 	s.closed, s.err = true, err
 	s.queue, s.spare, s.queued = nil, nil, 0
-	close(s.notify)
+	if s.notify != nil {
+		close(s.notify)
+	}
+	wake := s.parked && s.wake != nil
+	s.parked = false
+	s.mu.Unlock()
+	if wake {
+		s.wake()
+	}
 }
 
 // Next waits for queued frames and returns all of them, in publish order.
@@ -427,8 +444,17 @@ type Snapshot struct {
 // subscription's queue, every earlier one is in the log (seq <= Committed)
 // or in Snapshot.Open.
 func (h *Hub) Subscribe(threadID string) (*Subscription, Snapshot) {
+	return h.subscribe(threadID, nil)
+}
+
+// subscribe is Subscribe for a subscriber woken by calling wake (which
+// must not block) rather than by a channel, when wake is set.
+func (h *Hub) subscribe(threadID string, wake func()) (*Subscription, Snapshot) {
 	t := h.topic(threadID)
-	s := &Subscription{hub: h, threadID: threadID, topic: t, notify: make(chan struct{}, 1)}
+	s := &Subscription{hub: h, threadID: threadID, topic: t, wake: wake}
+	if wake == nil {
+		s.notify = make(chan struct{}, 1)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.subs[s] = struct{}{}

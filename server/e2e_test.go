@@ -434,11 +434,18 @@ func TestStreamHeadersFirstCommentAndHeartbeat(t *testing.T) {
 	defer res.Body.Close()
 	for k, v := range map[string]string{
 		"Content-Type": "text/event-stream; charset=UTF-8", "Cache-Control": "no-cache, no-transform",
-		"Connection": "keep-alive", "X-Accel-Buffering": "no",
+		"X-Accel-Buffering": "no",
 	} {
 		if got := res.Header.Get(k); got != v {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
+	}
+	// The stream owns its connection (see nativeapi's hijacked streams):
+	// no chunked encoding, the body runs to the end of the connection,
+	// which Go's client reads as Connection: close.
+	if !res.Close || len(res.TransferEncoding) > 0 || res.ContentLength != -1 || res.Header.Get("Date") == "" {
+		t.Errorf("close %v, transfer encoding %v, content length %d, date %q; want a body to the end of the connection",
+			res.Close, res.TransferEncoding, res.ContentLength, res.Header.Get("Date"))
 	}
 	buf := make([]byte, len(": connected\n\n"))
 	if _, err := io.ReadFull(res.Body, buf); err != nil || string(buf) != ": connected\n\n" {

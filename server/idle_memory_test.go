@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,13 @@ import (
 // is one socket object each, a few hundred bytes).
 //
 //	go test -run '^$' -bench IdleStreamMemory -benchtime 1x ./server/
+//
+// With IDLE_HEAPPROFILE=<file> it writes a heap profile while the streams
+// are open, to see what holds the bytes (add -memprofilerate 512 for a
+// profile that samples the small allocations too):
+//
+//	IDLE_HEAPPROFILE=/tmp/idle.prof go test -run '^$' -bench 'IdleStreamMemory$' -benchtime 1x -memprofilerate 512 ./server/
+//	go tool pprof -sample_index=inuse_space -top /tmp/idle.prof
 func BenchmarkIdleStreamMemory(b *testing.B) { idleStreamMemory(b, servertest.OpenStore(b, "memory")) }
 
 // BenchmarkIdleStreamMemorySQLite is the same on the SQLite store, whose
@@ -69,6 +78,9 @@ func idleStreamMemory(b *testing.B, store instanceai.Store) {
 			time.Sleep(time.Millisecond)
 		}
 		after := inUse()
+		if path := os.Getenv("IDLE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		b.ReportMetric(float64(after.heap-before.heap)/idleStreams, "heap-B/conn")
 		b.ReportMetric(float64(after.stack-before.stack)/idleStreams, "stack-B/conn")
 		b.ReportMetric(float64(after.heap+after.stack-before.heap-before.stack)/idleStreams, "B/conn")
@@ -93,4 +105,15 @@ func inUse() memInUse {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return memInUse{heap: m.HeapInuse, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	out, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -89,6 +89,9 @@ type Server struct {
 	// open SSE streams at shutdown.
 	streams     context.Context
 	stopStreams context.CancelFunc
+	// native serves the native event streams, which Shutdown ends too:
+	// they outlive their requests (see nativeapi's hijacked streams).
+	native *nativeapi.API
 
 	leaseRenew time.Duration
 }
@@ -120,7 +123,8 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	authed.Use(cfg.Auth.Middleware)
-	nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger}).Register(authed)
+	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger})
+	s.native.Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
 		agents = named.Names()
@@ -262,5 +266,8 @@ func (s *Server) drain(opts ServeOptions) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.Core.Shutdown(ctx)
 	s.stopStreams()
+	if serr := s.native.Shutdown(ctx); serr != nil {
+		err = errors.Join(err, fmt.Errorf("event streams: %w", serr))
+	}
 	return err
 }

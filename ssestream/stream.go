@@ -9,6 +9,8 @@ package ssestream
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,8 +32,11 @@ const DefaultWriteTimeout = 10 * time.Second
 // pool shared by every stream and goes back to it at each Flush: an idle
 // stream holds none, which keeps the memory of many idle connections small.
 type Stream struct {
-	w            http.ResponseWriter
-	rc           *http.ResponseController
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// conn is a hijacked stream's connection (see Hijack), which frames
+	// are written to directly; w and rc are nil then.
+	conn         net.Conn
 	buf          *[]byte // nil between a Flush and the next frame
 	writeTimeout time.Duration
 }
@@ -69,29 +74,116 @@ type Options struct {
 	FirstComment string
 }
 
-// Open writes the SSE headers and the first comment and flushes them.
-func Open(w http.ResponseWriter, opts Options) (*Stream, error) {
-	if opts.ContentType == "" {
-		opts.ContentType = "text/event-stream; charset=UTF-8"
+func (o *Options) defaults() {
+	if o.ContentType == "" {
+		o.ContentType = "text/event-stream; charset=UTF-8"
 	}
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
 	}
-	if opts.FirstComment == "" {
-		opts.FirstComment = "connected"
+	if o.FirstComment == "" {
+		o.FirstComment = "connected"
 	}
-	h := w.Header()
+}
+
+// setHeaders sets the headers of an SSE response in h.
+func setHeaders(h http.Header, opts *Options, connection string) {
 	h.Set("Content-Type", opts.ContentType)
 	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("Connection", "keep-alive")
+	h.Set("Connection", connection)
 	h.Set("X-Accel-Buffering", "no")
 	h.Del("Content-Length")
+}
+
+// Open writes the SSE headers and the first comment and flushes them.
+func Open(w http.ResponseWriter, opts Options) (*Stream, error) {
+	opts.defaults()
+	setHeaders(w.Header(), &opts, "keep-alive")
 	w.WriteHeader(http.StatusOK)
 	s := &Stream{w: w, rc: http.NewResponseController(w), writeTimeout: opts.WriteTimeout}
 	if err := s.Comment(opts.FirstComment); err != nil {
 		return nil, err
 	}
 	return s, s.Flush()
+}
+
+// Hijack opens the stream on the request's connection, taken over from
+// net/http: it writes the response head (with the headers already set on
+// w, such as CORS's) and the first comment itself, and frames go straight
+// to the connection. The handler may then return and serve the stream
+// from elsewhere. What it saves is memory: for as long as its handler
+// runs, net/http keeps a connection's 4 KB read and 4 KB write buffers,
+// a 2 KB response buffer, the request, a goroutine watching the
+// connection and the handler's own goroutine; a hijacked stream keeps the
+// connection and what its caller keeps.
+//
+// The response is not chunked: it says `Connection: close`, and its body
+// runs to the end of the connection, which every HTTP/1 client reads.
+// Nothing that the client sends after the request is answered. Only an
+// HTTP/1 connection can be taken over; elsewhere (HTTP/2, a
+// ResponseWriter that cannot hijack) Hijack returns an error wrapping
+// http.ErrNotSupported, having written nothing, and Open serves the
+// request instead. The caller must Close the stream; WatchClient tells it
+// when the client went away.
+func Hijack(w http.ResponseWriter, r *http.Request, opts Options) (*Stream, error) {
+	if r.ProtoMajor != 1 {
+		return nil, fmt.Errorf("ssestream: hijack %s: %w", r.Proto, http.ErrNotSupported)
+	}
+	opts.defaults()
+	h := w.Header()
+	// The reader holds what the client sent after the request (a
+	// pipelined request, which this response does not answer); dropped
+	// with it, as are net/http's buffers.
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, err
+	}
+	setHeaders(h, &opts, "close")
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	s := &Stream{conn: conn, writeTimeout: opts.WriteTimeout}
+	b := s.buffer()
+	*b = append(*b, "HTTP/1.1 200 OK\r\n"...)
+	if err := h.Write(appendTo{b}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	*b = append(*b, "\r\n"...)
+	if err := s.Comment(opts.FirstComment); err == nil {
+		err = s.Flush()
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// WatchClient calls gone once, on a goroutine of its own, when the client
+// of a hijacked stream closes its connection or the connection fails
+// (Close included): a stream served by net/http learns this from its
+// request's context instead. Bytes the client sends meanwhile are read
+// and dropped. The goroutine blocks in a read, which holds no buffer, so
+// an idle stream costs little more than its stack.
+func (s *Stream) WatchClient(gone func()) {
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := s.conn.Read(b[:]); err != nil {
+				break
+			}
+		}
+		gone()
+	}()
+}
+
+// Close closes a hijacked stream's connection, from any goroutine: a
+// write under way fails. On a stream served by net/http it does nothing
+// (the response ends when the handler returns).
+func (s *Stream) Close() error {
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.Close()
 }
 
 // Event writes one frame: `id: <id>` when id > 0, `event: <typ>` when typ is
@@ -218,12 +310,37 @@ func (s *Stream) spill() error {
 // write sends the gathered frames to the response within the write
 // deadline, in one write, and empties the buffer.
 func (s *Stream) write() error {
-	if err := s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := s.setWriteDeadline(); err != nil {
 		return err
 	}
-	_, err := s.w.Write(*s.buf)
+	var err error
+	if s.conn != nil {
+		_, err = s.conn.Write(*s.buf)
+	} else {
+		_, err = s.w.Write(*s.buf)
+	}
 	*s.buf = (*s.buf)[:0]
 	return err
+}
+
+func (s *Stream) setWriteDeadline() error {
+	deadline := time.Now().Add(s.writeTimeout)
+	if s.conn != nil {
+		return s.conn.SetWriteDeadline(deadline)
+	}
+	if err := s.rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// putBuffer gives the stream's buffer back to the pool.
+func (s *Stream) putBuffer() {
+	if cap(*s.buf) <= pooledCap {
+		*s.buf = (*s.buf)[:0]
+		buffers.Put(s.buf)
+	}
+	s.buf = nil
 }
 
 // Flush sends buffered frames to the client within the write deadline and
@@ -231,15 +348,17 @@ func (s *Stream) write() error {
 func (s *Stream) Flush() error {
 	if s.buf != nil {
 		err := s.write()
-		if cap(*s.buf) <= pooledCap {
-			buffers.Put(s.buf)
-		}
-		s.buf = nil
+		s.putBuffer()
 		if err != nil {
 			return err
 		}
-	} else if err := s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
+	} else if s.conn == nil {
+		if err := s.setWriteDeadline(); err != nil {
+			return err
+		}
+	}
+	if s.conn != nil {
+		return nil // written already: nothing buffers on the way
 	}
 	return s.rc.Flush()
 }

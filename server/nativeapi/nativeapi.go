@@ -32,9 +32,10 @@ type Config struct {
 
 // API is the native Instance AI HTTP surface.
 type API struct {
-	core  *instanceai.Core
-	store instanceai.Store
-	cfg   Config
+	core    *instanceai.Core
+	store   instanceai.Store
+	cfg     Config
+	streams streams
 }
 
 // New returns the API over the core.
@@ -166,15 +167,24 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream serves the thread's events after the cursor; filter, when set,
-// picks the deliveries of one channel.
+// picks the deliveries of one channel. On HTTP/1 the stream takes the
+// connection over and the handler returns (see hijacked), which keeps an
+// idle stream's memory small; elsewhere (HTTP/2) it runs in the handler.
 func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
-	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: a.cfg.WriteTimeout})
-	if err != nil {
+	opts := ssestream.Options{WriteTimeout: a.cfg.WriteTimeout}
+	s, err := ssestream.Hijack(w, r, opts)
+	if err == nil {
+		a.serveHijacked(s, threadID, after, filter)
 		return
 	}
-	feed := a.core.Feed(threadID, after)
+	if !errors.Is(err, http.ErrNotSupported) {
+		return // the connection failed and is closed
+	}
+	if s, err = ssestream.Open(w, opts); err != nil {
+		return
+	}
+	feed := a.feed(threadID, after)
 	defer feed.Close()
-	feed.SkipDecode = true // the stored bytes go out as they are
 	feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
 		return a.runSyncFrames(r.Context(), threadID, committed, open)
 	}
@@ -190,32 +200,43 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 			return
 		}
 		if batch == nil {
-			if s.Ping() != nil {
-				return
-			}
-			continue
+			err = s.Ping()
+		} else {
+			err = a.send(s, batch, filter)
 		}
-		for i := range batch {
-			d := &batch[i]
-			if d.Kind == instanceai.TypeCustom {
-				continue // n8n's clients know only n8n's types
-			}
-			if filter != nil && !filter(d) {
-				continue
-			}
-			var err error
-			if d.Type != "" {
-				err = s.Event(d.ID, d.Type, d.Data)
-			} else {
-				err = s.Frame(d.ID, d.Wire)
-			}
-			if err != nil {
-				return
-			}
-		}
-		if err := s.Flush(); err != nil {
+		if err != nil {
 			return
 		}
 		ping.Reset(a.cfg.Heartbeat)
 	}
+}
+
+// feed opens the thread's feed after the cursor for a stream.
+func (a *API) feed(threadID string, after int64) *instanceai.Feed {
+	f := a.core.Feed(threadID, after)
+	f.SkipDecode = true // the stored bytes go out as they are
+	return f
+}
+
+// send writes a batch of deliveries and flushes it.
+func (a *API) send(s *ssestream.Stream, batch []instanceai.Delivery, filter func(*instanceai.Delivery) bool) error {
+	for i := range batch {
+		d := &batch[i]
+		if d.Kind == instanceai.TypeCustom {
+			continue // n8n's clients know only n8n's types
+		}
+		if filter != nil && !filter(d) {
+			continue
+		}
+		var err error
+		if d.Type != "" {
+			err = s.Event(d.ID, d.Type, d.Data)
+		} else {
+			err = s.Frame(d.ID, d.Wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.Flush()
 }

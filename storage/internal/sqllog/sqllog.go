@@ -379,14 +379,17 @@ func (l *Log) queryRows(ctx context.Context, threadID string, capacity int, quer
 const rowArenaChunk = 64 << 10
 
 // scanRows reads (seq, type, data) rows, keeping each row's bytes, and
-// closes the rows.
+// closes the rows. Like scanEvents, it makes its page at the first row.
 func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 	defer rows.Close()
-	out := make([]instanceai.StoredRow, 0, capacity)
+	var out []instanceai.StoredRow
 	// The rows' bytes are copied into shared chunks rather than one
 	// allocation each (sql.RawBytes is valid only until the next row).
 	var arena []byte
 	for rows.Next() {
+		if out == nil {
+			out = make([]instanceai.StoredRow, 0, capacity)
+		}
 		var r instanceai.StoredRow
 		var typ, data sql.RawBytes
 		if err := rows.Scan(&r.Seq, &typ, &data); err != nil {
@@ -499,11 +502,16 @@ func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, qu
 }
 
 // scanEvents reads (seq, data) rows into stored events, keeping each row's
-// bytes, and closes the rows.
+// bytes, and closes the rows. The slice is made at the first row: a read
+// that finds nothing, which every event stream makes once its replay is
+// over, allocates no page (128 KB at the default size).
 func scanEvents(rows *sql.Rows, capacity int) ([]instanceai.StoredEvent, error) {
 	defer rows.Close()
-	out := make([]instanceai.StoredEvent, 0, capacity)
+	var out []instanceai.StoredEvent
 	for rows.Next() {
+		if out == nil {
+			out = make([]instanceai.StoredEvent, 0, capacity)
+		}
 		var se instanceai.StoredEvent
 		var data []byte // a copy, unlike sql.RawBytes: StoredEvent.Data keeps it
 		if err := rows.Scan(&se.Seq, &data); err != nil {
