@@ -38,6 +38,10 @@ type Params struct {
 	IdleConnections    int
 	FirstByteConns     int
 	ReplayEvents       int
+	// StallDeltas and StallPublishes are the stall figure's messages: a
+	// Threadline run's deltas, the peers' publishes.
+	StallDeltas    int
+	StallPublishes int
 }
 
 // Env is what every figure needs.
@@ -57,6 +61,9 @@ type Env struct {
 type Result struct {
 	Value float64
 	Note  string
+	// Base and Under are, for a paired figure (stall), the two
+	// measurements whose ratio Value is: without and with the stall.
+	Base, Under float64
 }
 
 var (
