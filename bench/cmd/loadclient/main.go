@@ -171,14 +171,14 @@ func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames 
 		if !slices.Contains(only, f.name) || f.goal == 0 {
 			continue
 		}
-		fmt.Printf("\n| %s (%s) | without | with | with/without | goal |\n| --- | --- | --- | --- | --- |\n", f.name, f.unit)
+		fmt.Printf("\n| %s (%s) | without | with | with/without | goal | stalled subscriber |\n| --- | --- | --- | --- | --- | --- |\n", f.name, f.unit)
 		for _, k := range kinds {
 			rs := results[key{f.name, k}]
 			if len(rs) == 0 {
 				continue
 			}
 			p := summarize(rs)
-			fmt.Printf("| %s | %s | %s | **%.2f** (%s) | %s |\n", k, format(p.base), format(p.under), p.ratio, p.ratios, p.verdict(f.goal))
+			fmt.Printf("| %s | %s | %s | **%.3f** (%s) | %s | %s |\n", k, format(p.base), format(p.under), p.ratio, p.ratios, p.verdict(f.goal), p.outcomes)
 		}
 	}
 	return nil
@@ -199,16 +199,26 @@ func valuesOf(rs []figures.Result) []float64 {
 type paired struct {
 	base, under, ratio float64
 	ratios             string // each repeat's ratio, in order
+	outcomes           string // each distinct outcome and in how many repeats
 }
 
 func summarize(rs []figures.Result) paired {
 	var base, under, ratio []float64
-	var each []string
+	var each, seen []string
+	times := map[string]int{}
 	for _, r := range rs {
 		base, under, ratio = append(base, r.Base), append(under, r.Under), append(ratio, r.Value)
 		each = append(each, fmt.Sprintf("%.2f", r.Value))
+		if times[r.Outcome]++; times[r.Outcome] == 1 {
+			seen = append(seen, r.Outcome)
+		}
 	}
-	return paired{base: median(base), under: median(under), ratio: median(ratio), ratios: strings.Join(each, " / ")}
+	outcomes := make([]string, len(seen))
+	for i, o := range seen {
+		outcomes[i] = fmt.Sprintf("%s (%d/%d)", o, times[o], len(rs))
+	}
+	return paired{base: median(base), under: median(under), ratio: median(ratio),
+		ratios: strings.Join(each, " / "), outcomes: strings.Join(outcomes, "; ")}
 }
 
 func (p paired) verdict(goal float64) string {

@@ -11,9 +11,9 @@ import (
 // every repeat but the noisy one is at 0.98 or better.
 func TestSummarizeTakesTheMedianOfEachRepeatsRatio(t *testing.T) {
 	rs := []figures.Result{
-		{Base: 100, Under: 98, Value: 0.98},
-		{Base: 200, Under: 90, Value: 0.45},
-		{Base: 50, Under: 50, Value: 1.00},
+		{Base: 100, Under: 98, Value: 0.98, Outcome: "dropped by the hub"},
+		{Base: 200, Under: 90, Value: 0.45, Outcome: "closed by the server"},
+		{Base: 50, Under: 50, Value: 1.00, Outcome: "dropped by the hub"},
 	}
 	p := summarize(rs)
 	if p.base != 100 || p.under != 90 || p.ratio != 0.98 {
@@ -21,6 +21,9 @@ func TestSummarizeTakesTheMedianOfEachRepeatsRatio(t *testing.T) {
 	}
 	if p.ratios != "0.98 / 0.45 / 1.00" {
 		t.Fatalf("ratios %q", p.ratios)
+	}
+	if want := "dropped by the hub (2/3); closed by the server (1/3)"; p.outcomes != want {
+		t.Fatalf("outcomes %q, want %q", p.outcomes, want)
 	}
 	if got := p.verdict(0.95); got != "≥ 0.95: met" {
 		t.Fatalf("verdict %q", got)

@@ -64,6 +64,9 @@ type Result struct {
 	// Base and Under are, for a paired figure (stall), the two
 	// measurements whose ratio Value is: without and with the stall.
 	Base, Under float64
+	// Outcome, for the stall figure, is what became of the stalled
+	// subscriber and whether it held the healthy ones up.
+	Outcome string
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,8 +58,32 @@ func (e *Env) Stall(kind servers.Kind, stalledFirst bool) (Result, error) {
 	if without.rate == 0 {
 		return Result{}, fmt.Errorf("no deliveries without the stalled subscriber")
 	}
-	return Result{Value: with.rate / without.rate, Base: without.rate, Under: with.rate,
+	return Result{Value: with.rate / without.rate, Base: without.rate, Under: with.rate, Outcome: with.outcome(without.short),
 		Note: fmt.Sprintf("without %s; with %s", without.note(), with.note())}, nil
+}
+
+// outcome says what the server did with the stalled subscriber and
+// whether the healthy ones got everything (shortBefore is the healthy
+// subscribers short in the measurement without the stall).
+func (r stallRun) outcome(shortBefore int) string {
+	var parts []string
+	switch {
+	case r.blocked:
+		parts = append(parts, "healthy ones blocked")
+	case r.short > 0 || shortBefore > 0:
+		parts = append(parts, fmt.Sprintf("healthy ones short (%d with, %d without)", r.short, shortBefore))
+	}
+	if st := r.stalled; st != nil {
+		if st.subsBefore > 0 && st.subsAfter == st.subsBefore-1 {
+			parts = append(parts, "dropped by the hub")
+		}
+		if st.server == tcpEstablished.String() {
+			parts = append(parts, "socket still open")
+		} else {
+			parts = append(parts, "closed by the server")
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // StallMessages is what one stall measurement sends to kind: a Threadline

@@ -157,3 +157,24 @@ threadline_active_runs{kind="x"} 1
 		t.Fatal("a labelled sample was taken for an unlabelled one")
 	}
 }
+
+func TestStallOutcome(t *testing.T) {
+	for _, c := range []struct {
+		run         stallRun
+		shortBefore int
+		want        string
+	}{
+		{stallRun{stalled: &stalledEnd{server: "ESTABLISHED", subsBefore: 1001, subsAfter: 1000}}, 0,
+			"dropped by the hub, socket still open"},
+		{stallRun{stalled: &stalledEnd{server: "FIN_WAIT1", subsBefore: -1, subsAfter: -1}}, 0,
+			"closed by the server"},
+		{stallRun{blocked: true, short: 1000, stalled: &stalledEnd{server: "ESTABLISHED", subsBefore: -1, subsAfter: -1}}, 0,
+			"healthy ones blocked, socket still open"},
+		{stallRun{short: 3, stalled: &stalledEnd{server: "gone", subsBefore: 1001, subsAfter: 1001}}, 1,
+			"healthy ones short (3 with, 1 without), closed by the server"},
+	} {
+		if got := c.run.outcome(c.shortBefore); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
+}
