@@ -61,7 +61,7 @@ func main() {
 	flag.IntVar(&p.IdleConnections, "idle-connections", 5000, "memory: idle SSE connections")
 	flag.IntVar(&p.FirstByteConns, "firstbyte-connections", 200, "first byte: connections, one after another")
 	flag.IntVar(&p.ReplayEvents, "replay-events", 100000, "replay: events in the history")
-	flag.IntVar(&p.StallDeltas, "stall-deltas", 20000, "stall: Threadline's deltas (long N): well past its --subscriber-queue (8192) plus what the stalled socket buffers, so the stalled subscriber is dropped, and few enough that no healthy one is")
+	flag.IntVar(&p.StallDeltas, "stall-deltas", 12000, "stall: Threadline's deltas (long N): past its --subscriber-queue (8192) plus what the stalled socket buffers, so the stalled subscriber is dropped, and few enough that no healthy one is")
 	flag.IntVar(&p.StallPublishes, "stall-publishes", 2000, "stall: messages published to Joe and Centrifugo, a few times what the stalled socket buffers")
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
 	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay,stall", "figures to run, comma-separated")
@@ -171,14 +171,14 @@ func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames 
 		if !slices.Contains(only, f.name) || f.goal == 0 {
 			continue
 		}
-		fmt.Printf("\n| %s (%s) | without | with | with/without | goal | stalled subscriber |\n| --- | --- | --- | --- | --- | --- |\n", f.name, f.unit)
+		fmt.Printf("\n| %s (%s) | without | with | with/without | goal | server CPU per delivery, with/without | stalled subscriber |\n| --- | --- | --- | --- | --- | --- | --- |\n", f.name, f.unit)
 		for _, k := range kinds {
 			rs := results[key{f.name, k}]
 			if len(rs) == 0 {
 				continue
 			}
 			p := summarize(rs)
-			fmt.Printf("| %s | %s | %s | **%.3f** (%s) | %s | %s |\n", k, format(p.base), format(p.under), p.ratio, p.ratios, p.verdict(f.goal), p.outcomes)
+			fmt.Printf("| %s | %s | %s | **%.3f** (%s) | %s | %.3f | %s |\n", k, format(p.base), format(p.under), p.ratio, p.ratios, p.verdict(f.goal), p.cpu, p.outcomes)
 		}
 	}
 	return nil
@@ -198,16 +198,18 @@ func valuesOf(rs []figures.Result) []float64 {
 // likely hit the other too.
 type paired struct {
 	base, under, ratio float64
-	ratios             string // each repeat's ratio, in order
-	outcomes           string // each distinct outcome and in how many repeats
+	cpu                float64 // median of each repeat's CPURatio
+	ratios             string  // each repeat's ratio, in order
+	outcomes           string  // each distinct outcome and in how many repeats
 }
 
 func summarize(rs []figures.Result) paired {
-	var base, under, ratio []float64
+	var base, under, ratio, cpu []float64
 	var each, seen []string
 	times := map[string]int{}
 	for _, r := range rs {
 		base, under, ratio = append(base, r.Base), append(under, r.Under), append(ratio, r.Value)
+		cpu = append(cpu, r.CPURatio)
 		each = append(each, fmt.Sprintf("%.2f", r.Value))
 		if times[r.Outcome]++; times[r.Outcome] == 1 {
 			seen = append(seen, r.Outcome)
@@ -217,7 +219,7 @@ func summarize(rs []figures.Result) paired {
 	for i, o := range seen {
 		outcomes[i] = fmt.Sprintf("%s (%d/%d)", o, times[o], len(rs))
 	}
-	return paired{base: median(base), under: median(under), ratio: median(ratio),
+	return paired{base: median(base), under: median(under), ratio: median(ratio), cpu: median(cpu),
 		ratios: strings.Join(each, " / "), outcomes: strings.Join(outcomes, "; ")}
 }
 

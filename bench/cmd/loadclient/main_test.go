@@ -11,12 +11,12 @@ import (
 // every repeat but the noisy one is at 0.98 or better.
 func TestSummarizeTakesTheMedianOfEachRepeatsRatio(t *testing.T) {
 	rs := []figures.Result{
-		{Base: 100, Under: 98, Value: 0.98, Outcome: "dropped by the hub"},
-		{Base: 200, Under: 90, Value: 0.45, Outcome: "closed by the server"},
-		{Base: 50, Under: 50, Value: 1.00, Outcome: "dropped by the hub"},
+		{Base: 100, Under: 98, Value: 0.98, CPURatio: 1.01, Outcome: "dropped by the hub"},
+		{Base: 200, Under: 90, Value: 0.45, CPURatio: 1.20, Outcome: "closed by the server"},
+		{Base: 50, Under: 50, Value: 1.00, CPURatio: 0.99, Outcome: "dropped by the hub"},
 	}
 	p := summarize(rs)
-	if p.base != 100 || p.under != 90 || p.ratio != 0.98 {
+	if p.base != 100 || p.under != 90 || p.ratio != 0.98 || p.cpu != 1.01 {
 		t.Fatalf("got %+v", p)
 	}
 	if p.ratios != "0.98 / 0.45 / 1.00" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,8 +59,17 @@ func (e *Env) Stall(kind servers.Kind, stalledFirst bool) (Result, error) {
 	if without.rate == 0 {
 		return Result{}, fmt.Errorf("no deliveries without the stalled subscriber")
 	}
-	return Result{Value: with.rate / without.rate, Base: without.rate, Under: with.rate, Outcome: with.outcome(without.short),
+	var cpuRatio float64
+	if without.cpu > 0 {
+		cpuRatio = with.cpuPerDelivery() / without.cpuPerDelivery()
+	}
+	return Result{Value: with.rate / without.rate, Base: without.rate, Under: with.rate, CPURatio: cpuRatio, Outcome: with.outcome(without.short),
 		Note: fmt.Sprintf("without %s; with %s", without.note(), with.note())}, nil
+}
+
+// cpuPerDelivery is the server's CPU time per healthy delivery, in ns.
+func (r stallRun) cpuPerDelivery() float64 {
+	return float64(r.cpu.Nanoseconds()) / float64(max(r.delivered, 1))
 }
 
 // outcome says what the server did with the stalled subscriber and
@@ -97,10 +107,13 @@ func (p Params) StallMessages(kind servers.Kind) int {
 
 // stallRun is one measurement of the stall figure.
 type stallRun struct {
-	messages int
-	rate     float64 // deliveries/s over the healthy subscribers
-	short    int     // healthy subscribers that got fewer than messages
-	blocked  bool    // given up after stallPatience without a delivery
+	messages  int
+	rate      float64 // deliveries/s over the healthy subscribers
+	delivered int     // deliveries to the healthy subscribers
+	short     int     // healthy subscribers that got fewer than messages
+	blocked   bool    // given up after stallPatience without a delivery
+	// cpu is the server's CPU time over the timed span.
+	cpu time.Duration
 	// got and read are the messages and bytes (the response head
 	// included) of the healthy subscriber that got the most: what the
 	// server sent each, the stalled one too.
@@ -126,7 +139,7 @@ type stalledEnd struct {
 }
 
 func (r stallRun) note() string {
-	s := fmt.Sprintf("%s/s, %d short", format(r.rate), r.short)
+	s := fmt.Sprintf("%s/s, %d short, server CPU %.2f s (%.0f ns/delivery)", format(r.rate), r.short, r.cpu.Seconds(), r.cpuPerDelivery())
 	if r.blocked {
 		s += fmt.Sprintf(", blocked (no delivery for %s)", stallPatience)
 	}
@@ -193,6 +206,13 @@ func (e *Env) stallRun(kind servers.Kind, withStalled bool) (stallRun, error) {
 	}
 	followed := make(chan struct{})
 	go func() { wg.Wait(); close(followed) }()
+	// The load client's own garbage (the streams of the measurement
+	// before) is collected now rather than while this one is timed.
+	runtime.GC()
+	cpu0, err := s.CPU()
+	if err != nil {
+		return r, err
+	}
 	published := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -210,6 +230,11 @@ func (e *Env) stallRun(kind servers.Kind, withStalled bool) (stallRun, error) {
 		<-followed
 	}
 	r.blocked = blocked
+	cpu1, err := s.CPU()
+	if err != nil {
+		return r, err
+	}
+	r.cpu = cpu1 - cpu0
 
 	if stalled != nil {
 		r.stalled, err = stalledState(s, stalled)
@@ -246,6 +271,7 @@ func (e *Env) stallRun(kind servers.Kind, withStalled bool) (stallRun, error) {
 		end = last
 	}
 	r.rate = float64(total) / end.Sub(start).Seconds()
+	r.delivered = total
 	return r, nil
 }
 
