@@ -22,15 +22,28 @@ import (
 
 type figure struct {
 	name, unit string
-	run        func(*figures.Env, servers.Kind) (figures.Result, error)
+	// run measures the figure of one server in repeat r (from 1).
+	run func(e *figures.Env, k servers.Kind, r int) (figures.Result, error)
+	// goal, for a paired figure, is the least with/without ratio it aims
+	// at; a paired figure has its own table.
+	goal float64
+}
+
+// each is a figure measured the same way in every repeat.
+func each(f func(*figures.Env, servers.Kind) (figures.Result, error)) func(*figures.Env, servers.Kind, int) (figures.Result, error) {
+	return func(e *figures.Env, k servers.Kind, _ int) (figures.Result, error) { return f(e, k) }
 }
 
 var allFigures = []figure{
-	{"fanout", "deliveries/s", (*figures.Env).Fanout},
-	{"latency", "p99 ms, lower is better", (*figures.Env).Latency},
-	{"idle", "KB per idle connection, lower is better", (*figures.Env).Idle},
-	{"firstbyte", "p50 ms, lower is better", (*figures.Env).FirstByte},
-	{"replay", "replay events/s", (*figures.Env).Replay},
+	{name: "fanout", unit: "deliveries/s", run: each((*figures.Env).Fanout)},
+	{name: "latency", unit: "p99 ms, lower is better", run: each((*figures.Env).Latency)},
+	{name: "idle", unit: "KB per idle connection, lower is better", run: each((*figures.Env).Idle)},
+	{name: "firstbyte", unit: "p50 ms, lower is better", run: each((*figures.Env).FirstByte)},
+	{name: "replay", unit: "replay events/s", run: each((*figures.Env).Replay)},
+	// The two measurements of a pair go in turns: without the stalled
+	// subscriber first in odd repeats, with it first in even ones.
+	{name: "stall", unit: "healthy deliveries/s with/without one stalled subscriber", goal: 0.95,
+		run: func(e *figures.Env, k servers.Kind, r int) (figures.Result, error) { return e.Stall(k, r%2 == 0) }},
 }
 
 func main() {
@@ -48,8 +61,10 @@ func main() {
 	flag.IntVar(&p.IdleConnections, "idle-connections", 5000, "memory: idle SSE connections")
 	flag.IntVar(&p.FirstByteConns, "firstbyte-connections", 200, "first byte: connections, one after another")
 	flag.IntVar(&p.ReplayEvents, "replay-events", 100000, "replay: events in the history")
+	flag.IntVar(&p.StallDeltas, "stall-deltas", 12000, "stall: Threadline's deltas (long N): past its --subscriber-queue (8192) plus what the stalled socket buffers, so the stalled subscriber is dropped, and few enough that no healthy one is")
+	flag.IntVar(&p.StallPublishes, "stall-publishes", 2000, "stall: messages published to Joe and Centrifugo, a few times what the stalled socket buffers")
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
-	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay", "figures to run, comma-separated")
+	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay,stall", "figures to run, comma-separated")
 	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
 	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags)")
 	gp := growthParams{subscribers: intList{10, 100, 1000, 5000}, threads: intList{1, 100, 1000}}
@@ -97,39 +112,43 @@ func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames 
 		fig  string
 		kind servers.Kind
 	}
-	values := map[key][]float64{}
+	results := map[key][]figures.Result{}
 	for _, f := range allFigures {
 		if !slices.Contains(only, f.name) {
 			continue
 		}
 		for r := 1; r <= repeats; r++ {
 			for _, k := range kinds {
-				res, err := f.run(env, k)
+				res, err := f.run(env, k, r)
 				if errors.Is(err, figures.ErrNotApplicable) {
 					continue
 				}
 				if err != nil {
 					return fmt.Errorf("%s, %s, repeat %d: %w", f.name, k, r, err)
 				}
-				values[key{f.name, k}] = append(values[key{f.name, k}], res.Value)
+				results[key{f.name, k}] = append(results[key{f.name, k}], res)
 				fmt.Fprintf(os.Stderr, "%-9s %-10s #%d  %12.2f %s  (%s)\n", f.name, k, r, res.Value, f.unit, res.Note)
 			}
 		}
 	}
 
-	fmt.Printf("\n| figure | %s |", strings.Join(serverNames, " | "))
-	for _, k := range kinds[1:] {
-		fmt.Printf(" %s/%s |", kinds[0], k)
-	}
-	fmt.Printf("\n|%s\n", strings.Repeat(" --- |", 1+2*len(kinds)-1))
+	header := false
 	for _, f := range allFigures {
-		if !slices.Contains(only, f.name) {
+		if !slices.Contains(only, f.name) || f.goal > 0 {
 			continue
+		}
+		if !header {
+			header = true
+			fmt.Printf("\n| figure | %s |", strings.Join(serverNames, " | "))
+			for _, k := range kinds[1:] {
+				fmt.Printf(" %s/%s |", kinds[0], k)
+			}
+			fmt.Printf("\n|%s\n", strings.Repeat(" --- |", 1+2*len(kinds)-1))
 		}
 		fmt.Printf("| %s (%s) |", f.name, f.unit)
 		med := map[servers.Kind]float64{}
 		for _, k := range kinds {
-			v := values[key{f.name, k}]
+			v := valuesOf(results[key{f.name, k}])
 			if len(v) == 0 {
 				fmt.Print(" — |")
 				continue
@@ -148,7 +167,67 @@ func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames 
 		}
 		fmt.Println()
 	}
+	for _, f := range allFigures {
+		if !slices.Contains(only, f.name) || f.goal == 0 {
+			continue
+		}
+		fmt.Printf("\n| %s (%s) | without | with | with/without | goal | server CPU per delivery, with/without | stalled subscriber |\n| --- | --- | --- | --- | --- | --- | --- |\n", f.name, f.unit)
+		for _, k := range kinds {
+			rs := results[key{f.name, k}]
+			if len(rs) == 0 {
+				continue
+			}
+			p := summarize(rs)
+			fmt.Printf("| %s | %s | %s | **%.3f** (%s) | %s | %.3f | %s |\n", k, format(p.base), format(p.under), p.ratio, p.ratios, p.verdict(f.goal), p.cpu, p.outcomes)
+		}
+	}
 	return nil
+}
+
+func valuesOf(rs []figures.Result) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.Value
+	}
+	return v
+}
+
+// paired is a paired figure's medians over the repeats. ratio is the
+// median of each repeat's own ratio, not the ratio of the medians: the two
+// measurements of a repeat ran back to back, so noise that hit one most
+// likely hit the other too.
+type paired struct {
+	base, under, ratio float64
+	cpu                float64 // median of each repeat's CPURatio
+	ratios             string  // each repeat's ratio, in order
+	outcomes           string  // each distinct outcome and in how many repeats
+}
+
+func summarize(rs []figures.Result) paired {
+	var base, under, ratio, cpu []float64
+	var each, seen []string
+	times := map[string]int{}
+	for _, r := range rs {
+		base, under, ratio = append(base, r.Base), append(under, r.Under), append(ratio, r.Value)
+		cpu = append(cpu, r.CPURatio)
+		each = append(each, fmt.Sprintf("%.2f", r.Value))
+		if times[r.Outcome]++; times[r.Outcome] == 1 {
+			seen = append(seen, r.Outcome)
+		}
+	}
+	outcomes := make([]string, len(seen))
+	for i, o := range seen {
+		outcomes[i] = fmt.Sprintf("%s (%d/%d)", o, times[o], len(rs))
+	}
+	return paired{base: median(base), under: median(under), ratio: median(ratio), cpu: median(cpu),
+		ratios: strings.Join(each, " / "), outcomes: strings.Join(outcomes, "; ")}
+}
+
+func (p paired) verdict(goal float64) string {
+	if p.ratio >= goal {
+		return fmt.Sprintf("≥ %.2f: met", goal)
+	}
+	return fmt.Sprintf("≥ %.2f: missed", goal)
 }
 
 // raiseFileLimit lifts the soft limit on open files towards want (the

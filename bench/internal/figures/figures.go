@@ -38,6 +38,10 @@ type Params struct {
 	IdleConnections    int
 	FirstByteConns     int
 	ReplayEvents       int
+	// StallDeltas and StallPublishes are the stall figure's messages: a
+	// Threadline run's deltas, the peers' publishes.
+	StallDeltas    int
+	StallPublishes int
 }
 
 // Env is what every figure needs.
@@ -57,6 +61,17 @@ type Env struct {
 type Result struct {
 	Value float64
 	Note  string
+	// Base and Under are, for a paired figure (stall), the two
+	// measurements whose ratio Value is: without and with the stall.
+	Base, Under float64
+	// CPURatio, for the stall figure, is the server's CPU time per
+	// healthy delivery with the stall over that without: a second view of
+	// the same cost that other load on the machine disturbs less than the
+	// rate.
+	CPURatio float64
+	// Outcome, for the stall figure, is what became of the stalled
+	// subscriber and whether it held the healthy ones up.
+	Outcome string
 }
 
 var (

@@ -99,7 +99,8 @@ func (e *Env) Growth(threads, subscribers, messages int) (Growth, error) {
 
 	var total int
 	var last time.Time
-	for _, st := range stats {
+	for i := range stats {
+		st := &stats[i]
 		if st.err != nil {
 			return g, fmt.Errorf("a subscriber stopped after %d deltas: %w", st.count, st.err)
 		}

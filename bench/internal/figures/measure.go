@@ -54,6 +54,8 @@ type subscriberStats struct {
 	last      time.Time
 	latencies []time.Duration
 	err       error
+	// seen is count, for a watcher on another goroutine.
+	seen atomic.Int64
 }
 
 // follow reads one live stream until it has want messages, Threadline's
@@ -82,6 +84,7 @@ func follow(kind servers.Kind, st *sse.Stream, want int, tsKey string, st0 *subs
 		}
 		now := time.Now()
 		st0.count += n
+		st0.seen.Store(int64(st0.count))
 		st0.last = now
 		if tsKey != "" {
 			if ts, ok := sse.Int(v, tsKey); ok {
@@ -140,7 +143,8 @@ func (e *Env) Fanout(kind servers.Kind) (Result, error) {
 	}
 	var total, short int
 	var last time.Time
-	for _, st := range stats {
+	for i := range stats {
+		st := &stats[i]
 		total += st.count
 		if st.count < p.FanoutMessages {
 			short++
@@ -182,7 +186,8 @@ func (e *Env) Latency(kind servers.Kind) (Result, error) {
 	}
 	var all []time.Duration
 	short := 0
-	for _, st := range stats {
+	for i := range stats {
+		st := &stats[i]
 		all = append(all, st.latencies...)
 		if st.count < total {
 			short++

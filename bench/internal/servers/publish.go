@@ -47,16 +47,28 @@ func (s *Server) Post(path string, body []byte, out any) error {
 
 // Get decodes the JSON answer of GET path into out.
 func (s *Server) Get(path string, out any) error {
-	resp, err := client.Get(s.Base + path)
+	b, err := s.GetBody(path)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	return json.Unmarshal(b, out)
+}
+
+// GetBody is the answer of GET path.
+func (s *Server) GetBody(path string) ([]byte, error) {
+	resp, err := client.Get(s.Base + path)
+	if err != nil {
+		return nil, err
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
 }
 
 // Publish sends one message with data to channel, the way each peer's

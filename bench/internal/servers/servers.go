@@ -140,6 +140,38 @@ func (s *Server) RSS() (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", s.Pid())
 }
 
+// CPU is the CPU time (user and system) the server process has used so
+// far, from /proc/PID/stat, in clock ticks of 10 ms.
+func (s *Server) CPU() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) of a
+// /proc/PID/stat line; the command name in parentheses may hold spaces.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat %q", stat)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat %q: %w", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // StreamURL is the SSE endpoint one subscriber of channel opens: a
 // Threadline thread's event stream, Joe's single topic, or a Centrifugo
 // uni_sse connection subscribed to channel through its connect command.

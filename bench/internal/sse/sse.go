@@ -24,17 +24,36 @@ type Stream struct {
 	// byte of the response (the status line).
 	FirstByte time.Duration
 	body      *bufio.Reader
+	read      counter
 	scratch   []byte
+}
+
+// counter counts the bytes read from the connection.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Open dials rawURL's host and sends a GET for it. It returns once the
 // response head is read and says 200.
 func Open(rawURL string, header http.Header) (*Stream, error) {
+	return Dial(&net.Dialer{Timeout: 10 * time.Second}, rawURL, header)
+}
+
+// Dial is Open with a dialer of the caller's, for a socket set up
+// differently before it connects.
+func Dial(d *net.Dialer, rawURL string, header http.Header) (*Stream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	conn, err := d.Dial("tcp", u.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -48,12 +67,13 @@ func Open(rawURL string, header http.Header) (*Stream, error) {
 		conn.Close()
 		return nil, err
 	}
-	br := bufio.NewReaderSize(conn, 32<<10)
+	s := &Stream{Conn: conn, read: counter{r: conn}}
+	br := bufio.NewReaderSize(&s.read, 32<<10)
 	if _, err := br.Peek(1); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	s := &Stream{Conn: conn, FirstByte: time.Since(start)}
+	s.FirstByte = time.Since(start)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		conn.Close()
@@ -67,6 +87,10 @@ func Open(rawURL string, header http.Header) (*Stream, error) {
 	s.body = bufio.NewReaderSize(resp.Body, 32<<10)
 	return s, nil
 }
+
+// BytesRead is what was read from the connection so far, the response
+// head included; not to be called while another goroutine scans.
+func (s *Stream) BytesRead() int64 { return s.read.n }
 
 // Close ends the connection.
 func (s *Stream) Close() error { return s.Conn.Close() }

@@ -39,6 +39,10 @@ func TestScanFieldsAndLongLines(t *testing.T) {
 	if s.FirstByte <= 0 {
 		t.Fatal("no first-byte time")
 	}
+	// The response head and the chunked body's framing come on top.
+	if body := len(": connected\n\nid: 7\nevent: e\ndata: {\"ts\":123}\n\ndata:\r\n\n") + len(long); s.BytesRead() <= int64(body) {
+		t.Fatalf("BytesRead %d, the body alone is %d", s.BytesRead(), body)
+	}
 }
 
 func TestInt(t *testing.T) {
