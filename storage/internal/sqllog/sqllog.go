@@ -315,17 +315,24 @@ func notFound(err error) error {
 	return err
 }
 
-// ReadAfter implements instanceai.EventLog.
-func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
-	q := `SELECT seq, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
-	args := []any{threadID, after}
+// pageQuery is the query of a page of the thread's log after a seq, of
+// the columns given, with the capacity to size its slice with: a page is
+// usually full, so sized up front the slice is not grown and copied
+// log2(limit) times on the way.
+func pageQuery(columns, threadID string, after int64, limit int) (q string, args []any, capacity int) {
+	q = `SELECT ` + columns + ` FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
+	args = []any{threadID, after}
 	if limit > 0 {
 		q += ` LIMIT ?`
 		args = append(args, limit)
 	}
-	// A page is usually full: sized up front, the slice is not grown and
-	// copied log2(limit) times on the way.
-	out, err := l.queryEvents(ctx, threadID, min(max(limit, 0), 4096), q, args...)
+	return q, args, min(max(limit, 0), 4096)
+}
+
+// ReadAfter implements instanceai.EventLog.
+func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	q, args, capacity := pageQuery("seq, data", threadID, after, limit)
+	out, err := l.queryEvents(ctx, threadID, capacity, q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
@@ -335,13 +342,8 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 // ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
 // their type column, not decoded.
 func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
-	q := `SELECT seq, type, data FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
-	args := []any{threadID, after}
-	if limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, limit)
-	}
-	out, err := l.queryRows(ctx, threadID, min(max(limit, 0), 4096), q, args...)
+	q, args, capacity := pageQuery("seq, type, data", threadID, after, limit)
+	out, err := query(ctx, l, threadID, scanRows, capacity, q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
@@ -357,23 +359,6 @@ var eventTypes = func() map[string]instanceai.EventType {
 	}
 	return m
 }()
-
-func (l *Log) queryRows(ctx context.Context, threadID string, capacity int, query string, args ...any) ([]instanceai.StoredRow, error) {
-	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := scanRows(rows, capacity)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		if err := l.ThreadExists(ctx, threadID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
 
 // rowArenaChunk is the size of the chunks scanRows copies rows into.
 const rowArenaChunk = 64 << 10
@@ -482,14 +467,15 @@ func (l *Log) RunEvents(ctx context.Context, threadID, runID string) ([]instance
 	return out, nil
 }
 
-// queryEvents runs a query (with ? placeholders) of (seq, data) rows of one
-// thread, into a slice of capacity rows to begin with. Only an empty answer needs telling apart from a missing thread.
-func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, query string, args ...any) ([]instanceai.StoredEvent, error) {
-	rows, err := l.r.QueryContext(ctx, l.q(query), args...)
+// query runs a query (with ? placeholders) of one thread's rows and reads
+// them with scan, into a slice of capacity rows to begin with. Only an
+// empty answer needs telling apart from a missing thread.
+func query[T any](ctx context.Context, l *Log, threadID string, scan func(*sql.Rows, int) ([]T, error), capacity int, q string, args ...any) ([]T, error) {
+	rows, err := l.r.QueryContext(ctx, l.q(q), args...)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanEvents(rows, capacity)
+	out, err := scan(rows, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -499,6 +485,11 @@ func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, qu
 		}
 	}
 	return out, nil
+}
+
+// queryEvents is query of (seq, data) rows, decoded.
+func (l *Log) queryEvents(ctx context.Context, threadID string, capacity int, q string, args ...any) ([]instanceai.StoredEvent, error) {
+	return query(ctx, l, threadID, scanEvents, capacity, q, args...)
 }
 
 // scanEvents reads (seq, data) rows into stored events, keeping each row's
