@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/threadline/threadline/internal/version"
 	"io"
 	"os"
 	"os/signal"
@@ -28,6 +29,8 @@ Commands:
   conformance
             check an agent server (this one or any other) against the
             AG-UI and Instance AI protocol rules
+  version   print the version of this build
+  help      this text; 'threadline help <command>' for a command's flags
 
 Run 'threadline <command> -h' for the flags of a command. Every flag can also
 be set by the environment variable shown in its help; a flag on the command
@@ -72,11 +75,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return conformanceCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "threadline", version.String())
+		return nil
 	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			return commandHelp(ctx, args[1], stdout)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
 		return usageError{fmt.Sprintf("unknown command %q", args[0])}
 	}
+}
+
+// commandHelp prints a command's flags, as `threadline <command> -h` does,
+// to stdout: asked for, help is the output, not a complaint.
+func commandHelp(ctx context.Context, command string, stdout io.Writer) error {
+	switch command {
+	case "serve", "migrate", "conformance":
+		if err := run(ctx, []string{command, "-h"}, stdout, stdout); !errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return nil
+	case "version", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("help: unknown command %q; the commands are serve, migrate, conformance, version and help", command)}
 }

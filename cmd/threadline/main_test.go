@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"net"
@@ -30,6 +31,48 @@ func TestHelpDocumentsEveryFlagAndItsEnv(t *testing.T) {
 	out.Reset()
 	if err := run(context.Background(), []string{"--help"}, &out, &out); err != nil || !strings.Contains(out.String(), "migrate") {
 		t.Fatalf("--help: %v %q", err, out.String())
+	}
+}
+
+// TestVersionAndHelp: version in its three spellings; help for a command
+// prints its flags and succeeds; help for an unknown one is a usage error.
+func TestVersionAndHelp(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{arg}, &out, &out); err != nil || out.String() != "threadline dev\n" {
+			t.Errorf("%s: %q, %v", arg, out.String(), err)
+		}
+	}
+	for cmd, want := range map[string]string{"serve": "THREADLINE_ADDR", "migrate": "-store", "conformance": "-target"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"help", cmd}, &out, &bytes.Buffer{}); err != nil || !strings.Contains(out.String(), want) {
+			t.Errorf("help %s: %v, output lacks %q:\n%s", cmd, err, want, out.String())
+		}
+	}
+	err := run(context.Background(), []string{"help", "nope"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), `unknown command "nope"`) {
+		t.Errorf("help nope: %v (exit %d)", err, exitCode(err))
+	}
+}
+
+// TestServeLogFormatJSON: with -log-format json every log line is a JSON
+// object.
+func TestServeLogFormatJSON(t *testing.T) {
+	url, logs := startServe(t, "-log-format", "json")
+	if got := get(t, url+"/instance-ai/threads", ""); got != 200 {
+		t.Fatalf("threads: %d", got)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	listening := false
+	for _, line := range lines {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
+			t.Fatalf("log line is not a JSON record (%v): %s", err, line)
+		}
+		listening = listening || rec.Msg == "threadline listening"
+	}
+	if !listening {
+		t.Fatalf("no listening record in:\n%s", logs.String())
 	}
 }
 
@@ -297,6 +340,7 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{"-tokens-file", filepath.Join(t.TempDir(), "missing")}, "-tokens-file"},
 		{[]string{"-tokens", "secret-a=alice,=bob"}, "-tokens (THREADLINE_TOKENS) entry 2: empty token"},
 		{[]string{"-pprof-addr", "0.0.0.0:6060"}, "-pprof-addr 0.0.0.0:6060: the profiler has no authentication"},
+		{[]string{"-log-format", "xml"}, `-log-format "xml": use text or json`},
 	} {
 		err := run(context.Background(), append([]string{"serve", "-store", "sqlite:" + store}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {

@@ -38,6 +38,7 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	drainTimeout    time.Duration
 	logLevel        string
+	logFormat       string
 	tokens          string
 	tokensFile      string
 	insecureNoAuth  bool
@@ -70,6 +71,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "THREADLINE_SHUTDOWN_TIMEOUT", 10*time.Second,
 		"after the drain, how long the shutdown may take to cancel the remaining runs and flush open segments")
 	f.String(&c.logLevel, "log-level", "THREADLINE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	f.String(&c.logFormat, "log-format", "THREADLINE_LOG_FORMAT", "text", "log format: text (key=value lines) or json (one JSON object per line)")
 	f.Secret(&c.tokens, "tokens", "THREADLINE_TOKENS",
 		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or -tokens-file: "+
 			"a command line is visible to other local users); none configured = single-user mode, no authentication")
@@ -167,12 +169,19 @@ func storeFlag(f *envFlags, p *string) {
 		"event store: sqlite:PATH (embedded, durable), postgres://USER@HOST:PORT/DB?sslmode=disable, or memory (bounded, lost on restart)")
 }
 
-func newLogger(level string, out io.Writer) (*slog.Logger, error) {
+func newLogger(level, format string, out io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageError{fmt.Sprintf("-log-level %q: use debug, info, warn or error", level)}
 	}
-	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(out, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	}
+	return nil, usageError{fmt.Sprintf("-log-format %q: use text or json", format)}
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -180,7 +189,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	logger, err := newLogger(c.logLevel, stderr)
+	logger, err := newLogger(c.logLevel, c.logFormat, stderr)
 	if err != nil {
 		return err
 	}
