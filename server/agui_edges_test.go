@@ -76,6 +76,9 @@ func TestHealthVersionStatusConfigAndLLMHealth(t *testing.T) {
 	}
 	code, status := h.Do(http.MethodGet, "/status", "")
 	cfg, _ := status["config"].(map[string]any)
+	if srv, _ := status["server"].(map[string]any); srv["version"] != health["version"] {
+		t.Fatalf("/status server.version %v, /health version %v", srv["version"], health["version"])
+	}
 	if code != http.StatusOK || cfg["ag_ui_version"] != "1.0" || status["ag_ui_version"] != "1.0" {
 		t.Fatalf("/status: %d %v, want ag_ui_version in config and, for older clients, at the top", code, status)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -103,7 +104,12 @@ func (e *envFlags) Secret(p *string, name, env, usage string) {
 // Parse parses args; environment errors are reported like flag errors.
 func (e *envFlags) Parse(args []string) error {
 	if err := e.fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		// An unknown flag or a bad value: exit status 2, as for every
+		// other usage error (the flag package has printed the usage).
+		return usageError{err.Error()}
 	}
 	set := map[string]bool{}
 	e.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -55,6 +55,20 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 }
 
+// TestBadFlagsExitTwo: an unknown flag, a bad value or a stray argument
+// is a usage error, exit status 2, on every command.
+func TestBadFlagsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "-nope"}, {"serve", "-heartbeat", "abc"}, {"serve", "extra"},
+		{"migrate", "-nope"}, {"conformance", "-nope"}, {"conformance", "-timeout", "x"}, {"nope"},
+	} {
+		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
+		if exitCode(err) != 2 {
+			t.Errorf("%v: %v, exit %d, want 2", args, err, exitCode(err))
+		}
+	}
+}
+
 // TestServeLogFormatJSON: with -log-format json every log line is a JSON
 // object.
 func TestServeLogFormatJSON(t *testing.T) {

@@ -598,6 +598,8 @@ type statusResponse struct {
 		Running    bool   `json:"running"`
 		ActiveRuns int    `json:"active_runs"`
 		Uptime     string `json:"uptime"`
+		// Version is the build's, as /health reports it.
+		Version string `json:"version"`
 	} `json:"server"`
 	Agents map[string]agentStatus `json:"agents"`
 	Config struct {
@@ -621,6 +623,7 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	out.Server.Running = true
 	out.Server.ActiveRuns = active
 	out.Server.Uptime = h.cfg.Now().Sub(h.started).Round(time.Second).String()
+	out.Server.Version = h.cfg.Version
 	// The run registry counts runs, not runs per named upstream: with one
 	// agent its count is exact; with several (n8n webhooks) each reports
 	// the total, an upper bound.
