@@ -358,6 +358,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		abort(err)
 		return nil, fmt.Errorf("start run: %w", err)
 	}
+	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
 	if prelude != nil {
 		prelude(r)
 	}
@@ -814,6 +815,8 @@ func (r *Run) finish(status, reason string) {
 	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
+	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
+		"took", time.Since(r.started).Round(time.Millisecond))
 }
 
 // settleToolsLocked ends the open tool calls of the matching agents with a

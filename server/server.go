@@ -18,6 +18,7 @@ import (
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/metrics"
+	"github.com/threadline/threadline/server/accesslog"
 	"github.com/threadline/threadline/server/aguiapi"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
@@ -160,7 +161,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// registered after it.
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
-	s.handler = cors.Middleware(cfg.AllowedOrigins, router)
+	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, router))
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
 }

@@ -70,23 +70,51 @@ func TestBadFlagsExitTwo(t *testing.T) {
 }
 
 // TestServeLogFormatJSON: with -log-format json every log line is a JSON
-// object.
+// object, among them a request line per request and a line per run start
+// and finish.
 func TestServeLogFormatJSON(t *testing.T) {
 	url, logs := startServe(t, "-log-format", "json")
 	if got := get(t, url+"/instance-ai/threads", ""); got != 200 {
 		t.Fatalf("threads: %d", got)
 	}
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	listening := false
-	for _, line := range lines {
-		var rec struct{ Level, Msg string }
-		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
-			t.Fatalf("log line is not a JSON record (%v): %s", err, line)
-		}
-		listening = listening || rec.Msg == "threadline listening"
+	res, err := http.Post(url+"/instance-ai/chat/logs", "application/json", strings.NewReader(`{"message":"simple"}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !listening {
-		t.Fatalf("no listening record in:\n%s", logs.String())
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("chat: %d", res.StatusCode)
+	}
+	seen := map[string]bool{}
+	for deadline := time.Now().Add(10 * time.Second); !seen["run finished"]; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no run finished record in:\n%s", logs.String())
+		}
+		for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var rec struct {
+				Level, Msg, Path string
+				Thread           string
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
+				t.Fatalf("log line is not a JSON record (%v): %s", err, line)
+			}
+			switch {
+			case rec.Msg == "request" && rec.Path == "/instance-ai/chat/logs":
+				seen["request"] = true
+			case (rec.Msg == "run started" || rec.Msg == "run finished") && rec.Thread == "logs":
+				seen[rec.Msg] = true
+			case rec.Msg == "threadline listening":
+				seen[rec.Msg] = true
+			}
+		}
+	}
+	for _, msg := range []string{"threadline listening", "request", "run started"} {
+		if !seen[msg] {
+			t.Errorf("no %q record in:\n%s", msg, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), `"status":"completed"`) == false {
+		t.Errorf("the run finished record lacks its status:\n%s", logs.String())
 	}
 }
 
