@@ -21,7 +21,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		"Check an agent server against the AG-UI 1.0 and n8n Instance AI protocol rules: play the scenarios over HTTP,\n"+
 			"check every stream, and print a verdict per rule. Exit status 1 when a rule fails.", stderr)
 	var target, protocol, token, scenarios, junit string
-	var asJSON bool
+	var asJSON, cleanup bool
 	var heartbeat, timeout time.Duration
 	f.String(&target, "target", "THREADLINE_CONFORMANCE_TARGET", "http://127.0.0.1:8080", "base URL of the server to check")
 	f.String(&protocol, "protocol", "THREADLINE_CONFORMANCE_PROTOCOL", "all", "agui, native or all")
@@ -32,6 +32,8 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	f.String(&junit, "junit", "THREADLINE_CONFORMANCE_JUNIT", "", "also write the report as JUnit XML to this file")
 	f.Duration(&heartbeat, "heartbeat", "THREADLINE_CONFORMANCE_HEARTBEAT", 0,
 		"the target's heartbeat interval: when set, an idle stream is recorded for 3x as long and must carry heartbeats that often (Threadline: 15s)")
+	f.Bool(&cleanup, "cleanup", "THREADLINE_CONFORMANCE_CLEANUP", false,
+		"delete the threads the run created (conformance-<time>-…) when it is over")
 	f.Duration(&timeout, "timeout", "THREADLINE_CONFORMANCE_TIMEOUT", 60*time.Second, "longest wait for one stream")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -56,7 +58,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		progress = stdout
 	}
 	rep, err := runner.Run(ctx, runner.Config{Target: target, Protocols: protocols, Token: token, Scenarios: names,
-		Heartbeat: heartbeat, Timeout: timeout, Progress: progress})
+		Heartbeat: heartbeat, Timeout: timeout, Progress: progress, Cleanup: cleanup})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/threadline/threadline/conformance"
@@ -58,6 +59,10 @@ type Config struct {
 	// HTTPClient sends the requests (default: a client without timeout;
 	// Timeout bounds each stream).
 	HTTPClient *http.Client
+	// Cleanup, when set, deletes the threads the run created (through
+	// DELETE /instance-ai/threads/{id}) once it is over, and says so on
+	// Progress. The threads are named conformance-<time>-<protocol>-<scenario>.
+	Cleanup bool
 }
 
 // Scenario is one conversation the runner plays.
@@ -98,6 +103,28 @@ type runner struct {
 	cfg    Config
 	client *http.Client
 	prefix string // thread id prefix, unique per run
+
+	// counting is set once the scenarios start: from then on, answered
+	// and refused count the responses (a refusal is 401 or 403).
+	counting          atomic.Bool
+	answered, refused atomic.Int64
+	mu                sync.Mutex
+	threads           []string // the thread ids the scenarios used
+}
+
+// ErrRefused is returned when the target refused every request the
+// scenarios made (401 or 403): a report of nothing checked would read as
+// nothing wrong.
+var ErrRefused = errors.New("the target refused every scenario's requests")
+
+// thread returns the id of a thread the run uses and remembers it for the
+// cleanup.
+func (r *runner) thread(suffix string) string {
+	id := r.prefix + "-" + suffix
+	r.mu.Lock()
+	r.threads = append(r.threads, id)
+	r.mu.Unlock()
+	return id
 }
 
 // Run plays the scenarios and returns the report. It fails only when the
@@ -139,6 +166,10 @@ func Run(ctx context.Context, cfg Config) (*conformance.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.counting.Store(true)
+	if cfg.Cleanup {
+		defer r.cleanup()
+	}
 	var results []conformance.ScenarioResult
 	for _, p := range cfg.Protocols {
 		for _, sc := range plan {
@@ -171,7 +202,46 @@ func Run(ctx context.Context, cfg Config) (*conformance.Report, error) {
 		}
 		results = append(results, res)
 	}
+	if r.answered.Load() == 0 && r.refused.Load() > 0 {
+		return nil, fmt.Errorf("target %s: %w (%d requests answered 401 or 403): pass a token with --token", cfg.Target, ErrRefused, r.refused.Load())
+	}
 	return conformance.Summarize(cfg.Target, cfg.Protocols, catalog, results), nil
+}
+
+// cleanup deletes the run's threads, each once, and reports how many went.
+// A thread the target does not have (a scenario that failed before making
+// it, a server without the threads endpoint) is not an error.
+func (r *runner) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.counting.Store(false)
+	seen := map[string]bool{}
+	deleted, failed := 0, 0
+	for _, id := range r.threads {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		res, err := r.do(ctx, http.MethodDelete, "/instance-ai/threads/"+url.PathEscape(id), nil, nil)
+		if err != nil {
+			failed++
+			continue
+		}
+		res.Body.Close()
+		switch {
+		case res.StatusCode < 300:
+			deleted++
+		case res.StatusCode != http.StatusNotFound:
+			failed++
+		}
+	}
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "cleanup: deleted %d of the run's %d threads", deleted, len(seen))
+		if failed > 0 {
+			fmt.Fprintf(r.cfg.Progress, " (%d could not be deleted)", failed)
+		}
+		fmt.Fprintln(r.cfg.Progress)
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -272,7 +342,15 @@ func (r *runner) do(ctx context.Context, method, path string, body any, header h
 	if r.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
 	}
-	return r.client.Do(req)
+	res, err := r.client.Do(req)
+	if err == nil && r.counting.Load() {
+		if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+			r.refused.Add(1)
+		} else {
+			r.answered.Add(1)
+		}
+	}
+	return res, err
 }
 
 // statusError is a refused request.
@@ -341,7 +419,7 @@ type aguiEvent struct {
 // agui plays a scenario at /run-agent: one run, and for an interrupt the
 // run that resumes it, each stream checked.
 func (r *runner) agui(ctx context.Context, sc Scenario) conformance.ScenarioResult {
-	thread := r.prefix + "-agui-" + sc.Name
+	thread := r.thread("agui-" + sc.Name)
 	input := map[string]any{
 		"threadId": thread, "runId": "run-1",
 		"messages": []any{map[string]any{"id": "m1", "role": "user", "content": sc.Message}},
@@ -396,7 +474,7 @@ type nativeEvent struct {
 // native plays a scenario on the native endpoints: the live stream of the
 // run, then the thread replayed in full and after a spread of cursors.
 func (r *runner) native(ctx context.Context, sc Scenario) conformance.ScenarioResult {
-	thread := r.prefix + "-native-" + sc.Name
+	thread := r.thread("native-" + sc.Name)
 	// Opening the stream before the chat needs the thread to exist. A
 	// server without the threads endpoint (404/405) creates threads on the
 	// first chat: then the chat goes first and the stream, opened without
@@ -594,7 +672,7 @@ func cursors(full *conformance.Recording, last int64, max int) []int64 {
 // heartbeat records an idle thread's stream for a while and checks its
 // heartbeats.
 func (r *runner) heartbeat(ctx context.Context) conformance.ScenarioResult {
-	thread := r.prefix + "-native-idle"
+	thread := r.thread("native-idle")
 	if err := r.postJSON(ctx, "/instance-ai/threads", map[string]string{"id": thread}, nil); err != nil {
 		return conformance.ScenarioResult{Error: "create the thread: " + err.Error()}
 	}

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/threadline/threadline/conformance/ssecheck"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/servertest"
 )
 
@@ -70,6 +72,63 @@ func TestThreadlineConforms(t *testing.T) {
 				t.Fatalf("only %d of %d rules were exercised", passed, len(rep.Rules))
 			}
 		})
+	}
+}
+
+// TestRefusedTarget: a target that refuses every scenario (auth on, no
+// token) is an error that says so and hints --token, not a report of
+// nothing checked.
+func TestRefusedTarget(t *testing.T) {
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{
+		Tokens: "token-0123456789abcdef=alice", Config: server.Config{AgentName: "script"}})
+	_, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Scenarios: []string{"simple"}, Timeout: 10 * time.Second})
+	if !errors.Is(err, runner.ErrRefused) || !strings.Contains(err.Error(), "--token") {
+		t.Fatalf("run without a token against an authenticated target: %v", err)
+	}
+	rep, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Scenarios: []string{"simple"},
+		Token: "token-0123456789abcdef", Timeout: 10 * time.Second})
+	if err != nil || !rep.Passed {
+		t.Fatalf("with the token: %v %v", err, rep)
+	}
+}
+
+// TestCleanup: with Cleanup the run's threads are gone afterwards, and
+// the progress says how many were deleted; without it they stay.
+func TestCleanup(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	srv := servertest.Start(t, store, servertest.Options{Config: server.Config{AgentName: "script"}})
+	threads := func() []string {
+		t.Helper()
+		list, err := store.ListThreads(context.Background(), auth.LocalUser, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, th := range list {
+			if strings.HasPrefix(th.ID, "conformance-") {
+				ids = append(ids, th.ID)
+			}
+		}
+		return ids
+	}
+	cfg := runner.Config{Target: srv.URL, Scenarios: []string{"simple", "tools"}, Timeout: 10 * time.Second, MaxCursors: 4}
+	if _, err := runner.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	kept := threads()
+	if len(kept) < 4 {
+		t.Fatalf("a run without cleanup left %d threads, want the 4 it played", len(kept))
+	}
+	var progress strings.Builder
+	cfg.Cleanup, cfg.Progress = true, &progress
+	if _, err := runner.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if left := threads(); len(left) != len(kept) {
+		t.Fatalf("after a run with cleanup %d threads, want the %d of the first run only: %v", len(left), len(kept), left)
+	}
+	if !strings.Contains(progress.String(), "cleanup: deleted 4 of the run's 4 threads") {
+		t.Fatalf("progress: %s", progress.String())
 	}
 }
 
