@@ -24,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree/agenttreetest"
 )
 
 const (
@@ -219,7 +220,7 @@ func TestGeneratedStreamsMatchReference(t *testing.T) {
 		decoded [][]instanceai.Event
 	)
 	for range streamsN {
-		events := genStream(randChooser{rng}, eventsN)
+		events := agenttreetest.GenStream(agenttreetest.RandChooser{R: rng}, eventsN)
 		raw, err := json.Marshal(events)
 		if err != nil {
 			t.Fatal(err)
@@ -248,10 +249,6 @@ func TestGeneratedStreamsMatchReference(t *testing.T) {
 		t.Fatalf("streams %v differ; the first one's input:\n%s", failed, streams[failed[0]])
 	}
 }
-
-type randChooser struct{ r *rand.Rand }
-
-func (c randChooser) intn(n int) int { return c.r.IntN(n) }
 
 func compareWithReference(t *testing.T, events []instanceai.Event, ref referenceReport) {
 	t.Helper()

@@ -3,6 +3,8 @@ package agenttree
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/threadline/threadline/instanceai/agenttree/agenttreetest"
 )
 
 // FuzzFold folds random streams over the generator's alphabet: folding must
@@ -15,9 +17,9 @@ func FuzzFold(f *testing.F) {
 	f.Add([]byte("run-start text-delta text-block tool-call run-finish"))
 	f.Add([]byte{0, 0, 0, 0, 12, 3, 3, 3, 3, 3, 9, 9, 9, 9, 9, 14, 14, 14, 1, 1, 1, 1, 1, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := &byteChooser{b: data}
-		n := 1 + c.intn(60)
-		events := genStream(c, n)
+		c := &agenttreetest.ByteChooser{B: data}
+		n := 1 + c.Intn(60)
+		events := agenttreetest.GenStream(c, n)
 		s := New()
 		for _, ev := range events {
 			s.Apply(ev)

@@ -1,29 +1,40 @@
-package agenttree
+// Package agenttreetest generates event streams for the tests of the agent
+// tree folds: the Go reducer against n8n's, and the console's JavaScript
+// fold against the Go one.
+package agenttreetest
 
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/threadline/threadline/instanceai"
 )
 
-// chooser picks small numbers: a seeded generator for the random
-// equivalence test, the fuzzer's bytes for FuzzFold.
-type chooser interface {
-	intn(n int) int
+// Chooser picks small numbers: a seeded generator for the random
+// equivalence tests, a fuzzer's bytes for a fuzz test.
+type Chooser interface {
+	Intn(n int) int
 }
 
-// byteChooser draws from a byte string, then zeros once it runs out.
-type byteChooser struct{ b []byte }
+// ByteChooser draws from a byte string, then zeros once it runs out.
+type ByteChooser struct{ B []byte }
 
-func (c *byteChooser) intn(n int) int {
-	if len(c.b) == 0 {
+// Intn returns the next byte modulo n.
+func (c *ByteChooser) Intn(n int) int {
+	if len(c.B) == 0 {
 		return 0
 	}
-	v := int(c.b[0])
-	c.b = c.b[1:]
+	v := int(c.B[0])
+	c.B = c.B[1:]
 	return v % n
 }
+
+// RandChooser draws from a seeded generator.
+type RandChooser struct{ R *rand.Rand }
+
+// Intn returns R.IntN(n).
+func (c RandChooser) Intn(n int) int { return c.R.IntN(n) }
 
 // The alphabet of generated streams: few ids, so that events collide on the
 // same agents, calls and responses, and texts that are prefixes and suffixes
@@ -45,21 +56,21 @@ var (
 	genOddTS = []int64{8_640_000_000_000_001, -62_198_755_200_000, -8_640_000_000_000_000}
 )
 
-func pick[T any](c chooser, xs []T) T { return xs[c.intn(len(xs))] }
+func pick[T any](c Chooser, xs []T) T { return xs[c.Intn(len(xs))] }
 
-// genStream builds a stream of n events. Every event is schema-valid and
+// GenStream builds a stream of n events. Every event is schema-valid and
 // carries ts.
-func genStream(c chooser, n int) []instanceai.Event {
+func GenStream(c Chooser, n int) []instanceai.Event {
 	ts := int64(1767225600000)
 	out := make([]instanceai.Event, 0, n)
 	for range n {
-		ts += int64(1 + c.intn(500))
+		ts += int64(1 + c.Intn(500))
 		ev := instanceai.Event{RunID: pick(c, genRuns), AgentID: pick(c, genAgents), UserID: "user_1",
 			ResponseID: pick(c, genResponses), TS: ts}
-		if c.intn(40) == 0 {
+		if c.Intn(40) == 0 {
 			ev.TS = pick(c, genOddTS)
 		}
-		switch c.intn(20) {
+		switch c.Intn(20) {
 		case 0:
 			ev.Type, ev.Payload = instanceai.TypeRunStart, &instanceai.RunStart{MessageID: "msg_1"}
 		case 1:
@@ -76,7 +87,7 @@ func genStream(c chooser, n int) []instanceai.Event {
 			ev.Type, ev.Payload = instanceai.TypeToolInputStart, &instanceai.ToolInputStart{ToolCallID: pick(c, genToolCalls), ToolName: pick(c, genToolNames)}
 		case 9:
 			ev.Type, ev.Payload = instanceai.TypeToolCall, &instanceai.ToolCall{ToolCallID: pick(c, genToolCalls), ToolName: pick(c, genToolNames),
-				Args: json.RawMessage(fmt.Sprintf(`{"n":%d}`, c.intn(3)))}
+				Args: json.RawMessage(fmt.Sprintf(`{"n":%d}`, c.Intn(3)))}
 		case 10:
 			ev.Type, ev.Payload = instanceai.TypeToolResult, &instanceai.ToolResult{ToolCallID: pick(c, genToolCalls), Result: json.RawMessage(pick(c, genResults))}
 		case 11:
@@ -84,11 +95,11 @@ func genStream(c chooser, n int) []instanceai.Event {
 			ev.Payload = &instanceai.ToolError{ToolCallID: pick(c, genToolCalls), Error: pick(c, []string{"", "failed"})}
 		case 12:
 			p := &instanceai.AgentSpawned{ParentID: pick(c, genAgents), Role: "helper", Tools: []string{}}
-			if c.intn(2) == 0 {
+			if c.Intn(2) == 0 {
 				p.TargetResource = &instanceai.TargetResource{Type: instanceai.TargetWorkflow,
 					ID: pick(c, []string{"", "wf_1"}), Name: pick(c, []string{"", "Lead intake"})}
 			}
-			if c.intn(2) == 0 {
+			if c.Intn(2) == 0 {
 				p.Kind, p.Title, p.Tools = instanceai.AgentKindBuilder, "Building", []string{"build-workflow"}
 			}
 			ev.Type, ev.Payload = instanceai.TypeAgentSpawned, p
@@ -101,7 +112,7 @@ func genStream(c chooser, n int) []instanceai.Event {
 				Severity: instanceai.SeverityDestructive, Message: "Delete?"}
 		case 15:
 			p := &instanceai.TasksUpdate{Tasks: instanceai.TaskList{Tasks: []instanceai.Task{{ID: "t1", Description: "Build", Status: instanceai.TaskTodo}}}}
-			switch c.intn(3) {
+			switch c.Intn(3) {
 			case 0:
 				p.PlanItems = []instanceai.PlannedTask{{ID: "t1", Title: "Build", Kind: "build-workflow", Spec: "x", Deps: []string{}}}
 			case 1:
