@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps
+.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -54,3 +54,8 @@ bench-peers-smoke:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+## static: a static binary (no cgo) in ./bin/threadline-static, as the Dockerfile builds it; VERSION stamps the version it reports
+VERSION ?=
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(if $(VERSION),-X github.com/threadline/threadline/internal/version.stamped=$(VERSION))" -o bin/threadline-static ./cmd/threadline
