@@ -73,10 +73,20 @@ func TestFeedPoll(t *testing.T) {
 		t.Fatalf("after a resync with nothing missed: %+v, %v", out, err)
 	}
 
-	// More than the queue holds: the subscriber is dropped, and told.
-	hub.Publish("t", []instanceai.Frame{fr, fr, fr, fr, fr})
+	// A full queue behind (of frames that cannot be merged, unlike deltas):
+	// the next batch drops the subscriber, and it is told.
+	status := instanceai.Event{Type: instanceai.TypeStatus, RunID: "r", AgentID: "a", Payload: &instanceai.Status{Message: "busy"}}
+	st, err := instanceai.NewFrame(0, &status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub.Publish("t", []instanceai.Frame{st, st, st, st})
 	if n := wakes.Load(); n != 3 {
-		t.Fatalf("the drop woke the feed %d times in all, want 3", n)
+		t.Fatalf("the batch woke the feed %d times in all, want 3", n)
+	}
+	hub.Publish("t", []instanceai.Frame{st})
+	if n := wakes.Load(); n != 3 {
+		t.Fatalf("the drop woke the feed %d times in all, want 3 (it was woken and has not polled)", n)
 	}
 	if _, err := feed.Poll(ctx); !errors.Is(err, instanceai.ErrSubscriberDropped) {
 		t.Fatalf("after the drop: %v", err)

@@ -92,7 +92,8 @@ type Hub struct {
 	topics map[string]*topic
 }
 
-// NewHub returns a hub whose subscribers each buffer up to queueSize frames.
+// NewHub returns a hub whose subscribers may fall up to queueSize frames
+// behind (see Publish).
 func NewHub(queueSize int) *Hub {
 	if queueSize <= 0 {
 		queueSize = 4096
@@ -126,9 +127,13 @@ func (h *Hub) topic(threadID string) *topic {
 // writer calls it after the frames' rows committed, in commit order.
 //
 // It never waits for a subscriber: the batch is appended to each queue, and
-// a subscriber whose queue cannot take the whole batch (queued frames plus
-// the batch would exceed the hub's queue size, even when the queue is
-// empty) is closed with ErrSubscriberDropped and removed. Publish also
+// a subscriber that is already a full queue behind (it has queueSize frames
+// or more not taken, counted after merging its queued token deltas) is
+// closed with ErrSubscriberDropped and removed. Any
+// other subscriber takes the whole batch, however large: batches are shared
+// by every subscriber, so a large one costs a healthy reader nothing, and
+// dropping it would disconnect every fast reader at once (the writer's
+// passes can be larger than a small --subscriber-queue). Publish also
 // records the thread's highest seq and open segments for later
 // subscribers, on a thread that has none as well.
 func (h *Hub) Publish(threadID string, frames []Frame) {
@@ -323,14 +328,21 @@ type Subscription struct {
 }
 
 // offer appends frames to the queue without blocking; it reports false (and
-// closes the subscription) when the queue would overflow.
+// closes the subscription) when the subscriber is a full queue behind even
+// after its queued deltas were merged (see compact). The bound is on the
+// backlog before the batch, so that a reader that keeps up is never dropped
+// for the size of one batch; what a slow one holds is at most the queue
+// size plus one batch.
 func (s *Subscription) offer(frames []Frame) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	if s.queued+len(frames) > s.hub.queueSize {
+	if s.queued >= s.hub.queueSize {
+		s.compact()
+	}
+	if s.queued >= s.hub.queueSize {
 		s.mu.Unlock()
 		s.close(ErrSubscriberDropped)
 		return false
@@ -340,6 +352,77 @@ func (s *Subscription) offer(frames []Frame) bool {
 	s.queued += len(frames)
 	s.unparkAndUnlock()
 	return true
+}
+
+// compact merges each run of adjacent deltas of one segment in the queue
+// into one delta, for a subscriber that fell a full queue behind: a client
+// folds "ab" exactly as "a" then "b" (deltas carry no id, and the fold
+// appends deltas of one segment to one entry), so a reader slowed by a burst
+// of tokens catches up instead of being dropped. Stored frames and deltas
+// of different segments are never merged or reordered. The published
+// batches stay as they are: they are shared with the other subscribers.
+// The caller holds s.mu.
+func (s *Subscription) compact() {
+	out := make([]Frame, 0, s.queued)
+	var run []*Frame // adjacent deltas of one segment, not yet in out
+	flush := func() {
+		switch len(run) {
+		case 0:
+		case 1:
+			out = append(out, *run[0])
+		default:
+			if merged, ok := mergeDeltas(run); ok {
+				out = append(out, merged)
+			} else {
+				for _, fr := range run {
+					out = append(out, *fr)
+				}
+			}
+		}
+		run = run[:0]
+	}
+	for _, batch := range s.queue {
+		for i := range batch {
+			fr := &batch[i]
+			if !isDeltaFrame(fr) {
+				flush()
+				out = append(out, *fr)
+				continue
+			}
+			if len(run) > 0 && !sameSegment(run[0].Event, fr.Event) {
+				flush()
+			}
+			run = append(run, fr)
+		}
+	}
+	flush()
+	s.queue, s.spare, s.queued = [][]Frame{out}, nil, len(out)
+}
+
+func isDeltaFrame(fr *Frame) bool {
+	return fr.Seq == 0 && !fr.Hidden && (fr.Event.Type == TypeTextDelta || fr.Event.Type == TypeReasoningDelta)
+}
+
+func sameSegment(a, b *Event) bool {
+	return a.Type == b.Type && a.RunID == b.RunID && a.AgentID == b.AgentID &&
+		a.ResponseID == b.ResponseID && a.UserID == b.UserID
+}
+
+// mergeDeltas is one delta with the text of run's deltas, in order, and the
+// first one's envelope.
+func mergeDeltas(run []*Frame) (Frame, bool) {
+	var text strings.Builder
+	for _, fr := range run {
+		p, ok := fr.Event.Payload.(*Text)
+		if !ok {
+			return Frame{}, false
+		}
+		text.WriteString(p.Text)
+	}
+	ev := *run[0].Event
+	ev.Payload = &Text{Text: text.String()}
+	merged, err := NewFrame(0, &ev)
+	return merged, err == nil
 }
 
 func (s *Subscription) close(err error) {

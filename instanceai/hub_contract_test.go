@@ -2,6 +2,7 @@ package instanceai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
 )
 
 // One test per guarantee that Hub documents.
@@ -119,38 +121,66 @@ func TestHubConcurrentPublishKeepsBatchesWholeAndOrdered(t *testing.T) {
 	}
 }
 
-// A subscriber that cannot take a whole batch is dropped at once, loses
-// what it had queued, and other subscribers and threads go on.
-func TestHubDropsASubscriberThatCannotTakeTheBatch(t *testing.T) {
+// A subscriber already a full queue behind is dropped at once, loses what
+// it had queued, and other subscribers and threads go on.
+func TestHubDropsASubscriberAFullQueueBehind(t *testing.T) {
 	h := instanceai.NewHub(4)
 	slow, _ := h.Subscribe("t")
-	empty, _ := h.Subscribe("t")
+	reading, _ := h.Subscribe("t")
 	other, _ := h.Subscribe("u")
 	defer other.Close()
 	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1"), statusFrame(t, 0, "2"), statusFrame(t, 0, "3")})
-	if tags, err := collect(t, empty, 3); err != nil || len(tags) != 3 {
+	if tags, err := collect(t, reading, 3); err != nil || len(tags) != 3 {
 		t.Fatalf("the reading subscriber got %v, %v", tags, err)
 	}
-	// slow holds 3; 3 + 2 > 4.
+	// slow holds 3, less than the queue: it takes the batch (5 queued).
 	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "4"), statusFrame(t, 0, "5")})
+	if tags, err := collect(t, reading, 2); err != nil || !slices.Equal(tags, []string{"4", "5"}) {
+		t.Fatalf("the reading subscriber got %v, %v", tags, err)
+	}
+	// Now slow is a full queue behind: the next batch drops it.
+	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "6")})
 	if _, err := slow.Next(context.Background()); !errors.Is(err, instanceai.ErrSubscriberDropped) {
 		t.Fatalf("slow subscriber: %v, want ErrSubscriberDropped (its queued frames are gone)", err)
 	}
-	if tags, err := collect(t, empty, 2); err != nil || !slices.Equal(tags, []string{"4", "5"}) {
+	if tags, err := collect(t, reading, 1); err != nil || tags[0] != "6" {
 		t.Fatalf("the reading subscriber got %v, %v", tags, err)
-	}
-	// Even an empty queue cannot take a batch larger than the queue.
-	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "a"), statusFrame(t, 0, "b"), statusFrame(t, 0, "c"),
-		statusFrame(t, 0, "d"), statusFrame(t, 0, "e")})
-	if _, err := empty.Next(context.Background()); !errors.Is(err, instanceai.ErrSubscriberDropped) {
-		t.Fatalf("a batch over the queue size: %v, want ErrSubscriberDropped", err)
 	}
 	h.Publish("u", []instanceai.Frame{statusFrame(t, 0, "x")})
 	if tags, err := collect(t, other, 1); err != nil || tags[0] != "x" {
 		t.Fatalf("another thread's subscriber got %v, %v", tags, err)
 	}
-	if n := h.Subscribers(); n != 1 {
-		t.Fatalf("subscribers = %d, want 1 (the dropped ones removed)", n)
+	if n := h.Subscribers(); n != 2 {
+		t.Fatalf("subscribers = %d, want 2 (the dropped one removed)", n)
+	}
+}
+
+// A batch larger than the whole queue reaches every subscriber that keeps
+// up, whole: one large commit must not disconnect every fast reader at once
+// (and send them all back to the log together).
+func TestHubGivesAHealthyReaderABatchLargerThanTheQueue(t *testing.T) {
+	const queue, batch = 4, 50
+	h := instanceai.NewHub(queue)
+	readers := make([]*instanceai.Subscription, 3)
+	for i := range readers {
+		readers[i], _ = h.Subscribe("t")
+	}
+	for round := range 3 {
+		frames := make([]instanceai.Frame, batch)
+		want := make([]string, batch)
+		for i := range frames {
+			want[i] = fmt.Sprintf("r%d-%d", round, i)
+			frames[i] = statusFrame(t, 0, want[i])
+		}
+		h.Publish("t", frames)
+		for n, r := range readers {
+			if tags, err := collect(t, r, batch); err != nil || !slices.Equal(tags, want) {
+				t.Fatalf("round %d, reader %d got %d frames, %v; want the whole batch of %d", round, n, len(tags), err, batch)
+			}
+		}
+	}
+	if n := h.Subscribers(); n != len(readers) {
+		t.Fatalf("subscribers = %d, want %d: none of them fell behind", n, len(readers))
 	}
 }
 
@@ -238,5 +268,92 @@ func TestHubResyncIsNotReportedBySubscriptionNext(t *testing.T) {
 	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1")})
 	if tags := <-got; !slices.Equal(tags, []string{"1"}) {
 		t.Fatalf("Next after a resync got %v", tags)
+	}
+}
+
+// A subscriber that falls a full queue behind during a burst of token
+// deltas gets them merged instead of being dropped: the frames it reads
+// fold into exactly the tree a subscriber that kept up folds, the stored
+// frames arrive in order with their seqs, and deltas of different segments
+// are neither merged nor reordered.
+func TestHubMergesTheDeltasOfASubscriberBehind(t *testing.T) {
+	const queue = 16
+	h := instanceai.NewHub(queue)
+	slow, _ := h.Subscribe("t")
+	fast, _ := h.Subscribe("t")
+	frame := func(seq int64, ev instanceai.Event) instanceai.Frame {
+		ev.RunID, ev.UserID, ev.TS = "r", "u", 1767225600000+seq
+		f, err := instanceai.NewFrame(seq, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	delta := func(typ instanceai.EventType, agent, resp, text string) instanceai.Frame {
+		return frame(0, instanceai.Event{Type: typ, AgentID: agent, ResponseID: resp, Payload: &instanceai.Text{Text: text}})
+	}
+	root := "orchestrator-r"
+	var published []instanceai.Frame
+	publish := func(frames ...instanceai.Frame) {
+		h.Publish("t", frames)
+		published = append(published, frames...)
+		got, err := fast.Next(context.Background())
+		if err != nil || len(got) != len(frames) {
+			t.Fatalf("the fast subscriber got %d frames, %v; want %d", len(got), err, len(frames))
+		}
+	}
+	publish(frame(1, instanceai.Event{Type: instanceai.TypeRunStart, AgentID: root, Payload: &instanceai.RunStart{MessageID: "m"}}))
+	for i := range 40 {
+		publish(delta(instanceai.TypeReasoningDelta, root, "resp-1", fmt.Sprintf("think %d. ", i)))
+	}
+	publish(frame(2, instanceai.Event{Type: instanceai.TypeToolCall, AgentID: root, ResponseID: "resp-1",
+		Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "search", Args: []byte(`{"q":"x"}`)}}))
+	for i := range 60 {
+		// Text of one segment, interrupted twice by another response's
+		// text: only runs of the same segment merge.
+		resp := "resp-2"
+		if i == 20 || i == 21 || i == 45 {
+			resp = "resp-3"
+		}
+		publish(delta(instanceai.TypeTextDelta, root, resp, fmt.Sprintf("w%d ", i)))
+	}
+	for i := range 50 {
+		publish(delta(instanceai.TypeTextDelta, root, "resp-4", fmt.Sprintf("tail%d ", i)))
+	}
+	publish(frame(3, instanceai.Event{Type: instanceai.TypeRunFinish, AgentID: root, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}}))
+
+	got, err := slow.Next(context.Background())
+	if err != nil {
+		t.Fatalf("the subscriber behind was dropped: %v", err)
+	}
+	if len(got) >= len(published) {
+		t.Fatalf("it read %d frames of %d published: nothing was merged", len(got), len(published))
+	}
+	var seqs []int64
+	for _, f := range got {
+		if f.Seq > 0 {
+			seqs = append(seqs, f.Seq)
+		}
+	}
+	if !slices.Equal(seqs, []int64{1, 2, 3}) {
+		t.Fatalf("stored frames %v, want 1, 2, 3 in order", seqs)
+	}
+	fold := func(frames []instanceai.Frame) string {
+		s := agenttree.New()
+		for _, f := range frames {
+			var ev instanceai.Event
+			if err := json.Unmarshal(f.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			s.Apply(ev)
+		}
+		out, err := json.Marshal(s.Tree())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	if want, have := fold(published), fold(got); want != have {
+		t.Fatalf("the merged frames fold differently:\n got: %s\nwant: %s", have, want)
 	}
 }

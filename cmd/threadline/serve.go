@@ -64,7 +64,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"pause between the reference agent's events (0 = as fast as possible)")
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpjson.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
-		"frames buffered per SSE subscriber; a subscriber that falls further behind is disconnected and resumes from its cursor")
+		"frames an SSE subscriber may fall behind; past that its queued token deltas are merged, and one still that far behind is disconnected and resumes from its cursor")
 	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between \": ping\" comments on idle SSE streams")
 	f.Duration(&c.drainTimeout, "drain-timeout", "THREADLINE_DRAIN_TIMEOUT", 20*time.Second,
 		"on SIGINT/SIGTERM, how long to keep serving while refusing new runs (503) so the runs working here finish; a second signal stops at once; 0 = no drain")
