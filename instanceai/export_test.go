@@ -2,3 +2,7 @@ package instanceai
 
 // MaxDrainPass exposes maxDrainPass to the external tests.
 const MaxDrainPass = maxDrainPass
+
+// OnRunFinished sets the writer's stored-run-finish callback, which the run
+// registry sets in production.
+func OnRunFinished(w *Writer, f func(threadID, runID string)) { w.onRunFinished(f) }

@@ -164,6 +164,15 @@ func (t *topic) track(f *Frame) {
 			t.open[key] = seg
 		}
 		seg.text.WriteString(ev.Payload.(*Text).Text)
+	case TypeRunFinish:
+		// The writer closes a run's segments before its run-finish; a run
+		// that ended without (its events could not be stored) leaves them
+		// open, and a later subscriber must not get their text.
+		for key := range t.open {
+			if key.runID == ev.RunID {
+				delete(t.open, key)
+			}
+		}
 	case TypeTextBlock, TypeReasoningBlock:
 		kind := TypeTextDelta
 		if ev.Type == TypeReasoningBlock {

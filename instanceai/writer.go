@@ -228,6 +228,10 @@ type threadDrain struct {
 	segs       map[segKey]*segment
 	nextOrder  int
 	failedRuns map[string]bool
+	// endings are the error and run-finish of runs failed by a storage
+	// outage: published live when the run failed, stored once the log
+	// answers again (see storeEndings).
+	endings []Event
 }
 
 func (d *threadDrain) stopping() {
@@ -285,6 +289,7 @@ func (d *threadDrain) run() {
 		if (stop && !backlog) || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
 			d.closeWhere(&b, func(*segment) bool { return true })
 		}
+		d.storeEndings()
 		if len(b.items) > 0 {
 			d.commit(b.items)
 		}
@@ -308,12 +313,16 @@ func (d *threadDrain) run() {
 			}
 			continue
 		}
-		if len(d.segs) == 0 && time.Since(lastActivity) >= d.w.cfg.RetireAfter && d.tryRetire() {
+		if len(d.segs) == 0 && len(d.endings) == 0 && time.Since(lastActivity) >= d.w.cfg.RetireAfter && d.tryRetire() {
 			return
 		}
 		wait := d.w.cfg.IdleFlush
 		if len(d.segs) > 0 {
 			wait = max(time.Until(lastActivity.Add(d.w.cfg.IdleFlush)), time.Millisecond)
+		}
+		if len(d.endings) > 0 {
+			// Try the log again soon, whatever else the thread does.
+			wait = min(wait, d.w.cfg.MaxBackoff)
 		}
 		if !idle.Stop() {
 			select {
@@ -549,8 +558,10 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error
 }
 
 // fail gives up on a batch: every run it touched ends with a visible error
-// and run-finish{error}, published live (they cannot be stored), and later
-// events of those runs are dropped.
+// and run-finish{error}, published live at once, and later events of those
+// runs are dropped. The two events are kept and stored, exactly as
+// published, once the log answers again (storeEndings), so the log ends the
+// run as its clients saw it end.
 func (d *threadDrain) fail(items []batchItem, err error) {
 	if errors.Is(err, ErrNotFound) {
 		d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
@@ -581,11 +592,54 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		} {
 			if f, ferr := NewFrame(0, &ev); ferr == nil {
 				frames = append(frames, f)
+				d.endings = append(d.endings, ev)
 			}
 		}
 		if cb := d.w.cfg.OnRunFailed; cb != nil {
 			cb(d.threadID, runID, err)
 		}
 	}
+	d.w.hub.Publish(d.threadID, frames)
+}
+
+// storeEndings appends the endings of runs failed by a storage outage, in
+// one try: a pass that finds the log still down leaves them for the next,
+// which comes within MaxBackoff. Their frames are published hidden: live
+// clients had them when the runs failed, and a hidden frame only moves
+// their cursor past the rows, while replay and session restore read the
+// same events from the log. The stored run-finish releases the run's claim
+// as any run-finish does.
+func (d *threadDrain) storeEndings() {
+	if len(d.endings) == 0 {
+		return
+	}
+	data := make([][]byte, len(d.endings))
+	for i := range d.endings {
+		b, err := json.Marshal(&d.endings[i])
+		if err != nil {
+			d.w.cfg.Logger.Error("encode a failed run's ending", "thread", d.threadID, "err", err)
+			d.endings = nil
+			return
+		}
+		data[i] = b
+	}
+	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, d.endings, data)
+	if errors.Is(err, ErrNotFound) {
+		d.endings = nil // the thread was deleted meanwhile
+		return
+	}
+	if err != nil {
+		return
+	}
+	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(d.endings))
+	frames := make([]Frame, len(d.endings))
+	for i := range d.endings {
+		frames[i] = EncodedFrame(first+int64(i), &d.endings[i], data[i])
+		frames[i].Hidden = true
+		if d.endings[i].Type == TypeRunFinish && d.w.finished != nil {
+			d.w.finished(d.threadID, d.endings[i].RunID)
+		}
+	}
+	d.endings = nil
 	d.w.hub.Publish(d.threadID, frames)
 }

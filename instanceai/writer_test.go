@@ -249,7 +249,7 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 	counting.failing.Store(1000)
 	var mu sync.Mutex
 	var failed []string
-	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 2, RetryBackoff: time.Millisecond,
+	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 2, RetryBackoff: time.Millisecond, MaxBackoff: time.Hour,
 		OnRunFailed: func(thread, run string, err error) {
 			mu.Lock()
 			failed = append(failed, thread+"/"+run)
@@ -273,6 +273,69 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 	}
 	if n := counting.appends.Load(); n != 3 {
 		t.Fatalf("appends = %d, want 1 + 2 retries", n)
+	}
+}
+
+// A run failed by a storage outage ends in the log too once the log answers
+// again: the same error and run-finish bytes its live clients were sent,
+// published hidden (they had them), with the run's claim released; and the
+// hub drops the run's open segment, so no later subscriber gets its text.
+func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
+	store := memory.New()
+	counting := &countingLog{EventLog: store}
+	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond,
+		MaxBackoff: 5 * time.Millisecond})
+	e.store = store
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	var finished atomic.Int32
+	instanceai.OnRunFinished(e.writer, func(thread, run string) {
+		if thread == "t" && run == "r" {
+			finished.Add(1)
+		}
+	})
+	sub, _ := e.hub.Subscribe("t")
+	defer sub.Close()
+	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}), delta(instanceai.TypeTextDelta, "r", "a", "s", "half a sent"))
+	if _, err := sub.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The outage: longer than the retry budget, then over.
+	counting.failing.Store(4)
+	e.send(t, call("r", "a", "c1"))
+	live, err := sub.Next(context.Background())
+	if err != nil || len(live) != 2 || live[1].Event.Type != instanceai.TypeRunFinish || live[0].Seq != 0 {
+		t.Fatalf("published live %+v, %v", live, err)
+	}
+	if _, snap := e.hub.Subscribe("t"); len(snap.Open) != 0 {
+		t.Fatalf("a later subscriber gets the failed run's open text: %+v", snap.Open)
+	}
+	stored, err := sub.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 2 || !stored[0].Hidden || !stored[1].Hidden || stored[0].Seq != 2 || stored[1].Seq != 3 {
+		t.Fatalf("the stored endings were published as %+v, want two hidden frames at seqs 2 and 3", stored)
+	}
+	rows, err := store.ReadAfter(context.Background(), "t", 1, 0)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("the log after the run-start: %+v, %v", rows, err)
+	}
+	for i, row := range rows {
+		data, err := json.Marshal(&row.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != string(live[i].Data) {
+			t.Fatalf("stored ending %d is\n%s\nbut clients were sent\n%s", i, data, live[i].Data)
+		}
+	}
+	if rows[1].Event.Payload.(*instanceai.RunFinish).Reason != "storage_unavailable" {
+		t.Fatalf("stored run-finish %+v", rows[1].Event.Payload)
+	}
+	if finished.Load() != 1 {
+		t.Fatalf("the stored run-finish released the run %d times, want once", finished.Load())
 	}
 }
 

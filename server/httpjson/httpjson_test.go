@@ -2,12 +2,19 @@ package httpjson
 
 import (
 	"context"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/lib/pq"
 
 	"github.com/threadline/threadline/instanceai"
 )
@@ -61,5 +68,33 @@ func TestWriteErrorMapsCoreErrors(t *testing.T) {
 	}
 	if AtField(nil, "agent") != nil {
 		t.Fatal("AtField(nil) must stay nil")
+	}
+}
+
+// A store that cannot reach its database is a 503 storage_unavailable with
+// Retry-After; other internal errors stay 500s.
+func TestStorageOutagesAre503(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"refused", fmt.Errorf("postgres: append: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), http.StatusServiceUnavailable},
+		{"bad connection", fmt.Errorf("sqlite: read: %w", driver.ErrBadConn), http.StatusServiceUnavailable},
+		{"cut mid-query", fmt.Errorf("postgres: read: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable},
+		{"admin shutdown", fmt.Errorf("postgres: %w", &pq.Error{Code: "57P01"}), http.StatusServiceUnavailable},
+		{"connection failure", &pq.Error{Code: "08006"}, http.StatusServiceUnavailable},
+		{"too many connections", &pq.Error{Code: "53300"}, http.StatusServiceUnavailable},
+		{"syntax error", &pq.Error{Code: "42601"}, http.StatusInternalServerError},
+		{"a bug", errors.New("nil map"), http.StatusInternalServerError},
+	} {
+		rec := httptest.NewRecorder()
+		WriteError(rec, c.err)
+		if rec.Code != c.want {
+			t.Errorf("%s: %d, want %d", c.name, rec.Code, c.want)
+		}
+		if c.want == http.StatusServiceUnavailable && (rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"storage_unavailable"`)) {
+			t.Errorf("%s: %s, Retry-After %q", c.name, rec.Body, rec.Header().Get("Retry-After"))
+		}
 	}
 }
