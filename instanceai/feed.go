@@ -102,6 +102,10 @@ type Feed struct {
 	// queued) is not sent again, until a frame at or past that seq shows
 	// the hub has closed them too.
 	ahead map[openKey]int64
+	// endedLive holds the runs whose run-finish this connection was sent
+	// live without an id (they could not be stored): their stored echo is
+	// not sent again.
+	endedLive map[string]bool
 
 	// SkipDecode, when set before the first Next, delivers the rows the
 	// feed reads from the log with their bytes and Kind but no Event: a
@@ -396,8 +400,14 @@ func (f *Feed) admitBatch(ctx context.Context, out []Delivery, frames []Frame) (
 			f.last = fr.Seq
 			id = fr.Seq
 		}
-		if fr.Hidden {
+		if fr.Hidden || (fr.Echo && f.endedLive[fr.Event.RunID]) {
 			continue
+		}
+		if fr.Seq == 0 && fr.Event.Type == TypeRunFinish {
+			if f.endedLive == nil {
+				f.endedLive = map[string]bool{}
+			}
+			f.endedLive[fr.Event.RunID] = true
 		}
 		out = append(out, Delivery{ID: id, Kind: fr.Event.Type, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
 	}

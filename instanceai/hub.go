@@ -27,6 +27,11 @@ type Frame struct {
 	// Hidden marks a coalesced block: never written to a live connection
 	// (its deltas already were), but it moves the connection's cursor.
 	Hidden bool
+	// Echo marks the stored copy of frames that went out live without ids
+	// because they could not be stored then (a failed run's ending): a
+	// connection that was sent them live only moves its cursor past it;
+	// any other connection is sent it.
+	Echo bool
 }
 
 // NewFrame encodes an event into a frame.

@@ -604,10 +604,10 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 
 // storeEndings appends the endings of runs failed by a storage outage, in
 // one try: a pass that finds the log still down leaves them for the next,
-// which comes within MaxBackoff. Their frames are published hidden: live
-// clients had them when the runs failed, and a hidden frame only moves
-// their cursor past the rows, while replay and session restore read the
-// same events from the log. The stored run-finish releases the run's claim
+// which comes within MaxBackoff. Their frames are published as echoes: a
+// connection that had them live when the runs failed only moves its cursor
+// past the rows, one that joined since is sent them, and replay and session
+// restore read the same events from the log. The stored run-finish releases the run's claim
 // as any run-finish does.
 func (d *threadDrain) storeEndings() {
 	if len(d.endings) == 0 {
@@ -635,7 +635,7 @@ func (d *threadDrain) storeEndings() {
 	frames := make([]Frame, len(d.endings))
 	for i := range d.endings {
 		frames[i] = EncodedFrame(first+int64(i), &d.endings[i], data[i])
-		frames[i].Hidden = true
+		frames[i].Echo = true
 		if d.endings[i].Type == TypeRunFinish && d.w.finished != nil {
 			d.w.finished(d.threadID, d.endings[i].RunID)
 		}

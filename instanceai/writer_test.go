@@ -278,7 +278,7 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 
 // A run failed by a storage outage ends in the log too once the log answers
 // again: the same error and run-finish bytes its live clients were sent,
-// published hidden (they had them), with the run's claim released; and the
+// published as echoes (see Frame.Echo), with the run's claim released; and the
 // hub drops the run's open segment, so no later subscriber gets its text.
 func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
 	store := memory.New()
@@ -315,8 +315,8 @@ func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stored) != 2 || !stored[0].Hidden || !stored[1].Hidden || stored[0].Seq != 2 || stored[1].Seq != 3 {
-		t.Fatalf("the stored endings were published as %+v, want two hidden frames at seqs 2 and 3", stored)
+	if len(stored) != 2 || !stored[0].Echo || !stored[1].Echo || stored[0].Seq != 2 || stored[1].Seq != 3 {
+		t.Fatalf("the stored endings were published as %+v, want two echoes at seqs 2 and 3", stored)
 	}
 	rows, err := store.ReadAfter(context.Background(), "t", 1, 0)
 	if err != nil || len(rows) != 2 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,15 +57,22 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 	if p := finish.Decoded.Payload.(*instanceai.RunFinish); p.Status != instanceai.RunError || p.Reason != "storage_unavailable" {
 		t.Fatalf("live run-finish %+v", p)
 	}
-	t.Logf("live ending after %v", time.Since(cutAt))
 	status, body := h.Do(http.MethodGet, "/instance-ai/threads", "")
-	t.Logf("503 after %v", time.Since(cutAt))
 	if code := errorCode(body); status != http.StatusServiceUnavailable || code != "storage_unavailable" {
 		t.Fatalf("threads during the outage: %d %v, want 503 storage_unavailable", status, body)
 	}
 	time.Sleep(time.Until(cutAt.Add(time.Second)))
 	proxy.Restore()
-	t.Logf("restored after %v", time.Since(cutAt))
+	// A client that joins once the database is back, from the last id the
+	// first one has, missed the live ending: whether the ending is stored
+	// before its replay or after (then it comes live), it is sent it.
+	lastID := ""
+	for _, f := range frames {
+		if f.ID != "" {
+			lastID = f.ID
+		}
+	}
+	late := h.Connect(thread, lastID, false)
 
 	// The log ends the run as its clients saw it end.
 	deadline := time.Now().Add(wait)
@@ -87,6 +95,19 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 		}
 		if string(stored) != live.Data {
 			t.Fatalf("stored ending %d:\n%s\nlive:\n%s", i, stored, live.Data)
+		}
+	}
+	if got := late.Until(wait, servertest.IsRunFinish(runID)); got[len(got)-1].ID != strconv.FormatInt(rows[n-1].Seq, 10) {
+		t.Fatalf("the late client's run-finish has id %q, want %d", got[len(got)-1].ID, rows[n-1].Seq)
+	}
+	// The first client had the ending live: it is not sent again.
+	for {
+		f, ok := conn.FrameWithin(300 * time.Millisecond)
+		if !ok {
+			break
+		}
+		if f.Decoded.Type == instanceai.TypeRunFinish || f.Decoded.Type == instanceai.TypeError {
+			t.Fatalf("the first client was sent the ending again: %+v", f)
 		}
 	}
 	if st := h.ThreadStatus(thread); st.HasActiveRun {
