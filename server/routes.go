@@ -70,3 +70,31 @@ func collectRoutes(router *mux.Router) []routeMethods {
 	})
 	return out
 }
+
+// Route is one registered endpoint: a method and mux's path template
+// ("/instance-ai/chat/{threadId}").
+type Route struct {
+	Method string
+	Path   string
+}
+
+// Routes lists the endpoints the server serves, in registration order: what
+// the API document (server/openapi) must describe.
+func (s *Server) Routes() []Route {
+	var out []Route
+	_ = s.router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		path, err := route.GetPathTemplate()
+		if err != nil {
+			return nil // a subrouter's prefix route carries no endpoint
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			return nil
+		}
+		for _, m := range methods {
+			out = append(out, Route{Method: m, Path: path})
+		}
+		return nil
+	})
+	return out
+}

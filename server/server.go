@@ -24,6 +24,7 @@ import (
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/nativeapi"
+	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/workflow"
 	"github.com/threadline/threadline/workflow/catalog"
 	"github.com/threadline/threadline/workflow/validate"
@@ -85,7 +86,9 @@ type Server struct {
 	Metrics *metrics.Metrics
 
 	handler http.Handler
-	logger  *slog.Logger
+	// router holds the routes, for Routes.
+	router *mux.Router
+	logger *slog.Logger
 	// streams is the base context of every request; cancelling it ends the
 	// open SSE streams at shutdown.
 	streams     context.Context
@@ -156,9 +159,11 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
 	}).Register(authed, router)
+	router.Handle(openapi.Path, openapi.Handler()).Methods(http.MethodGet)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.
+	s.router = router
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
 	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, router))
