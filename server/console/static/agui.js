@@ -48,6 +48,10 @@ export class AguiView {
     };
   }
 
+  following() {
+    return this.es !== null;
+  }
+
   close() {
     if (this.es) this.es.close();
     this.es = null;

@@ -334,6 +334,9 @@ function onEvent(ev) {
     case 'run-start':
       if (!S.users.has(ev.runId)) refreshUsers();
       refreshStatus();
+      // The AG-UI view follows the thread's latest run: a new one is
+      // rejoined once the view's last run is over.
+      if (!$('agui-view').hidden && !agui.following()) agui.open(S.threadId);
       break;
     case 'agent-spawned': case 'agent-completed': case 'run-finish': case 'confirmation-request':
       refreshStatus();
