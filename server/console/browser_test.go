@@ -393,7 +393,9 @@ func writeDocsScreenshot(t *testing.T, b *browser) {
 // the run is exactly the text the server's log has, no prefix twice.
 func TestConsoleRestartMidRun(t *testing.T) {
 	b := newBrowser(t)
-	p := launch(t, 2*time.Millisecond)
+	// A short lease: the runs of the killed process are settled within
+	// seconds of the restart.
+	p := launch(t, 2*time.Millisecond, "-lease", "2s", "-lease-renew", "250ms")
 	b.do("load the console", chromedp.Navigate(p.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=new-thread-form]`)))
 	b.createThread("restart-1", "Restarts")
 	for i, stop := range []struct {
@@ -402,12 +404,16 @@ func TestConsoleRestartMidRun(t *testing.T) {
 	}{{"SIGTERM", p.Stop}, {"SIGKILL", p.Kill}} {
 		b.send("long 3000")
 		b.until(stop.name+": text streaming", fmt.Sprintf(`((r) => r !== null && r.status === 'active' && r.text.length > 200)((%s)(%d))`, runJS, i))
+		before := b.run(i)
 		stop.do()
 		b.until(stop.name+": the page sees the loss", `document.querySelector('[data-testid=conn-state]').textContent === 'reconnecting'`)
 		b.shot("reconnecting-" + stop.name)
 		p.Start()
 		b.until(stop.name+": live again", `document.querySelector('[data-testid=conn-state]').textContent === 'live'`)
 		got := b.untilRun(i, "cancelled")
+		if got.ID != before.ID {
+			t.Fatalf("%s: run %d is %s after the restart, %s before", stop.name, i, got.ID, before.ID)
+		}
 		want := storedContent(t, p.API, "restart-1", got.ID)
 		if got.Text != want {
 			t.Fatalf("%s: the page shows %d characters for the run, the log %d\npage: %.200q\nlog:  %.200q", stop.name, len(got.Text), len(want), got.Text, want)
@@ -415,7 +421,7 @@ func TestConsoleRestartMidRun(t *testing.T) {
 		if stop.name == "SIGTERM" && want == "" {
 			t.Fatalf("%s: a graceful stop should have flushed the run's text", stop.name)
 		}
-		t.Logf("%s: the page and the log agree on %d characters", stop.name, len(want))
+		t.Logf("%s: the page showed %d characters when the server stopped; now the page and the log agree on %d", stop.name, len(before.Text), len(want))
 		b.shot("restarted-" + stop.name)
 	}
 }

@@ -232,21 +232,22 @@ async function openThread(id) {
 // up to.
 async function loadMessages() {
   const limit = 200;
-  const users = new Map();
-  const trees = new Map();
+  const pages = [];
   let next = null;
   for (let page = 0; ; page++) {
     const data = await api('GET', `/instance-ai/threads/${enc(S.threadId)}/messages?limit=${limit}&page=${page}`);
     if (next === null) next = data.nextEventId;
-    for (const m of data.messages) {
-      if (m.role === 'user') users.set(m.runId, m.content);
-      else if (m.agentTree) trees.set(m.runId, m.agentTree);
-    }
+    pages.push(data.messages);
     if (data.messages.length < limit) break;
   }
-  // Pages run newest first; runs are shown oldest first.
-  const ordered = [...trees.entries()].reverse();
-  return { users, trees: ordered, next };
+  // Page 0 is the newest; each page is in chronological order.
+  const users = new Map();
+  const trees = new Map();
+  for (const m of pages.reverse().flat()) {
+    if (m.role === 'user') users.set(m.runId, m.content);
+    else if (m.agentTree) trees.set(m.runId, m.agentTree);
+  }
+  return { users, trees: [...trees.entries()], next };
 }
 
 // follow reads the thread's event stream after cursor (null: from the
