@@ -176,7 +176,22 @@ func (b *browser) shot(name string) string {
 	path := filepath.Join(b.shots, fmt.Sprintf("%02d-%s.png", b.n, name))
 	ctx, cancel := context.WithTimeout(b.ctx, step)
 	defer cancel()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	// The whole page in a viewport as tall as the page, rather than
+	// FullScreenshot, which leaves the sticky chat bar where the viewport
+	// ended.
+	// (The page's own height follows the viewport's: measure its content.)
+	height, err := chromedp.Run(ctx, chromedp.Evaluate[int64](`Math.ceil(Math.max(...['runs', 'agui-events', 'thread-list'].map(
+	  (id) => document.getElementById(id).getBoundingClientRect().bottom + window.scrollY)) + 80)`))
+	var buf []byte
+	if err == nil {
+		err = chromedp.Do(ctx, chromedp.EmulateViewport(1280, max(height, 860)))
+	}
+	if err == nil {
+		buf, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if rerr := chromedp.Do(ctx, chromedp.EmulateReset()); err == nil {
+			err = rerr
+		}
+	}
 	if err != nil {
 		b.t.Logf("screenshot %s: %v", name, err)
 		return ""
@@ -372,6 +387,7 @@ func writeDocsScreenshot(t *testing.T, b *browser) {
 	b.untilRun(0, "completed")
 	b.send("tools")
 	b.untilRun(1, "completed")
+	b.until("no run active", `document.querySelector('[data-testid=cancel-run]').hidden`)
 	b.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
 	path := b.shot("docs")
 	if path == "" {

@@ -18,7 +18,12 @@ export function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-export const json = (v) => (v === undefined ? '' : JSON.stringify(v, null, 2));
+// json shows a value on one line when it is short, else indented.
+export function json(v) {
+  if (v === undefined) return '';
+  const flat = JSON.stringify(v);
+  return flat.length <= 80 ? flat : JSON.stringify(v, null, 2);
+}
 
 const STATUS_LABELS = { active: 'running…', completed: 'completed', cancelled: 'cancelled', error: 'failed' };
 
@@ -80,15 +85,24 @@ function reasoning(key, text, ctx) {
 function renderToolCall(tc, ctx) {
   const state = tc.isLoading ? 'loading' : tc.error !== undefined ? 'error' : 'done';
   const label = { loading: 'running…', error: 'error', done: 'done' }[state];
-  const box = el('div', { class: `tool-call tool-${state}`, 'data-testid': 'tool-call', 'data-tool-name': tc.toolName, 'data-state': state },
-    el('div', { class: 'tool-head' }, el('code', { text: tc.toolName }), el('span', { class: `badge badge-${state}`, text: label })),
-    el('pre', { class: 'args', 'data-testid': 'tool-args', 'aria-label': 'Arguments', text: json(tc.args) }));
-  if (tc.result !== undefined) box.append(el('pre', { class: 'tool-result', 'data-testid': 'tool-result', 'aria-label': 'Result', text: json(tc.result) }));
-  if (tc.error !== undefined) box.append(el('pre', { class: 'tool-error', 'data-testid': 'tool-error', 'aria-label': 'Error', text: tc.error }));
+  const box = el('div', { class: `tool-call tc-${state}`, 'data-testid': 'tool-call', 'data-tool-name': tc.toolName, 'data-state': state },
+    el('div', { class: 'tool-head' }, el('code', { class: 'tool-name', text: tc.toolName }), el('span', { class: `badge badge-${state}`, text: label })),
+    ...labelled('arguments', el('pre', { class: 'args', 'data-testid': 'tool-args', text: json(tc.args) })));
+  if (tc.result !== undefined) box.append(...labelled('result', el('pre', { class: 'tool-result', 'data-testid': 'tool-result', text: json(tc.result) })));
+  if (tc.error !== undefined) box.append(...labelled('error', el('pre', { class: 'tool-error', 'data-testid': 'tool-error', text: tc.error })));
   // A confirmation is pending while its call waits: the answer's result
   // (or the run's end) settles the call.
   if (tc.confirmation && tc.isLoading) box.append(ctx.approval(tc));
   return box;
+}
+
+let labels = 0;
+
+// labelled returns a caption and the block it names (aria-labelledby).
+function labelled(caption, block) {
+  const id = `cap-${++labels}`;
+  block.setAttribute('aria-labelledby', id);
+  return [el('span', { class: 'caption', id, text: caption }), block];
 }
 
 const TASK_MARKS = { done: '✓', in_progress: '◐', failed: '✗', cancelled: '–' };
