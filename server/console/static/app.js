@@ -440,6 +440,7 @@ function approvalCard(tc) {
     'data-testid': 'approval-card', 'data-request-id': c.requestId },
   el('p', { class: 'approval-head' }, el('strong', { text: 'Approval needed' }), el('span', { class: 'badge', text: c.severity || 'info' })),
   el('p', { text: c.message }),
+  el('pre', { class: 'args', 'aria-label': 'Arguments', text: JSON.stringify(tc.args) }),
   input && el('label', { for: inputId, text: c.inputType === 'text' ? 'Your answer (optional)' : `Input (${c.inputType})` }),
   input,
   el('div', { class: 'actions' }, ...buttons),
@@ -461,7 +462,7 @@ function schedule() {
 }
 
 function render() {
-  const ctx = { open: S.open, approval: approvalCard };
+  const ctx = { open: S.open, approval: approvalCard, suspended: S.status.isSuspended ? S.status.runId : '' };
   const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 60;
   $('runs').replaceChildren(...S.runs.all().map((run) => renderRun(run, S.users.get(run.id), ctx)));
   const bg = S.status.backgroundTasks || [];

@@ -35,7 +35,7 @@ const badge = (status) => el('span', { class: `badge badge-${status}`, text: STA
 export function renderRun(run, userText, ctx) {
   const tree = toAgentTree(run.state);
   const status = run.state.status;
-  let end = STATUS_LABELS[status] || status;
+  let end = status === 'active' && ctx.suspended === run.id ? 'waiting for approval' : STATUS_LABELS[status] || status;
   if (tree.cancellationReason) end += ` (${tree.cancellationReason})`;
   return el('article', { class: 'run', 'data-testid': 'run', 'data-run-id': run.id, 'data-status': status },
     userText !== undefined && el('div', { class: 'user', 'data-testid': 'user-message' },
