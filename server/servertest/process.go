@@ -66,7 +66,7 @@ type Process struct {
 
 	t    testing.TB
 	addr string
-	logs *syncBuffer
+	logs *LogBuffer
 }
 
 // Launch starts `threadline serve -addr <free port> args…` and waits until
@@ -74,7 +74,7 @@ type Process struct {
 func Launch(t testing.TB, args ...string) *Process {
 	t.Helper()
 	addr := FreeAddr(t)
-	p := &Process{URL: "http://" + addr, API: Remote(t, "http://"+addr), Args: args, t: t, addr: addr, logs: &syncBuffer{}}
+	p := &Process{URL: "http://" + addr, API: Remote(t, "http://"+addr), Args: args, t: t, addr: addr, logs: &LogBuffer{}}
 	p.Start()
 	t.Cleanup(func() {
 		if p.Cmd.ProcessState == nil {
@@ -131,20 +131,20 @@ func (p *Process) Kill() {
 // all its starts.
 func (p *Process) Logs() string { return p.logs.String() }
 
-// syncBuffer is a buffer the process's output is copied into while the
-// test may read it.
-type syncBuffer struct {
+// LogBuffer is a log sink that goroutines (a server's, a process's output
+// copier) write while the test reads it.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
