@@ -469,3 +469,21 @@ func TestConsoleWithTokens(t *testing.T) {
 	b.until("run after reload", `document.querySelectorAll('[data-testid=run][data-status=completed]').length === 1 &&
 	  document.querySelector('[data-testid=conn-state]').textContent === 'live'`)
 }
+
+// TestConsoleWithoutQueryToken: a server with tokens but without
+// --query-token takes the token on fetches and refuses it on the event
+// streams; the page says that the server needs --query-token.
+func TestConsoleWithoutQueryToken(t *testing.T) {
+	const token = "console-token-0123456789"
+	b := newBrowser(t)
+	p := launch(t, 2*time.Millisecond, "-tokens", token+"=alice")
+	b.do("load the console", chromedp.Navigate(p.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=new-thread-form]`)),
+		chromedp.SetValue(chromedp.CSS(`[data-testid=token-input]`), token),
+		chromedp.Click(chromedp.CSS(`[data-testid=token-save]`)))
+	b.do("create a thread", chromedp.SetValue(chromedp.CSS(`[data-testid=new-thread-id]`), "no-query-token"),
+		chromedp.Click(chromedp.CSS(`[data-testid=new-thread-create]`)))
+	b.until("the --query-token message", `(() => { const n = document.querySelector('[data-testid=notice]');
+	  return !n.hidden && n.textContent.includes('--query-token') &&
+	    document.querySelector('[data-testid=conn-state]').textContent === 'offline'; })()`)
+	b.shot("needs-query-token")
+}
