@@ -374,6 +374,27 @@ func TestConsoleChatToolsApprovalsAGUI(t *testing.T) {
 		t.Fatalf("after a reload the page shows %q, before %q", got.Text, second.Text)
 	}
 
+	// A background agent: a sub-agent in the tree that completes after
+	// the orchestrator's run-finish.
+	b.send("background")
+	b.untilRun(3, "completed")
+	b.until("the background agent completed", `(() => { const a = document.querySelectorAll('[data-testid=run]')[3].querySelector('[data-testid=sub-agent]');
+	  return a !== null && a.dataset.status === 'completed' && a.textContent.includes('eval-setup') &&
+	    a.querySelector('[data-testid=agent-result]').textContent.includes('evaluation nodes'); })()`)
+	b.shot("background")
+
+	// A second message while a run is active is refused; Cancel stops it.
+	b.send("long 3000")
+	b.until("long run streaming", fmt.Sprintf(`((r) => r !== null && r.status === 'active' && r.text.length > 0)((%s)(4))`, runJS))
+	b.send("simple too early")
+	b.until("409 message", `document.querySelector('[data-testid=notice]').textContent.includes('already active')`)
+	b.do("cancel", chromedp.Click(chromedp.CSS(`[data-testid=cancel-run]`)))
+	cancelled := b.untilRun(4, "cancelled")
+	b.until("cancel button hidden", `document.querySelector('[data-testid=cancel-run]').hidden`)
+	if want := storedContent(t, p.API, "console-1", cancelled.ID); cancelled.Text != want {
+		t.Fatalf("cancelled run: the page shows %d characters, the log %d", len(cancelled.Text), len(want))
+	}
+
 	if *updateScreenshot {
 		writeDocsScreenshot(t, b)
 	}
