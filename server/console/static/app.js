@@ -23,6 +23,7 @@ const S = {
   retry: 0,
   open: new Set(), // <details> the user opened
   approvals: new Map(), // requestId → its card
+  titleTimer: 0,
 };
 
 // ---- API ----
@@ -88,7 +89,7 @@ function tokenHelp(stream) {
 }
 
 // notify shows an error (or clears the notice with null).
-export function notify(err, stream = false) {
+function notify(err, stream = false) {
   const n = $('notice');
   if (!err) {
     n.hidden = true;
@@ -197,7 +198,8 @@ async function openThread(id) {
   closeStream();
   agui.close();
   S.gen++;
-  Object.assign(S, { threadId: id, runs: new Runs(), users: new Map(), lastId: 0, retry: 0 });
+  Object.assign(S, { threadId: id, runs: new Runs(), users: new Map(), lastId: 0, retry: 0,
+    status: { hasActiveRun: false, backgroundTasks: [] } });
   S.approvals.clear();
   S.open.clear();
   $('last-event-id').textContent = '–';
@@ -342,14 +344,11 @@ function onEvent(ev) {
     case 'agent-spawned': case 'agent-completed': case 'run-finish': case 'confirmation-request':
       refreshStatus();
       break;
-    case 'thread-title-updated': {
-      const t = S.threads.get(S.threadId);
-      if (t && ev.payload) {
-        t.title = ev.payload.title;
-        loadThreads().catch(notify);
-      }
+    case 'thread-title-updated':
+      // Once for a burst (a replay of many renames): the list has the title.
+      clearTimeout(S.titleTimer);
+      S.titleTimer = setTimeout(() => loadThreads().catch(notify), 300);
       break;
-    }
     default:
   }
 }
