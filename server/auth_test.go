@@ -1,13 +1,11 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
@@ -18,24 +16,6 @@ const (
 	aliceToken = "alice-0123456789abcdef"
 	bobToken   = "bob-fedcba9876543210"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func decodeJSON(t *testing.T, res *http.Response, out any) {
 	t.Helper()
@@ -56,7 +36,7 @@ func jsonString(v any) (string, error) {
 // run carry the user id of the token that started it.
 func TestAuthentication(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
-		logs := &syncBuffer{}
+		logs := &servertest.LogBuffer{}
 		h := start(t, store, servertest.Options{Tokens: aliceToken + "=alice," + bobToken + "=bob", Logs: logs})
 		alice, bob := h.As(aliceToken), h.As(bobToken)
 

@@ -15,7 +15,7 @@ import (
 // data, in order, up to the terminal one.
 func builderStream(t *testing.T, p *process, path, body string) []map[string]any {
 	t.Helper()
-	res, err := http.Post(p.url+path, "application/json", strings.NewReader(body))
+	res, err := http.Post(p.URL+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func workflowOf(t *testing.T, events []map[string]any, typ string) (string, stri
 // backup and compare the two versions.
 func TestBuilderLifecycle(t *testing.T) {
 	p := launch(t, "sqlite:"+filepath.Join(t.TempDir(), "threadline.db"), 0)
-	api := p.api
+	api := p.API
 
 	// 1. Create a project.
 	if code := api.DoInto(http.MethodPost, "/projects/my-automation",
@@ -122,8 +122,8 @@ func TestBuilderLifecycle(t *testing.T) {
 		t.Fatalf("compare: %d %+v", code, cmp)
 	}
 	// The builder's runs are threads like any other, and survive a restart.
-	p.stop()
-	p.start()
+	p.Stop()
+	p.Start()
 	if code := api.DoInto(http.MethodGet, "/iterations/"+workflowID, "", &iterations); code != http.StatusOK || len(iterations) != 1 {
 		t.Fatalf("iterations after a restart: %d %+v", code, iterations)
 	}

@@ -1,17 +1,12 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,116 +18,25 @@ import (
 	"github.com/threadline/threadline/ssestream"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// threadlineBinary builds the real command once per test process.
-func threadlineBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "threadline-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "threadline")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/threadline/threadline/cmd/threadline").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-// process is a real server process.
+// process is a real server process, with the helpers these tests use.
 type process struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	url string
-	// api sends the JSON requests to the process.
-	api  *servertest.Server
-	args []string
-	logs *bytes.Buffer
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	*servertest.Process
+	t *testing.T
 }
 
 func launch(t *testing.T, store string, delay time.Duration, flags ...string) *process {
 	t.Helper()
-	addr := freeAddr(t)
-	p := &process{t: t, url: "http://" + addr, api: servertest.Remote(t, "http://"+addr), logs: &bytes.Buffer{},
-		args: append([]string{"serve", "-addr", addr, "-store", store, "-script-delay", delay.String()}, flags...)}
-	p.start()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		}
-	})
-	return p
+	args := append([]string{"-store", store, "-script-delay", delay.String()}, flags...)
+	return &process{Process: servertest.Launch(t, args...), t: t}
 }
 
-// start runs the process with its arguments and waits until it serves.
-func (p *process) start() {
-	p.t.Helper()
-	p.cmd = exec.Command(threadlineBinary(p.t), p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		res, err := http.Get(p.url + "/instance-ai/events/none")
-		if err == nil {
-			res.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("server did not start: %v\n%s", err, p.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *process) stop() {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		p.t.Fatal(err)
-	}
-	if err := p.cmd.Wait(); err != nil {
-		p.t.Fatalf("graceful stop: %v\n%s", err, p.logs)
-	}
-}
-
-func (p *process) kill() {
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		p.t.Fatal(err)
-	}
-	_ = p.cmd.Wait()
-}
-
-func (p *process) chat(thread, message string) string { return p.api.Chat(thread, message) }
+func (p *process) chat(thread, message string) string { return p.API.Chat(thread, message) }
 
 // acked reads the live stream until stop says enough, and returns every
 // frame the server sent with an id: those it acknowledged as stored.
 func (p *process) acked(ctx context.Context, thread string, stop func(ev instanceai.Event, deltas int) bool) map[string]string {
 	p.t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+thread, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+thread, nil)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatal(err)
@@ -168,7 +72,7 @@ func (p *process) acked(ctx context.Context, thread string, stop func(ev instanc
 // replayAll reads the whole thread after a restart, until runID's run-finish.
 func (p *process) replayAll(thread, runID string) []servertest.Frame {
 	p.t.Helper()
-	res, err := http.Get(p.url + "/instance-ai/events/" + thread)
+	res, err := http.Get(p.URL + "/instance-ai/events/" + thread)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -207,7 +111,7 @@ func TestCrashSweep(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), wait)
 				acked := p.acked(ctx, thread, c.stop)
 				cancel()
-				p.kill()
+				p.Kill()
 
 				p = launch(t, spec, c.delay)
 				frames := p.replayAll(thread, runID)
@@ -255,7 +159,7 @@ func TestCrashSweep(t *testing.T) {
 						t.Fatalf("tools: %d tool-interrupted events, want 1", interrupted)
 					}
 				}
-				p.kill()
+				p.Kill()
 			}
 		})
 	}
@@ -276,9 +180,9 @@ func loadingToolCall(n *agenttree.AgentNode) string {
 	return ""
 }
 
-func (p *process) get(path string, out any) int { return p.api.DoInto(http.MethodGet, path, "", out) }
+func (p *process) get(path string, out any) int { return p.API.DoInto(http.MethodGet, path, "", out) }
 
-func (p *process) post(path, body string) int { return p.api.DoInto(http.MethodPost, path, body, nil) }
+func (p *process) post(path, body string) int { return p.API.DoInto(http.MethodPost, path, body, nil) }
 
 // TestSuspendedRunSurvivesRestart: a run waiting for approval when the
 // server stops (gracefully or killed) is still suspended after the restart:
@@ -301,10 +205,10 @@ func TestSuspendedRunSurvivesRestart(t *testing.T) {
 					return false
 				})
 				cancel()
-				if err := p.cmd.Process.Signal(stop); err != nil {
+				if err := p.Cmd.Process.Signal(stop); err != nil {
 					t.Fatal(err)
 				}
-				_ = p.cmd.Wait()
+				_ = p.Cmd.Wait()
 
 				p = launch(t, spec, 0)
 				var status instanceai.ThreadStatus
@@ -323,7 +227,7 @@ func TestSuspendedRunSurvivesRestart(t *testing.T) {
 					t.Fatalf("%v: chat while suspended: %d, want 409", stop, code)
 				}
 				if code := p.post("/instance-ai/confirm/"+requestID, `{"approved":true}`); code != http.StatusOK {
-					t.Fatalf("%v: confirm after restart: %d\n%s", stop, code, p.logs)
+					t.Fatalf("%v: confirm after restart: %d\n%s", stop, code, p.Logs())
 				}
 				frames := p.replayAll(thread, runID)
 				fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
@@ -334,7 +238,7 @@ func TestSuspendedRunSurvivesRestart(t *testing.T) {
 				if status.HasActiveRun || status.IsSuspended {
 					t.Fatalf("%v: status after the resumed run = %+v", stop, status)
 				}
-				p.kill()
+				p.Kill()
 			}
 		})
 	}
@@ -356,7 +260,7 @@ func TestCancelSuspendedRunAfterRestart(t *testing.T) {
 		return false
 	})
 	cancel()
-	p.kill()
+	p.Kill()
 	p = launch(t, spec, 0)
 	if code := p.post("/instance-ai/chat/th/cancel", ""); code != http.StatusOK {
 		t.Fatalf("cancel: %d", code)
@@ -383,5 +287,5 @@ func TestCancelSuspendedRunAfterRestart(t *testing.T) {
 	if code := p.post("/instance-ai/chat/th", `{"message":"simple"}`); code != http.StatusOK {
 		t.Fatalf("chat after cancel: %d", code)
 	}
-	p.kill()
+	p.Kill()
 }

@@ -62,7 +62,7 @@ func cluster(t *testing.T, store, bus string, n int, delay time.Duration, flags 
 func (p *process) stream(thread, cursor string) *servertest.Conn {
 	p.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+thread, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+thread, nil)
 	if cursor != "" {
 		req.Header.Set("Last-Event-ID", cursor)
 	}
@@ -171,7 +171,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			run = a.chat("crash", "long 100000")
 			seen := onB4.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
 			killedAt := time.Now()
-			a.kill()
+			a.Kill()
 			var cursor string
 			for _, f := range seen {
 				if f.HasID {
@@ -216,7 +216,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			onB5 := b.stream("crash-tool", "")
 			run = d.chat("crash-tool", "tools")
 			seen = onB5.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeToolCall })
-			d.kill()
+			d.Kill()
 			onB5.Close()
 			cursor = seen[len(seen)-1].ID
 			c.stream("crash-tool", cursor).Until(wait+testLease, servertest.IsRunFinish(run))
@@ -247,8 +247,8 @@ func TestSecondProcessChangesNothing(t *testing.T) {
 	run := first.chat("th", "long 150")
 
 	// The same port: it must fail to bind, before touching any run.
-	addr := strings.TrimPrefix(first.url, "http://")
-	out, err := exec.Command(threadlineBinary(t), "serve", "-addr", addr, "-store", spec).CombinedOutput()
+	addr := strings.TrimPrefix(first.URL, "http://")
+	out, err := exec.Command(servertest.Binary(t), "serve", "-addr", addr, "-store", spec).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "listen on") {
 		t.Fatalf("a second serve on a taken port: err %v\n%s", err, out)
 	}
@@ -285,7 +285,7 @@ func (lb *balancer) post(path, body string) (int, map[string]any) {
 		start := int(lb.next.Add(1))
 		for i := range lb.ps {
 			p := lb.ps[(start+i)%len(lb.ps)]
-			res, err := http.Post(p.url+path, "application/json", strings.NewReader(body))
+			res, err := http.Post(p.URL+path, "application/json", strings.NewReader(body))
 			if err != nil {
 				continue // down: the next one
 			}
@@ -319,7 +319,7 @@ func (f *follower) run(ctx context.Context) {
 	last := ""
 	for ctx.Err() == nil {
 		p := f.lb.ps[int(f.lb.next.Add(1))%len(f.lb.ps)]
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/instance-ai/events/"+f.thread, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+f.thread, nil)
 		if last != "" {
 			req.Header.Set("Last-Event-ID", last)
 		}
@@ -383,7 +383,7 @@ func TestClusterRollingRestart(t *testing.T) {
 			t.Cleanup(func() {
 				if t.Failed() {
 					for _, p := range ps {
-						t.Logf("log of %s:\n%s", p.url, p.logs)
+						t.Logf("log of %s:\n%s", p.URL, p.Logs())
 					}
 				}
 			})
@@ -431,8 +431,8 @@ func TestClusterRollingRestart(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 			for _, p := range ps {
-				p.stop()
-				p.start()
+				p.Stop()
+				p.Start()
 				time.Sleep(time.Second)
 			}
 			stopLoad()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/server/servertest"
 )
+
+// routePattern matches a mux path variable with its pattern.
+var routePattern = regexp.MustCompile(`\{([^:}]+):[^}]*\}`)
 
 // documentedRoutes returns the (method, path) pairs the API document
 // describes.
@@ -57,7 +61,12 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		t.Fatalf("the API document is not valid OpenAPI 3.1: %v", err)
 	}
 	h := start(t, servertest.OpenStore(t, "sqlite:"+t.TempDir()+"/t.db"), servertest.Options{})
-	served := h.App.Routes()
+	var served []server.Route
+	for _, r := range h.App.Routes() {
+		// mux templates may carry a pattern ({file:.+}); OpenAPI's do not.
+		r.Path = routePattern.ReplaceAllString(r.Path, "{$1}")
+		served = append(served, r)
+	}
 	if len(served) < 30 {
 		t.Fatalf("only %d routes registered: the walk misses some", len(served))
 	}

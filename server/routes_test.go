@@ -22,6 +22,8 @@ func TestUnmatchedRoutes(t *testing.T) {
 		{http.MethodGet, "/run-agent", http.StatusMethodNotAllowed, "POST"},
 		{http.MethodDelete, "/health", http.StatusMethodNotAllowed, "GET"},
 		{http.MethodGet, "/no/such/endpoint", http.StatusNotFound, ""},
+		{http.MethodPost, "/", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{http.MethodGet, "/console/no-such-file.js", http.StatusNotFound, ""},
 	} {
 		req, _ := http.NewRequest(c.method, h.URL+c.path, strings.NewReader("{}"))
 		res, err := h.Client.Do(req)
@@ -31,6 +33,22 @@ func TestUnmatchedRoutes(t *testing.T) {
 		code, _ := readJSONError(t, res)
 		if res.StatusCode != c.code || res.Header.Get("Allow") != c.allow || code == "" {
 			t.Errorf("%s %s: %d Allow %q code %q, want %d Allow %q", c.method, c.path, res.StatusCode, res.Header.Get("Allow"), code, c.code, c.allow)
+		}
+	}
+}
+
+// TestConsoleIsPublic: with tokens on, the console's page and files are
+// served to anyone (they carry no user data) while the API still asks.
+func TestConsoleIsPublic(t *testing.T) {
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-console-0123456789=alice"})
+	for path, want := range map[string]int{"/": http.StatusOK, "/console/app.js": http.StatusOK, "/instance-ai/threads": http.StatusUnauthorized} {
+		res, err := h.Client.Get(h.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, res.StatusCode, want)
 		}
 	}
 }

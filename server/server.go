@@ -22,6 +22,7 @@ import (
 	"github.com/threadline/threadline/server/aguiapi"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
+	"github.com/threadline/threadline/server/console"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/nativeapi"
@@ -169,6 +170,9 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
 	}).Register(authed, router)
 	router.Handle(openapi.Path, openapi.Handler()).Methods(http.MethodGet)
+	// The console's files are public: they carry no user data, and the
+	// page's API calls carry the user's token.
+	console.Register(router)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.

@@ -11,9 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/threadline/threadline/server/servertest"
 )
 
 func TestHelpDocumentsEveryFlagAndItsEnv(t *testing.T) {
@@ -196,21 +197,10 @@ func TestMigrateThenServe(t *testing.T) {
 
 // startServe runs `serve args…` until the test ends and waits until it
 // answers; it returns the base URL and the server's log.
-// freeLoopbackAddr returns a loopback address no listener has.
-func freeLoopbackAddr(t *testing.T) string {
+func startServe(t *testing.T, args ...string) (string, *servertest.LogBuffer) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func startServe(t *testing.T, args ...string) (string, *lockedBuffer) {
-	t.Helper()
-	addr := freeLoopbackAddr(t)
-	logs := &lockedBuffer{}
+	addr := servertest.FreeAddr(t)
+	logs := &servertest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -244,23 +234,6 @@ func startServe(t *testing.T, args ...string) (string, *lockedBuffer) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func get(t *testing.T, url, token string) int {
@@ -328,7 +301,7 @@ func TestServeWithoutTokens(t *testing.T) {
 // TestServePprof: -pprof-addr serves the profiler on its own loopback
 // listener; the API's address does not serve it.
 func TestServePprof(t *testing.T) {
-	addr := freeLoopbackAddr(t)
+	addr := servertest.FreeAddr(t)
 	url, _ := startServe(t, "-pprof-addr", addr)
 	if got := get(t, "http://"+addr+"/debug/pprof/cmdline", ""); got != 200 {
 		t.Fatalf("profiler: %d", got)
