@@ -24,6 +24,7 @@ import (
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/console"
 	"github.com/threadline/threadline/server/cors"
+	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/workflow"
@@ -42,8 +43,15 @@ type Config struct {
 	Auth   *auth.Authenticator
 	Logger *slog.Logger
 	// AllowedOrigins are the browser origins CORS admits ("*" for any);
-	// none means no CORS headers.
+	// none means no CORS headers. They are also the origins besides the
+	// server's own whose requests may change state (see server/guard).
 	AllowedOrigins []string
+	// CheckHost refuses requests whose Host is not a loopback name or one
+	// of AllowedHosts (DNS rebinding): for single-user mode, where nothing
+	// else stops a page on another site from reaching the server through
+	// a browser on this machine.
+	CheckHost    bool
+	AllowedHosts []string
 	// AgentName names the agent on /health and /status; an agent with
 	// named upstreams (instanceai.NamedAgent) is listed by those names.
 	AgentName string
@@ -127,7 +135,8 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// Routes that act for a user are registered on authed; routes that need
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
-	authed.Use(cfg.Auth.Middleware)
+	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
+	authed.Use(cfg.Auth.Middleware, guard.Requests(guardCfg))
 	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger})
 	s.native.Register(authed)
 	var agents []string
@@ -170,7 +179,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	s.router = router
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
-	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, router))
+	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, guard.Hosts(guardCfg, router)))
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/cors"
+	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/storage"
 	"github.com/threadline/threadline/workflow/catalog"
@@ -44,6 +45,7 @@ type serveConfig struct {
 	insecureNoAuth  bool
 	queryToken      bool
 	allowedOrigins  string
+	allowedHosts    string
 	agents          agentConfig
 	bus             string
 	instance        string
@@ -83,6 +85,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"allow serving a non-loopback address without authentication")
 	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
 		"browser origins allowed by CORS, comma-separated (https://app.example.com,http://localhost:3000; * for any); none by default")
+	f.String(&c.allowedHosts, "allowed-hosts", "THREADLINE_ALLOWED_HOSTS", "",
+		"without tokens, host names besides localhost, 127.0.0.1 and [::1] that requests may address, comma-separated (* for any); refuses DNS rebinding")
 	f.String(&c.bus, "bus", "THREADLINE_BUS", "memory",
 		"live transport between instances on one database: memory (one process), redis://HOST:PORT/DB[?channel=NAME], "+
 			"or postgres (LISTEN/NOTIFY on the -store database)")
@@ -247,6 +251,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(store, agent, server.Config{
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
+		// Without tokens the server is on loopback and unauthenticated: only
+		// the Host check keeps a rebound DNS name from reaching it.
+		CheckHost: !authn.Enabled() && !c.insecureNoAuth, AllowedHosts: guard.ParseHosts(c.allowedHosts),
 		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew,
 		Catalog: nodes, BuilderTimeout: c.builderTimeout,
 	})

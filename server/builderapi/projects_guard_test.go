@@ -156,6 +156,7 @@ func TestPathTricks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				req.Header.Set("Content-Type", "application/json")
 				res, err := noFollow.Do(req)
 				if err != nil {
 					t.Fatal(err)
