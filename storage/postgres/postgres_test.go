@@ -128,7 +128,7 @@ func TestSQLContract(t *testing.T) {
 func TestStoredDataIsJSON(t *testing.T) {
 	ctx := context.Background()
 	s := openMigrated(t)
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o"}); err != nil {
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: storagetest.FixtureUser}); err != nil {
 		t.Fatal(err)
 	}
 	events := storagetest.EveryType("run-1")

@@ -61,7 +61,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 // other columns copy the event's and the append's time.
 func testStoredBytes(t *testing.T, b SQLBackend) {
 	ctx := context.Background()
-	ensure(t, b, "t", "o")
+	ensure(t, b, "t", FixtureUser)
 	events := EveryType("run-1")
 	before := time.Now()
 	if _, err := b.Append(ctx, "t", events); err != nil {
