@@ -141,6 +141,7 @@ type Runs struct {
 	now      func() time.Time
 	obs      Observer
 	claims   RunClaims
+	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
 	instance string
 	lease    time.Duration
@@ -198,6 +199,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
 		strays: map[RunRef]int{}, deleting: map[string]int{}, threads: cfg.Threads}
+	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m
 }

@@ -172,6 +172,7 @@ type Store interface {
 	ConfirmationStore
 	RunIndex
 	RunClaims
+	AgentClaims
 	// Migrate applies the embedded schema migrations. It is idempotent, and
 	// several processes may run it at once on one database.
 	Migrate(ctx context.Context) error
