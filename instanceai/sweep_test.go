@@ -12,6 +12,20 @@ import (
 	"github.com/threadline/threadline/storage/memory"
 )
 
+// appendRun stores events as run runID's, of user u.
+func appendRun(t *testing.T, store *memory.Store, thread, runID string, events []instanceai.Event) {
+	t.Helper()
+	for i := range events {
+		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
+		if err := events[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Append(context.Background(), thread, events); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // leaveCrashedRun writes what a process that died mid-run leaves behind:
 // a run-start, an open tool call, a background agent that never completed
 // and a pending confirmation, with a claim whose lease has already run out.
@@ -27,15 +41,7 @@ func leaveCrashedRun(t *testing.T, store *memory.Store, thread, runID string) {
 		{Type: instanceai.TypeAgentSpawned, AgentID: "agent_dead", Payload: &instanceai.AgentSpawned{ParentID: orch, Role: "helper", Tools: []string{}}},
 		{Type: instanceai.TypeConfirmRequest, AgentID: orch, Payload: req},
 	}
-	for i := range events {
-		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
-		if err := events[i].Validate(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := store.Append(ctx, thread, events); err != nil {
-		t.Fatal(err)
-	}
+	appendRun(t, store, thread, runID, events)
 	raw, _ := json.Marshal(req)
 	if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "cr-dead", ThreadID: thread, RunID: runID, AgentID: orch,
 		ToolCallID: "c2", OwnerID: "u", Request: raw, Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
@@ -182,15 +188,7 @@ func leaveOrphanedAgent(t *testing.T, store *memory.Store, thread, runID, agentI
 		{Type: instanceai.TypeToolResult, AgentID: agentID, Payload: &instanceai.ToolResult{ToolCallID: "bg1", Result: json.RawMessage(`1`)}},
 		{Type: instanceai.TypeToolCall, AgentID: agentID, Payload: &instanceai.ToolCall{ToolCallID: "bg2", ToolName: "tool", Args: json.RawMessage(`{}`)}},
 	}
-	for i := range events {
-		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
-		if err := events[i].Validate(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := store.Append(ctx, thread, events); err != nil {
-		t.Fatal(err)
-	}
+	appendRun(t, store, thread, runID, events)
 	if err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

@@ -270,12 +270,7 @@ func (d *threadDrain) run() {
 		d.drop = nil
 		d.mu.Unlock()
 		for runID := range drop {
-			d.failedRuns[runID] = true
-			for k := range d.segs {
-				if k.runID == runID {
-					delete(d.segs, k)
-				}
-			}
+			d.dropRun(runID)
 		}
 
 		now := time.Now()
@@ -573,6 +568,21 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error
 	return 0, err
 }
 
+// dropRun discards the run's open segments and every later event of it.
+// It reports whether the run was not dropped already.
+func (d *threadDrain) dropRun(runID string) bool {
+	if d.failedRuns[runID] {
+		return false
+	}
+	d.failedRuns[runID] = true
+	for k := range d.segs {
+		if k.runID == runID {
+			delete(d.segs, k)
+		}
+	}
+	return true
+}
+
 // gone drops a batch the log refused as not found, and every later event
 // of the runs it touched: their thread was deleted under them, and an id
 // taken again by a new thread must not receive them. Each run is reported
@@ -581,14 +591,8 @@ func (d *threadDrain) gone(items []batchItem) {
 	d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
 	for _, it := range items {
 		runID := it.ev.RunID
-		if d.failedRuns[runID] {
+		if !d.dropRun(runID) {
 			continue
-		}
-		d.failedRuns[runID] = true
-		for k := range d.segs {
-			if k.runID == runID {
-				delete(d.segs, k)
-			}
 		}
 		if cb := d.w.cfg.OnRunGone; cb != nil {
 			cb(d.threadID, runID)
@@ -609,14 +613,8 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	var frames []Frame
 	for _, it := range items {
 		runID := it.ev.RunID
-		if d.failedRuns[runID] {
+		if !d.dropRun(runID) {
 			continue
-		}
-		d.failedRuns[runID] = true
-		for k := range d.segs {
-			if k.runID == runID {
-				delete(d.segs, k)
-			}
 		}
 		agent := OrchestratorAgentID(runID)
 		now := time.Now().UnixMilli()
