@@ -393,8 +393,9 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
 		abort(err)
 		// A deletion that began after the check cancelled the run before
-		// its run-start: the thread is gone, or about to be.
-		if m.beingDeleted(req.ThreadID) {
+		// its run-start: the thread is gone, or about to be (and may have
+		// been created again since, by the same user's next chat).
+		if m.hitByDelete(r) {
 			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
 		}
 		if cerr := m.checkThread(req); errors.Is(cerr, ErrNotFound) {
@@ -439,6 +440,9 @@ func (m *Runs) checkThread(req StartRequest) error {
 func (m *Runs) beginDelete(threadID string) (end func()) {
 	m.mu.Lock()
 	m.deleting[threadID]++
+	if r := m.active[threadID]; r != nil {
+		r.deleted = true
+	}
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
@@ -449,10 +453,12 @@ func (m *Runs) beginDelete(threadID string) (end func()) {
 	}
 }
 
-func (m *Runs) beingDeleted(threadID string) bool {
+// hitByDelete reports whether a deletion of r's thread began while r was
+// registered.
+func (m *Runs) hitByDelete(r *Run) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.deleting[threadID] > 0
+	return r.deleted
 }
 
 // Gone stops a run whose events the log refused as not found: its thread
@@ -760,6 +766,9 @@ type Run struct {
 	// disowned is set while the run waits for a person with its row
 	// owned by no process (see markSuspended).
 	disowned bool
+	// deleted is set (under Runs.mu) when a deletion of the thread begins
+	// while the run is registered.
+	deleted bool
 
 	mu        sync.Mutex
 	finished  bool       // the orchestrator's run-finish is queued
