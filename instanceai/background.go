@@ -24,6 +24,13 @@ type BackgroundTask struct {
 
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed once agent-completed is queued
+	// claimed is set (under Runs.mu) once the agent holds its row in the
+	// claims: from then on the heartbeat expects to renew it.
+	claimed bool
+}
+
+func (t *BackgroundTask) ref() AgentRef {
+	return AgentRef{ThreadID: t.ThreadID, RunID: t.RunID, AgentID: t.AgentID}
 }
 
 // SubAgent is what a background agent's work emits through.
@@ -81,6 +88,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 	m.background[r.ThreadID] = append(m.background[r.ThreadID], task)
 	m.wg.Add(1)
 	m.mu.Unlock()
+	m.claimAgent(task)
 
 	agent := &SubAgent{ID: agentID, run: r, task: task}
 	go m.executeBackground(ctx, r, agent, spec.Role, work)
@@ -107,16 +115,24 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 		completed.Status, completed.Error = RunError, err.Error()
 	}
 
+	// An agent whose row another instance took (this one seemed dead to
+	// it) was settled there: nothing more of it is written here.
+	lost := errors.Is(context.Cause(ctx), errLeaseLost)
 	now := m.now().UnixMilli()
 	r.mu.Lock()
 	if completed.Status == RunCancelled {
 		r.settleToolsLocked(func(agentID string) bool { return agentID == agent.ID }, now)
 	}
 	delete(r.liveAgents, agent.ID)
-	r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed})
+	if !lost {
+		r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed})
+	}
 	r.mu.Unlock()
 	agent.task.cancel(nil)
 	defer close(agent.task.done)
+	if !lost {
+		m.releaseAgent(agent.task)
+	}
 
 	m.mu.Lock()
 	tasks := m.background[r.ThreadID]
@@ -129,6 +145,56 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 		m.background[r.ThreadID] = tasks
 	}
 	m.mu.Unlock()
+}
+
+// claimAgent records in the claims that this instance runs the agent, so
+// that should it die, a live instance settles the agent.
+func (m *Runs) claimAgent(t *BackgroundTask) {
+	if m.agentsDB == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	if err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease); err != nil {
+		// A thread deleted meanwhile has the agent stopped by its delete;
+		// otherwise the agent works on, unrecorded.
+		if !errors.Is(err, ErrNotFound) {
+			m.log.Error("could not record a background agent; a crash would leave it open", "thread", t.ThreadID,
+				"run", t.RunID, "agent", t.AgentID, "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	t.claimed = true
+	m.mu.Unlock()
+}
+
+// releaseAgent deletes the agent's row once its agent-completed is in the
+// log: deleted sooner, a crash in between would leave the agent open with
+// nothing to tell the sweep.
+func (m *Runs) releaseAgent(t *BackgroundTask) {
+	if m.agentsDB == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	if err := m.writer.Sync(ctx, t.ThreadID); err != nil {
+		m.log.Warn("a background agent's row stays until the sweep: its agent-completed was not stored in time",
+			"thread", t.ThreadID, "agent", t.AgentID, "err", err)
+		return
+	}
+	// Unmarked before the row goes, so that a heartbeat that no longer
+	// finds the row knows it was released, not taken.
+	m.mu.Lock()
+	claimed := t.claimed
+	t.claimed = false
+	m.mu.Unlock()
+	if !claimed {
+		return
+	}
+	if err := m.agentsDB.ReleaseAgent(ctx, t.ref()); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Error("could not release a background agent's row", "thread", t.ThreadID, "agent", t.AgentID, "err", err)
+	}
 }
 
 // ThreadStatus is what GET /threads/:id/status reports.

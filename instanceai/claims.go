@@ -62,19 +62,60 @@ type RunClaims interface {
 	ExpiredRuns(ctx context.Context) ([]ActiveRun, error)
 }
 
-// LocalClaims is RunClaims in one process's memory: for the memory store,
-// and for a run registry built without a store (tests).
-type LocalClaims struct {
-	mu   sync.Mutex
-	rows map[string]ActiveRun // by thread id
-	now  func() time.Time
+// AgentRef names a background agent: its thread, its run and its own id.
+type AgentRef struct {
+	ThreadID, RunID, AgentID string
 }
 
-var _ RunClaims = (*LocalClaims)(nil)
+// AgentClaim is a background agent's row: which instance runs it, and
+// until when its lease holds.
+type AgentClaim struct {
+	AgentRef
+	Owner        string
+	LeaseExpires time.Time
+}
+
+// AgentClaims keeps one row per background agent at work. A background
+// agent outlives its run's run-finish, which frees the run's own row: this
+// row is then the only record of which instance runs it, so that when that
+// instance dies the sweep of a live one settles the agent (instead of
+// leaving it working forever in the log) and leaves alone the agents whose
+// instance renews their lease. A row goes once the agent's agent-completed
+// is stored, and with its thread.
+type AgentClaims interface {
+	// ClaimAgent makes owner the agent's runner for ttl (ErrNotFound for a
+	// thread that does not exist).
+	ClaimAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) error
+	// ReleaseAgent deletes the agent's row.
+	ReleaseAgent(ctx context.Context, ref AgentRef) error
+	// RenewAgents extends the leases of owner's rows to now+ttl and returns
+	// the agents owner still holds.
+	RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]AgentRef, error)
+	// ExpiredAgents returns the rows whose lease ran out.
+	ExpiredAgents(ctx context.Context) ([]AgentClaim, error)
+	// TakeAgent gives an expired row to owner for ttl: a conditional
+	// update, so of several instances that try at once exactly one wins.
+	// It reports whether this call won.
+	TakeAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) (bool, error)
+}
+
+// LocalClaims is RunClaims and AgentClaims in one process's memory: for
+// the memory store, and for a run registry built without a store (tests).
+type LocalClaims struct {
+	mu     sync.Mutex
+	rows   map[string]ActiveRun // by thread id
+	agents map[AgentRef]AgentClaim
+	now    func() time.Time
+}
+
+var (
+	_ RunClaims   = (*LocalClaims)(nil)
+	_ AgentClaims = (*LocalClaims)(nil)
+)
 
 // NewLocalClaims returns an empty in-memory claims table.
 func NewLocalClaims() *LocalClaims {
-	return &LocalClaims{rows: map[string]ActiveRun{}, now: time.Now}
+	return &LocalClaims{rows: map[string]ActiveRun{}, agents: map[AgentRef]AgentClaim{}, now: time.Now}
 }
 
 // ClaimThread implements RunClaims.
@@ -149,12 +190,78 @@ func (l *LocalClaims) ReleaseRun(_ context.Context, threadID, runID string) erro
 	return nil
 }
 
-// ForgetThread drops the row of a deleted thread (a database does it by
+// ForgetThread drops the rows of a deleted thread (a database does it by
 // cascade).
 func (l *LocalClaims) ForgetThread(threadID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.rows, threadID)
+	for ref := range l.agents {
+		if ref.ThreadID == threadID {
+			delete(l.agents, ref)
+		}
+	}
+}
+
+// ClaimAgent implements AgentClaims.
+func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.agents[ref] = AgentClaim{AgentRef: ref, Owner: owner, LeaseExpires: l.now().Add(ttl)}
+	return nil
+}
+
+// ReleaseAgent implements AgentClaims.
+func (l *LocalClaims) ReleaseAgent(_ context.Context, ref AgentRef) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.agents, ref)
+	return nil
+}
+
+// RenewAgents implements AgentClaims.
+func (l *LocalClaims) RenewAgents(_ context.Context, owner string, ttl time.Duration) ([]AgentRef, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []AgentRef
+	until := l.now().Add(ttl)
+	for ref, row := range l.agents {
+		if row.Owner == owner {
+			row.LeaseExpires = until
+			l.agents[ref] = row
+			out = append(out, ref)
+		}
+	}
+	return out, nil
+}
+
+// ExpiredAgents implements AgentClaims.
+func (l *LocalClaims) ExpiredAgents(context.Context) ([]AgentClaim, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	var out []AgentClaim
+	for _, row := range l.agents {
+		if now.After(row.LeaseExpires) {
+			out = append(out, row)
+		}
+	}
+	slices.SortFunc(out, func(a, b AgentClaim) int { return a.LeaseExpires.Compare(b.LeaseExpires) })
+	return out, nil
+}
+
+// TakeAgent implements AgentClaims.
+func (l *LocalClaims) TakeAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	row, ok := l.agents[ref]
+	now := l.now()
+	if !ok || !now.After(row.LeaseExpires) {
+		return false, nil
+	}
+	row.Owner, row.LeaseExpires = owner, now.Add(ttl)
+	l.agents[ref] = row
+	return true, nil
 }
 
 // RenewRuns implements RunClaims.

@@ -75,9 +75,10 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	// A run whose events the store refused for good is ended by its
 	// registry: the writer reports it, the registry is built after it.
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
+	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
-		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control})
+		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)
 	}
@@ -230,8 +231,12 @@ const QuiesceTimeout = 5 * time.Second
 // agent-completed), deletes the thread with its log, messages and
 // confirmations, and ends the thread's open streams. Without the wait, a
 // late event would be appended after the delete, or to a new thread that
-// took the id. A missing thread is *ThreadNotFoundError.
+// took the id. While it works, no run starts on the thread here (Start
+// gives *ThreadNotFoundError); a run another instance starts meanwhile has
+// its first refused append stop it (see Runs.Gone). A missing thread is
+// *ThreadNotFoundError.
 func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
+	defer c.Runs.beginDelete(threadID)()
 	c.Cancel(threadID)
 	if err := c.quiesce(ctx, threadID); err != nil {
 		return err

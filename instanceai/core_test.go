@@ -2,7 +2,9 @@ package instanceai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -220,5 +222,124 @@ func TestCoreChatTitlesInsideTheRun(t *testing.T) {
 		if len(types) != len(want) || types[0] != want[0] || types[1] != want[1] || types[2] != want[2] {
 			t.Fatalf("run %d: events %v; want %v", i, types, want)
 		}
+	}
+}
+
+// A thread deleted under a live run by someone other than this Core (an
+// instance sharing the database) and created again by another user: the
+// run's next append is refused, the run stops at once without waiting for
+// its lease or a bus message, its background agent too, and the new
+// owner's log holds nothing of it.
+func TestCoreRunWhoseThreadIsGoneStops(t *testing.T) {
+	ctx := context.Background()
+	emitted := make(chan struct{}, 1)
+	bgStopped := make(chan error, 1)
+	core, store := newCore(t, func(ctx context.Context, run *instanceai.Run) error {
+		if _, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, _ *instanceai.SubAgent) (string, error) {
+			<-ctx.Done()
+			bgStopped <- context.Cause(ctx)
+			return "", ctx.Err()
+		}); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			if err := run.Emit(instanceai.Event{Type: instanceai.TypeToolCall,
+				Payload: &instanceai.ToolCall{ToolCallID: fmt.Sprint("call-", i), ToolName: "step", Args: json.RawMessage(`{}`)}}); err != nil {
+				return err
+			}
+			select {
+			case emitted <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	th, err := core.OpenThread(ctx, "th", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := core.Chat(ctx, th, instanceai.StartRequest{ThreadID: "th", UserID: "alice", Message: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-emitted
+	if err := store.DeleteThread(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-run.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run of a deleted thread is still working")
+	}
+	select {
+	case <-bgStopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the background agent of a deleted thread's run is still working")
+	}
+	if core.Active("th") != nil {
+		t.Fatal("the run of a deleted thread is still the thread's active run")
+	}
+	if err := core.Writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := store.ReadAfter(ctx, "th", 0, 0); err != nil || len(rows) != 0 {
+		t.Fatalf("bob's new thread holds %d events: %v", len(rows), err)
+	}
+	// Bob's own run starts on it at once, from seq 1.
+	bobs, err := core.Chat(ctx, instanceai.Thread{ID: "th", OwnerID: "bob"}, instanceai.StartRequest{ThreadID: "th", UserID: "bob", Message: "mine"})
+	if err != nil {
+		t.Fatalf("bob's chat: %v", err)
+	}
+	core.Cancel("th")
+	<-bobs.Done()
+	if err := core.Writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.ReadAfter(ctx, "th", 0, 0)
+	if err != nil || len(rows) == 0 || rows[0].Seq != 1 || rows[0].Event.RunID != bobs.ID {
+		t.Fatalf("bob's thread: %d events, %v", len(rows), err)
+	}
+	for _, r := range rows {
+		if r.Event.UserID != "bob" {
+			t.Fatalf("bob's thread holds %s of user %q", r.Event.Type, r.Event.UserID)
+		}
+	}
+}
+
+// A chat that found its thread before a deletion and starts after it,
+// once another user has taken the id, is refused as a missing thread, and
+// one that starts while the deletion works is refused too.
+func TestCoreChatAfterDeleteAndRecreateIsRefused(t *testing.T) {
+	ctx := context.Background()
+	core, store := newCore(t, func(ctx context.Context, _ *instanceai.Run) error { <-ctx.Done(); return ctx.Err() })
+	th, err := core.OpenThread(ctx, "th", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := core.DeleteThread(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	var missing *instanceai.ThreadNotFoundError
+	if _, err := core.Chat(ctx, th, instanceai.StartRequest{ThreadID: "th", UserID: "alice", Message: "late"}); !errors.As(err, &missing) {
+		t.Fatalf("chat on a deleted thread: %v; want *ThreadNotFoundError", err)
+	}
+	if _, err := core.OpenThread(ctx, "th", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Chat(ctx, th, instanceai.StartRequest{ThreadID: "th", UserID: "alice", Message: "late"}); !errors.As(err, &missing) {
+		t.Fatalf("chat on a thread another user took: %v; want *ThreadNotFoundError", err)
+	}
+	if rows, err := store.ReadAfter(ctx, "th", 0, 0); err != nil || len(rows) != 0 {
+		t.Fatalf("bob's thread holds %d events: %v", len(rows), err)
+	}
+	if core.Active("th") != nil {
+		t.Fatal("a refused chat left a run")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -167,6 +168,7 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 func (m *Runs) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
 	defer cancel()
+	m.renewAgents(hctx)
 	// Only runs whose claim was stored before the renewal can be judged
 	// by it: a run claimed while it ran is simply not in its answer.
 	m.mu.Lock()
@@ -229,6 +231,46 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	}
 }
 
+// renewAgents renews the leases of this instance's background agents. An
+// agent whose row is no longer ours was settled by another instance, which
+// believed us dead: it stops without writing anything more.
+func (m *Runs) renewAgents(ctx context.Context) {
+	if m.agentsDB == nil {
+		return
+	}
+	m.mu.Lock()
+	var before []*BackgroundTask
+	for _, ts := range m.background {
+		for _, t := range ts {
+			if t.claimed {
+				before = append(before, t)
+			}
+		}
+	}
+	m.mu.Unlock()
+	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("could not renew background agent leases", "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	var lost []*BackgroundTask
+	for _, t := range before {
+		// An agent released meanwhile holds no row on purpose.
+		if t.claimed && !slices.Contains(held, t.ref()) {
+			lost = append(lost, t)
+		}
+	}
+	m.mu.Unlock()
+	for _, t := range lost {
+		m.log.Warn("another instance settled this background agent (its lease ran out here); stopping it without writing",
+			"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID)
+		t.cancel(errLeaseLost)
+	}
+}
+
 // abandon stops a run another instance took over, writing nothing more.
 func (m *Runs) abandon(r *Run) {
 	m.log.Warn("another instance took over this run (its lease ran out here); stopping it without writing",
@@ -282,7 +324,8 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			n++
 		}
 	}
-	return n, nil
+	agents, err := m.sweepAgents(ctx)
+	return n + agents, err
 }
 
 // resumeAnswered continues a suspended run whose process is gone if the

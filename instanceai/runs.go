@@ -89,7 +89,19 @@ type RunsConfig struct {
 	Lease time.Duration
 	// Control reaches the other instances (nil: this process is alone).
 	Control Controller
+	// Threads is read when a run starts, to check that its thread still
+	// exists and is its user's (nil: Confirmations, when it is one; no
+	// check when neither is).
+	Threads ThreadReader
 }
+
+// ThreadReader reads a thread's record.
+type ThreadReader interface {
+	GetThread(ctx context.Context, id string) (Thread, error)
+}
+
+// errThreadGone stops a run whose thread was deleted under it.
+var errThreadGone = errors.New("the run's thread was deleted")
 
 // DefaultLease is how long a run's claim lasts without a heartbeat.
 const DefaultLease = 10 * time.Second
@@ -129,6 +141,7 @@ type Runs struct {
 	now      func() time.Time
 	obs      Observer
 	claims   RunClaims
+	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
 	instance string
 	lease    time.Duration
@@ -141,6 +154,10 @@ type Runs struct {
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).
 	strays map[RunRef]int
+	// deleting counts the deletions under way per thread: a run does not
+	// start on a thread while one is (see beginDelete).
+	deleting map[string]int
+	threads  ThreadReader
 	// draining refuses new runs (see Drain).
 	draining bool
 	wg       sync.WaitGroup
@@ -175,10 +192,14 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Control == nil {
 		cfg.Control = noControl{}
 	}
+	if cfg.Threads == nil {
+		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
+	}
 	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[RunRef]int{}}
+		strays: map[RunRef]int{}, deleting: map[string]int{}, threads: cfg.Threads}
+	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m
 }
@@ -308,6 +329,10 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.mu.Unlock()
 		return nil, ErrDraining
 	}
+	if m.deleting[req.ThreadID] > 0 {
+		m.mu.Unlock()
+		return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	id := req.RunID
 	if id == "" {
@@ -326,6 +351,9 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.release(r)
 		m.wg.Done()
 		cancel(err)
+		if errors.Is(err, ErrNotFound) {
+			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
+		}
 		return holder, err
 	}
 	m.mu.Lock()
@@ -337,6 +365,14 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.releaseClaim(r.ThreadID, r.ID)
 		m.wg.Done()
 		cancel(err)
+	}
+	// The caller found the thread before Start, but a deletion may have
+	// run in between, and another user may have created a thread with the
+	// same id since. The run is registered now, so a deletion that begins
+	// from here on cancels it; one that ended before is seen here.
+	if err := m.checkThread(req); err != nil {
+		abort(err)
+		return nil, err
 	}
 
 	if tr := req.ToolResult; tr != nil {
@@ -356,6 +392,15 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 
 	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
 		abort(err)
+		// A deletion that began after the check cancelled the run before
+		// its run-start: the thread is gone, or about to be (and may have
+		// been created again since, by the same user's next chat).
+		if m.hitByDelete(r) {
+			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
+		}
+		if cerr := m.checkThread(req); errors.Is(cerr, ErrNotFound) {
+			return nil, cerr
+		}
 		return nil, fmt.Errorf("start run: %w", err)
 	}
 	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
@@ -368,6 +413,84 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	}
 	go m.execute(r, func(ctx context.Context) error { return agent.Run(ctx, r) })
 	return r, nil
+}
+
+// checkThread reports a thread that is gone, or that another user owns
+// now, as *ThreadNotFoundError.
+func (m *Runs) checkThread(req StartRequest) error {
+	if m.threads == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	t, err := m.threads.GetThread(ctx, req.ThreadID)
+	switch {
+	case errors.Is(err, ErrNotFound), err == nil && req.UserID != "" && t.OwnerID != req.UserID:
+		return &ThreadNotFoundError{ThreadID: req.ThreadID}
+	case err != nil:
+		return fmt.Errorf("start run: read thread %q: %w", req.ThreadID, err)
+	}
+	return nil
+}
+
+// beginDelete marks the thread as being deleted until the returned func
+// is called: Start refuses it meanwhile (*ThreadNotFoundError), so that no
+// run registers between the deletion's cancel and the store's delete,
+// where it would outlive its thread.
+func (m *Runs) beginDelete(threadID string) (end func()) {
+	m.mu.Lock()
+	m.deleting[threadID]++
+	if r := m.active[threadID]; r != nil {
+		r.deleted = true
+	}
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.deleting[threadID]--; m.deleting[threadID] <= 0 {
+			delete(m.deleting, threadID)
+		}
+	}
+}
+
+// hitByDelete reports whether a deletion of r's thread began while r was
+// registered.
+func (m *Runs) hitByDelete(r *Run) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r.deleted
+}
+
+// Gone stops a run whose events the log refused as not found: its thread
+// was deleted under it (by another instance, or before the run's start
+// could see it), and maybe created again by someone else. The run and its
+// background agents stop at once and write nothing more; the writer drops
+// what they still queue.
+func (m *Runs) Gone(threadID, runID string) {
+	m.mu.Lock()
+	var tasks []*BackgroundTask
+	for _, t := range m.background[threadID] {
+		if t.RunID == runID {
+			tasks = append(tasks, t)
+		}
+	}
+	r := m.active[threadID]
+	m.mu.Unlock()
+	for _, t := range tasks {
+		t.cancel(errThreadGone)
+	}
+	if r == nil || r.ID != runID {
+		return
+	}
+	m.log.Warn("stopping a run whose thread is gone", "thread", threadID, "run", runID)
+	// Out of the registry before its agent can return, so that whoever
+	// waits for the run's end finds the thread free.
+	r.mu.Lock()
+	r.finished = true
+	r.mu.Unlock()
+	m.release(r)
+	m.releaseClaim(threadID, runID)
+	r.cancel(errThreadGone)
 }
 
 // Active returns the thread's active run, if any.
@@ -643,6 +766,9 @@ type Run struct {
 	// disowned is set while the run waits for a person with its row
 	// owned by no process (see markSuspended).
 	disowned bool
+	// deleted is set (under Runs.mu) when a deletion of the thread begins
+	// while the run is registered.
+	deleted bool
 
 	mu        sync.Mutex
 	finished  bool       // the orchestrator's run-finish is queued

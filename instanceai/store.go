@@ -108,7 +108,12 @@ type Thread struct {
 // where the last successful one ended. (A database connection lost during
 // COMMIT is the exception every database has: the commit may have happened
 // without the store learning of it.) The writer retries a failed append,
-// except one that failed with ErrNotFound.
+// except one that failed with ErrNotFound: the runs of such a batch are
+// stopped, and nothing more of them is written.
+//
+// Ownership. An append stores events that carry a user only in a thread
+// that user owns; another owner's thread refuses them as a missing one
+// would (see AppendEncoded).
 //
 // Reading. ReadAfter returns the events with seq > after, in ascending and
 // contiguous seq order, at most limit of them (limit <= 0: all). A negative
@@ -128,8 +133,13 @@ type EventLog interface {
 	// of events[i], made once by the caller for the log and the live frame
 	// alike; the log may keep the slices, so the caller must not change
 	// them. A length mismatch is an error and stores nothing. The thread
-	// must exist (ErrNotFound otherwise). With no events it stores nothing
-	// and returns the seq the next append would take.
+	// must exist (ErrNotFound otherwise). Events that carry a UserID must
+	// all carry the thread owner's: a batch with another user's event is
+	// ErrNotFound too and stores nothing, so that a run that outlived its
+	// thread's deletion cannot write into a thread another user created
+	// with the same id (events without a UserID are not checked). With no
+	// events it stores nothing and returns the seq the next append would
+	// take.
 	AppendEncoded(ctx context.Context, threadID string, events []Event, data [][]byte) (firstSeq int64, err error)
 	// ReadAfter returns up to limit events with seq > after, in seq order,
 	// each with the bytes it was stored as. limit <= 0 means no limit. A
@@ -162,6 +172,7 @@ type Store interface {
 	ConfirmationStore
 	RunIndex
 	RunClaims
+	AgentClaims
 	// Migrate applies the embedded schema migrations. It is idempotent, and
 	// several processes may run it at once on one database.
 	Migrate(ctx context.Context) error

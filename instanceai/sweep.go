@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // interruptedToolError is what a tool call left in flight by a dead process
@@ -58,7 +59,111 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 			return settled, err
 		}
 	}
-	return settled, nil
+	agents, err := m.sweepAgents(ctx)
+	return settled + agents, err
+}
+
+// sweepAgents settles the background agents whose instance is gone: an
+// agent that works on after its run's run-finish holds a row of its own
+// (see AgentClaims), which its instance's heartbeat renews. Each row whose
+// lease ran out, that no agent of this process is behind, is taken (one
+// instance wins it) and its agent, if the log has it spawned and not
+// completed, gets tool-interrupted for each of its calls without an
+// outcome and agent-completed{status:"error"}, as a crashed run's agents
+// do. An agent of a run without a run-finish is left to that run's
+// settlement, which completes it with the run. It returns how many agents
+// it settled, after their events are stored.
+func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
+	if m.agentsDB == nil || m.index == nil {
+		return 0, nil
+	}
+	rows, err := m.agentsDB.ExpiredAgents(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sweep: list expired background agents: %w", err)
+	}
+	n := 0
+	for _, row := range rows {
+		if m.isLiveAgent(row.AgentRef) {
+			continue
+		}
+		won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
+		if err != nil {
+			return n, fmt.Errorf("sweep: %w", err)
+		}
+		if !won {
+			continue
+		}
+		settled, err := m.settleAgent(ctx, row.AgentRef)
+		if err != nil {
+			return n, fmt.Errorf("sweep: %w", err)
+		}
+		if settled {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// settleAgent settles one background agent this instance has taken the
+// row of, and releases the row once the settlement is stored. It reports
+// whether it wrote anything.
+func (m *Runs) settleAgent(ctx context.Context, ref AgentRef) (bool, error) {
+	release := func() error {
+		if err := m.agentsDB.ReleaseAgent(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	rows, err := m.index.RunEvents(ctx, ref.ThreadID, ref.RunID)
+	if errors.Is(err, ErrNotFound) {
+		return false, release() // the thread is gone, and its rows with it
+	}
+	if err != nil {
+		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
+	}
+	w := openWorkOf(rows)
+	role, open := w.spawned[ref.AgentID]
+	if !open {
+		// Completed already (by its own instance before it died, or by the
+		// settlement of its run), or never spawned in the log.
+		return false, release()
+	}
+	if !w.finished {
+		return false, nil // the run's own settlement completes it
+	}
+	now := m.now().UnixMilli()
+	var events []Event
+	for _, c := range w.open {
+		if c.agent == ref.AgentID {
+			events = append(events, interruptedCall(ref.RunID, c, w.userID, now))
+		}
+	}
+	events = append(events, interruptedAgent(ref.RunID, ref.AgentID, role, w.userID, now))
+	for _, ev := range events {
+		if err := ev.Validate(); err != nil {
+			return false, fmt.Errorf("agent %s: %w", ref.AgentID, err)
+		}
+		if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
+			return false, err
+		}
+	}
+	if err := m.writer.Sync(ctx, ref.ThreadID); err != nil {
+		return false, err
+	}
+	m.log.Info("settled a background agent whose process is gone", "thread", ref.ThreadID, "run", ref.RunID, "agent", ref.AgentID)
+	return true, release()
+}
+
+// isLiveAgent reports whether the agent works in this process.
+func (m *Runs) isLiveAgent(ref AgentRef) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.background[ref.ThreadID] {
+		if t.AgentID == ref.AgentID {
+			return true
+		}
+	}
+	return false
 }
 
 // claimForSweep decides whether an unfinished run is dead and, if so, makes
@@ -135,55 +240,74 @@ func (m *Runs) isLive(ref RunRef) bool {
 	return false
 }
 
-// settleInterrupted returns the events that close an interrupted run.
-func settleInterrupted(runID string, rows []StoredEvent, now int64) []Event {
-	type call struct{ id, agent string }
-	var open []call
-	var userID string
-	spawned := map[string]string{} // agent id → role, until completed
-	var agents []string
+// openCall is a tool call without an outcome in the log.
+type openCall struct{ id, agent string }
+
+// openWork is what a run's events leave open: its tool calls without an
+// outcome, in call order, and its spawned agents that never completed
+// (agent id to role, and the ids in spawn order), with the run's user and
+// whether its run-finish is there.
+type openWork struct {
+	userID   string
+	open     []openCall
+	spawned  map[string]string
+	agents   []string
+	finished bool
+}
+
+func openWorkOf(rows []StoredEvent) openWork {
+	w := openWork{spawned: map[string]string{}}
 	for _, row := range rows {
 		ev := row.Event
 		if ev.UserID != "" {
-			userID = ev.UserID
+			w.userID = ev.UserID
 		}
 		switch p := ev.Payload.(type) {
 		case *ToolInputStart, *ToolCall:
 			id := toolCallID(p)
-			known := false
-			for _, c := range open {
-				known = known || c.id == id
-			}
-			if !known {
-				open = append(open, call{id, ev.AgentID})
+			if !slices.ContainsFunc(w.open, func(c openCall) bool { return c.id == id }) {
+				w.open = append(w.open, openCall{id, ev.AgentID})
 			}
 		case *ToolResult, *ToolError:
 			id := toolCallID(p)
-			for i, c := range open {
-				if c.id == id {
-					open = append(open[:i], open[i+1:]...)
-					break
-				}
+			if i := slices.IndexFunc(w.open, func(c openCall) bool { return c.id == id }); i >= 0 {
+				w.open = slices.Delete(w.open, i, i+1)
 			}
 		case *AgentSpawned:
-			spawned[ev.AgentID] = p.Role
-			agents = append(agents, ev.AgentID)
+			w.spawned[ev.AgentID] = p.Role
+			w.agents = append(w.agents, ev.AgentID)
 		case *AgentCompleted:
-			delete(spawned, ev.AgentID)
+			delete(w.spawned, ev.AgentID)
+		case *RunFinish:
+			w.finished = true
 		}
 	}
+	return w
+}
+
+func interruptedCall(runID string, c openCall, userID string, now int64) Event {
+	return Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agent, UserID: userID, TS: now,
+		Payload: &ToolError{ToolCallID: c.id, Error: interruptedToolError}}
+}
+
+func interruptedAgent(runID, agentID, role, userID string, now int64) Event {
+	return Event{Type: TypeAgentCompleted, RunID: runID, AgentID: agentID, UserID: userID, TS: now,
+		Payload: &AgentCompleted{Role: role, Status: RunError, Error: "interrupted by a process restart"}}
+}
+
+// settleInterrupted returns the events that close an interrupted run.
+func settleInterrupted(runID string, rows []StoredEvent, now int64) []Event {
+	w := openWorkOf(rows)
 	var out []Event
-	for _, c := range open {
-		out = append(out, Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agent, UserID: userID, TS: now,
-			Payload: &ToolError{ToolCallID: c.id, Error: interruptedToolError}})
+	for _, c := range w.open {
+		out = append(out, interruptedCall(runID, c, w.userID, now))
 	}
-	for _, a := range agents {
-		if role, ok := spawned[a]; ok {
-			out = append(out, Event{Type: TypeAgentCompleted, RunID: runID, AgentID: a, UserID: userID, TS: now,
-				Payload: &AgentCompleted{Role: role, Status: RunError, Error: "interrupted by a process restart"}})
+	for _, a := range w.agents {
+		if role, ok := w.spawned[a]; ok {
+			out = append(out, interruptedAgent(runID, a, role, w.userID, now))
 		}
 	}
-	out = append(out, Event{Type: TypeRunFinish, RunID: runID, AgentID: OrchestratorAgentID(runID), UserID: userID, TS: now,
+	out = append(out, Event{Type: TypeRunFinish, RunID: runID, AgentID: OrchestratorAgentID(runID), UserID: w.userID, TS: now,
 		Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}})
 	return out
 }

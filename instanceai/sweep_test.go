@@ -12,6 +12,20 @@ import (
 	"github.com/threadline/threadline/storage/memory"
 )
 
+// appendRun stores events as run runID's, of user u.
+func appendRun(t *testing.T, store *memory.Store, thread, runID string, events []instanceai.Event) {
+	t.Helper()
+	for i := range events {
+		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
+		if err := events[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Append(context.Background(), thread, events); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // leaveCrashedRun writes what a process that died mid-run leaves behind:
 // a run-start, an open tool call, a background agent that never completed
 // and a pending confirmation, with a claim whose lease has already run out.
@@ -27,15 +41,7 @@ func leaveCrashedRun(t *testing.T, store *memory.Store, thread, runID string) {
 		{Type: instanceai.TypeAgentSpawned, AgentID: "agent_dead", Payload: &instanceai.AgentSpawned{ParentID: orch, Role: "helper", Tools: []string{}}},
 		{Type: instanceai.TypeConfirmRequest, AgentID: orch, Payload: req},
 	}
-	for i := range events {
-		events[i].RunID, events[i].UserID, events[i].TS = runID, "u", 1
-		if err := events[i].Validate(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := store.Append(ctx, thread, events); err != nil {
-		t.Fatal(err)
-	}
+	appendRun(t, store, thread, runID, events)
 	raw, _ := json.Marshal(req)
 	if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "cr-dead", ThreadID: thread, RunID: runID, AgentID: orch,
 		ToolCallID: "c2", OwnerID: "u", Request: raw, Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
@@ -163,5 +169,151 @@ func TestStartupSweepSettlesADeadInstancesRun(t *testing.T) {
 	l.expectLog("live", live.ID, "run-start @orch")
 	if l.core.Runs.Active("live") != live {
 		t.Fatal("the startup sweep took this process's own run")
+	}
+}
+
+// leaveOrphanedAgent writes what a process that died while a background
+// agent worked after its run's run-finish leaves behind: a finished run
+// whose agent has spawned, opened a tool call and never completed, and the
+// agent's row, whose lease has already run out.
+func leaveOrphanedAgent(t *testing.T, store *memory.Store, thread, runID, agentID string) {
+	t.Helper()
+	ctx := context.Background()
+	orch := instanceai.OrchestratorAgentID(runID)
+	events := []instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+		{Type: instanceai.TypeAgentSpawned, AgentID: agentID, Payload: &instanceai.AgentSpawned{ParentID: orch, Role: "helper", Tools: []string{}}},
+		{Type: instanceai.TypeRunFinish, AgentID: orch, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}},
+		{Type: instanceai.TypeToolCall, AgentID: agentID, Payload: &instanceai.ToolCall{ToolCallID: "bg1", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+		{Type: instanceai.TypeToolResult, AgentID: agentID, Payload: &instanceai.ToolResult{ToolCallID: "bg1", Result: json.RawMessage(`1`)}},
+		{Type: instanceai.TypeToolCall, AgentID: agentID, Payload: &instanceai.ToolCall{ToolCallID: "bg2", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+	}
+	appendRun(t, store, thread, runID, events)
+	if err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A background agent that worked on after its run's run-finish when its
+// process died is settled by a live instance's sweep, once: its open call
+// gets tool-interrupted and the agent agent-completed{error}. A background
+// agent that a live instance runs after its own run's finish is left alone,
+// by that instance's sweep and by another's, and its lease is renewed.
+func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	working := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "builder"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			if err := a.Emit(toolCall("live1")); err != nil {
+				return "", err
+			}
+			close(working)
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+		return err
+	})
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 50 * time.Millisecond}, "orphaned", "busy")
+	busy := a.start("busy", "work")
+	a.settle(busy)
+	<-working
+	a.sync("busy")
+	leaveOrphanedAgent(t, store, "orphaned", "run_dead", "agent_dead")
+	// inst-a's own row runs out too, as when its heartbeat is late: its own
+	// sweep must still tell its live agent from a dead one.
+	time.Sleep(60 * time.Millisecond)
+
+	if n, err := a.core.Runs.Sweep(ctx, store); err != nil || n != 1 {
+		t.Fatalf("Sweep by inst-a = %d, %v; want the orphaned agent settled", n, err)
+	}
+	a.name("agent_dead", "helper")
+	a.expectLog("orphaned", "run_dead",
+		"run-start @orch",
+		"agent-spawned:helper @helper",
+		"run-finish:completed: @orch",
+		"tool-call:bg1 @helper",
+		"tool-result:bg1=1 @helper",
+		"tool-call:bg2 @helper",
+		"tool-interrupted:bg2=Interrupted by a process restart — effect unverified; verify before retrying. @helper",
+		"agent-completed:helper:error::interrupted by a process restart @helper")
+	if expired, err := store.ExpiredAgents(ctx); err != nil || len(expired) != 1 || expired[0].AgentID == "agent_dead" {
+		t.Fatalf("agent rows left expired = %+v, %v; want only inst-a's live agent", expired, err)
+	}
+
+	// Another instance's sweeps settle nothing more: not the agent settled
+	// already, not inst-a's live agent once its heartbeat renewed it.
+	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
+	a.core.Start(10 * time.Millisecond)
+	waitUntil(t, "inst-a renewed its agent's lease", func() bool {
+		expired, err := store.ExpiredAgents(ctx)
+		return err == nil && len(expired) == 0
+	})
+	for _, sweep := range []func(context.Context) (int, error){
+		b.core.Runs.SweepExpired, func(ctx context.Context) (int, error) { return b.core.Runs.Sweep(ctx, store) },
+	} {
+		if n, err := sweep(ctx); err != nil || n != 0 {
+			t.Fatalf("a second sweep = %d, %v; want nothing settled", n, err)
+		}
+	}
+	if st := a.core.Runs.Status(ctx, "busy"); len(st.BackgroundTasks) != 1 {
+		t.Fatalf("inst-a's live agent is gone from its status: %+v", st)
+	}
+	a.sync("orphaned")
+	if rows := a.rows("orphaned"); len(rows) != 8 {
+		t.Fatalf("the orphaned agent's log has %d events after the later sweeps, want 8", len(rows))
+	}
+	for _, r := range a.rows("busy") {
+		if r.Event.Type == instanceai.TypeAgentCompleted {
+			t.Fatal("a sweep completed inst-a's live agent")
+		}
+	}
+
+	// Once the live agent completes, its row goes.
+	a.core.Cancel("busy")
+	a.waitIdle("busy")
+	waitUntil(t, "the completed agent's row is released", func() bool {
+		refs, err := store.RenewAgents(ctx, "inst-a", time.Minute)
+		return err == nil && len(refs) == 0
+	})
+}
+
+// An instance whose background agent's row another instance took (its
+// lease ran out while its heartbeat stalled, and that instance settled the
+// agent) stops the agent at its next heartbeat without writing anything
+// more of it.
+func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	working := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "builder"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			close(working)
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+		return err
+	})
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a"}, "th")
+	run := a.start("th", "work")
+	a.settle(run)
+	<-working
+	st := a.core.Runs.Status(ctx, "th")
+	if len(st.BackgroundTasks) != 1 {
+		t.Fatalf("status = %+v; want one background task", st)
+	}
+	bg := st.BackgroundTasks[0]
+	ref := instanceai.AgentRef{ThreadID: "th", RunID: bg.RunID, AgentID: bg.AgentID}
+	if err := store.ClaimAgent(ctx, ref, "inst-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := len(a.rows("th"))
+	a.core.Start(10 * time.Millisecond)
+	a.waitIdle("th")
+	if after := len(a.rows("th")); after != before {
+		t.Fatalf("the agent wrote %d events after its row was taken", after-before)
+	}
+	if refs, err := store.RenewAgents(ctx, "inst-b", time.Minute); err != nil || len(refs) != 1 || refs[0] != ref {
+		t.Fatalf("the taker's row = %+v, %v; want it left to the taker", refs, err)
 	}
 }

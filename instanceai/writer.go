@@ -32,7 +32,11 @@ type WriterConfig struct {
 	// OnRunFailed is told about runs whose events could not be stored after
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
-	Logger      *slog.Logger
+	// OnRunGone is told about each run an append refused with ErrNotFound:
+	// the thread was deleted, or taken by another user, under the run. The
+	// registry stops such a run at once; nothing more of it is written.
+	OnRunGone func(threadID, runID string)
+	Logger    *slog.Logger
 	// Observer is told about each commit and published event (nil: none).
 	Observer Observer
 }
@@ -270,12 +274,7 @@ func (d *threadDrain) run() {
 		d.drop = nil
 		d.mu.Unlock()
 		for runID := range drop {
-			d.failedRuns[runID] = true
-			for k := range d.segs {
-				if k.runID == runID {
-					delete(d.segs, k)
-				}
-			}
+			d.dropRun(runID)
 		}
 
 		now := time.Now()
@@ -505,6 +504,16 @@ func (d *threadDrain) commit(items []batchItem) {
 		start := time.Now()
 		var err error
 		first, err = d.appendWithRetry(rows, rowData)
+		if errors.Is(err, ErrNotFound) && len(usersOf(items)) > 1 {
+			// The log stores a user's events only in that user's thread: a
+			// batch that mixes the events of a run whose thread was deleted
+			// and taken by another user with the new owner's must not lose
+			// the new owner's. Each user's events go in on their own.
+			for _, user := range usersOf(items) {
+				d.commit(slices.DeleteFunc(slices.Clone(items), func(it batchItem) bool { return it.ev.UserID != user }))
+			}
+			return
+		}
 		if err != nil {
 			d.fail(items, err)
 			return
@@ -535,6 +544,17 @@ func (d *threadDrain) commit(items []batchItem) {
 	d.w.hub.Publish(d.threadID, frames)
 }
 
+// usersOf returns the users the items carry, in order of first appearance.
+func usersOf(items []batchItem) []string {
+	var users []string
+	for i := range items {
+		if u := items[i].ev.UserID; !slices.Contains(users, u) {
+			users = append(users, u)
+		}
+	}
+	return users
+}
+
 func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error) {
 	backoff := d.w.cfg.RetryBackoff
 	var err error
@@ -557,6 +577,38 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error
 	return 0, err
 }
 
+// dropRun discards the run's open segments and every later event of it.
+// It reports whether the run was not dropped already.
+func (d *threadDrain) dropRun(runID string) bool {
+	if d.failedRuns[runID] {
+		return false
+	}
+	d.failedRuns[runID] = true
+	for k := range d.segs {
+		if k.runID == runID {
+			delete(d.segs, k)
+		}
+	}
+	return true
+}
+
+// gone drops a batch the log refused as not found, and every later event
+// of the runs it touched: their thread was deleted under them, and an id
+// taken again by a new thread must not receive them. Each run is reported
+// once, so that the registry stops it.
+func (d *threadDrain) gone(items []batchItem) {
+	d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
+	for _, it := range items {
+		runID := it.ev.RunID
+		if !d.dropRun(runID) {
+			continue
+		}
+		if cb := d.w.cfg.OnRunGone; cb != nil {
+			cb(d.threadID, runID)
+		}
+	}
+}
+
 // fail gives up on a batch: every run it touched ends with a visible error
 // and run-finish{error}, published live at once, and later events of those
 // runs are dropped. The two events are kept and stored, exactly as
@@ -564,7 +616,7 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error
 // run as its clients saw it end.
 func (d *threadDrain) fail(items []batchItem, err error) {
 	if errors.Is(err, ErrNotFound) {
-		d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
+		d.gone(items)
 		return
 	}
 	d.w.cfg.Logger.Error("giving up on storing events; failing their runs", "thread", d.threadID,
@@ -572,14 +624,8 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	var frames []Frame
 	for _, it := range items {
 		runID := it.ev.RunID
-		if d.failedRuns[runID] {
+		if !d.dropRun(runID) {
 			continue
-		}
-		d.failedRuns[runID] = true
-		for k := range d.segs {
-			if k.runID == runID {
-				delete(d.segs, k)
-			}
 		}
 		agent := OrchestratorAgentID(runID)
 		now := time.Now().UnixMilli()

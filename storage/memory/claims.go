@@ -78,3 +78,49 @@ func (s *Store) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 	}
 	return s.claims.ExpiredRuns(ctx)
 }
+
+// ClaimAgent implements instanceai.AgentClaims; like a database's foreign
+// key, it refuses a thread that does not exist.
+func (s *Store) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	_, ok := s.threads[ref.ThreadID]
+	s.mu.Unlock()
+	if !ok {
+		return notFound("claim an agent of", ref.ThreadID)
+	}
+	return s.claims.ClaimAgent(ctx, ref, owner, ttl)
+}
+
+// ReleaseAgent implements instanceai.AgentClaims.
+func (s *Store) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	return s.claims.ReleaseAgent(ctx, ref)
+}
+
+// RenewAgents implements instanceai.AgentClaims.
+func (s *Store) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentRef, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	return s.claims.RenewAgents(ctx, owner, ttl)
+}
+
+// ExpiredAgents implements instanceai.AgentClaims.
+func (s *Store) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	return s.claims.ExpiredAgents(ctx)
+}
+
+// TakeAgent implements instanceai.AgentClaims.
+func (s *Store) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return false, err
+	}
+	return s.claims.TakeAgent(ctx, ref, owner, ttl)
+}

@@ -193,12 +193,16 @@ func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []ins
 	if err := records.CheckEncoded(events, data); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
 	}
+	owner, err := records.EventsUser(events)
+	if err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
+	}
 	if err := s.lock(); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
 	t := s.threads[threadID]
-	if t == nil {
+	if t == nil || (owner != "" && t.meta.OwnerID != owner) {
 		return 0, notFound("append to", threadID)
 	}
 	first := t.lastSeq + 1

@@ -85,12 +85,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 func logDialect(one *oneStatement) sqllog.Dialect {
 	return sqllog.Dialect{
 		Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
-		Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+		Reserve: func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (int64, any, error) {
 			var last int64
 			var now time.Time
 			err := tx.QueryRowContext(ctx,
-				`UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq, now()`,
-				threadID, n).Scan(&last, &now)
+				`UPDATE threads SET last_seq = last_seq + $2, updated_at = now()
+				 WHERE id = $1 AND ($3 = '' OR owner_id = $3) RETURNING last_seq, now()`,
+				threadID, n, owner).Scan(&last, &now)
 			return last, now, err
 		},
 		AppendOne: one.append,
@@ -103,11 +104,12 @@ func logDialect(one *oneStatement) sqllog.Dialect {
 // behind it and seqs follow commit order; the INSERT numbers the rows from
 // the seq after the old last_seq by their position in the arrays. A
 // data-modifying WITH runs whether or not the outer query reads it, and
-// reads no rows of r when the thread is missing: no row comes back, and
-// nothing was inserted. One statement is one transaction, so a failed
+// reads no rows of r when the thread is missing, or is not $7's when $7 is
+// set: no row comes back, and nothing was inserted. One statement is one transaction, so a failed
 // insert (a duplicate seq) takes the counter bump with it.
 const appendOneSQL = `WITH r AS (
-    UPDATE threads SET last_seq = last_seq + $2, updated_at = now() WHERE id = $1 RETURNING last_seq
+    UPDATE threads SET last_seq = last_seq + $2, updated_at = now()
+    WHERE id = $1 AND ($7 = '' OR owner_id = $7) RETURNING last_seq
 ), i AS (
     INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
     SELECT $1, r.last_seq - $2 + v.ord, v.type, v.run_id, v.agent_id, v.data, now()
@@ -115,7 +117,7 @@ const appendOneSQL = `WITH r AS (
 )
 SELECT last_seq FROM r`
 
-// oneStatement runs appendOneSQL, whose text never changes (six parameters
+// oneStatement runs appendOneSQL, whose text never changes (seven parameters
 // whatever the batch's size), so it is prepared once, on first use (the
 // tables exist only after Migrate): lib/pq sends an unprepared statement
 // with parameters in two round trips (parse, then bind and execute), a
@@ -147,7 +149,7 @@ func (o *oneStatement) close() error {
 	return o.stmt.Close()
 }
 
-func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte) (int64, error) {
 	stmt, err := o.prepared(ctx, db)
 	if err != nil {
 		return 0, err
@@ -161,7 +163,7 @@ func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID string, 
 	}
 	var last int64
 	err = stmt.QueryRowContext(ctx, threadID, len(events),
-		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas)).Scan(&last)
+		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas), owner).Scan(&last)
 	return last, err
 }
 

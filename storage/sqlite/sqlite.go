@@ -155,12 +155,12 @@ func dsn(path string, params ...string) string {
 // timeLayout.
 var logDialect = sqllog.Dialect{
 	Name: "sqlite", Placeholders: sqllog.Question, MaxParams: maxParams,
-	Reserve: func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (int64, any, error) {
+	Reserve: func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (int64, any, error) {
 		now := formatTime(time.Now())
 		var last int64
 		err := tx.QueryRowContext(ctx,
-			`UPDATE threads SET last_seq = last_seq + ?, updated_at = ? WHERE id = ? RETURNING last_seq`,
-			n, now, threadID).Scan(&last)
+			`UPDATE threads SET last_seq = last_seq + ?, updated_at = ? WHERE id = ? AND (? = '' OR owner_id = ?) RETURNING last_seq`,
+			n, now, threadID, owner, owner).Scan(&last)
 		return last, now, err
 	},
 }

@@ -117,7 +117,7 @@ func TestReopen(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "o", Title: "kept"}); err != nil {
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: storagetest.FixtureUser, Title: "kept"}); err != nil {
 		t.Fatal(err)
 	}
 	events := storagetest.EveryType("run-1")

@@ -3,8 +3,10 @@ package storagetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +155,80 @@ func checkClaimsAcrossStores(t *testing.T, stores []instanceai.Store, thread str
 	wg.Wait()
 	if n := len(slices.DeleteFunc(won, func(b bool) bool { return !b })); n != 1 {
 		t.Fatalf("%d concurrent claims from two pools won the thread, want exactly 1", n)
+	}
+}
+
+// testAgentClaims: a background agent's row is claimed, renewed by its
+// owner only, listed once its lease ran out, taken by exactly one of
+// several instances, released, and gone with its thread.
+func testAgentClaims(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "t1", "owner")
+	a1 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_1"}
+	a2 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_2"}
+	if err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "missing", RunID: "r", AgentID: "a"}, "inst_a", time.Minute); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("ClaimAgent on a missing thread: %v, want ErrNotFound", err)
+	}
+	// agent_1 is claimed with a lease that has already run out, agent_2
+	// with a live one.
+	if err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
+		t.Fatalf("ClaimAgent: %v", err)
+	}
+	if err := s.ClaimAgent(ctx, a2, "inst_a", time.Minute); err != nil {
+		t.Fatalf("ClaimAgent: %v", err)
+	}
+	expired, err := s.ExpiredAgents(ctx)
+	if err != nil || len(expired) != 1 || expired[0].AgentRef != a1 || expired[0].Owner != "inst_a" || !expired[0].LeaseExpires.Before(time.Now()) {
+		t.Fatalf("ExpiredAgents = %+v, %v; want agent_1 of inst_a", expired, err)
+	}
+	if won, err := s.TakeAgent(ctx, a2, "inst_b", time.Minute); err != nil || won {
+		t.Fatalf("TakeAgent of a live lease = %v, %v; want false", won, err)
+	}
+	// Of several instances that take the expired row at once, one wins.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			won, err := s.TakeAgent(ctx, a1, fmt.Sprint("inst_", i), time.Minute)
+			if err != nil {
+				t.Errorf("TakeAgent: %v", err)
+			}
+			if won {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d TakeAgent calls won an expired row, want 1", wins.Load())
+	}
+	// Renewal touches the owner's rows only, and gives them a live lease.
+	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(refs) != 1 || refs[0] != a2 {
+		t.Fatalf("RenewAgents of inst_a = %+v, %v; want agent_2", refs, err)
+	}
+	if expired, err := s.ExpiredAgents(ctx); err != nil || len(expired) != 0 {
+		t.Fatalf("ExpiredAgents after the take and the renewal = %+v, %v; want none", expired, err)
+	}
+	if err := s.ReleaseAgent(ctx, a1); err != nil {
+		t.Fatal(err)
+	}
+	// Whichever instance won agent_1, its row is gone now.
+	for i := range 4 {
+		if refs, err := s.RenewAgents(ctx, fmt.Sprint("inst_", i), time.Minute); err != nil || len(refs) != 0 {
+			t.Fatalf("RenewAgents of inst_%d after release = %+v, %v", i, refs, err)
+		}
+	}
+	// The thread's deletion takes its rows.
+	if err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteThread(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if expired, err := s.ExpiredAgents(ctx); err != nil || len(expired) != 0 {
+		t.Fatalf("ExpiredAgents after the thread's deletion = %+v, %v", expired, err)
+	}
+	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(refs) != 0 {
+		t.Fatalf("RenewAgents after the thread's deletion = %+v, %v", refs, err)
 	}
 }

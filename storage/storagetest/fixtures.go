@@ -8,6 +8,11 @@ import (
 	"github.com/threadline/threadline/instanceai"
 )
 
+// FixtureUser is the user the rich events of EveryType carry: a thread
+// they are appended to must be this user's, since a log stores a user's
+// events only in that user's thread.
+const FixtureUser = "user-1"
+
 // richEvents are wire-format events whose payloads exercise the encoding:
 // optional fields set and unset, raw JSON of every kind (a number beyond
 // float64, nested arrays, a bare string), non-ASCII text and characters that

@@ -61,7 +61,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 // other columns copy the event's and the append's time.
 func testStoredBytes(t *testing.T, b SQLBackend) {
 	ctx := context.Background()
-	ensure(t, b, "t", "o")
+	ensure(t, b, "t", FixtureUser)
 	events := EveryType("run-1")
 	before := time.Now()
 	if _, err := b.Append(ctx, "t", events); err != nil {
@@ -133,7 +133,10 @@ func testDeleteRemovesRows(t *testing.T, b SQLBackend) {
 	if _, err := b.ClaimThread(ctx, "t", "r", "inst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1, "active_runs": 1}
+	if err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1, "active_runs": 1, "background_agents": 1}
 	for table, n := range want {
 		if got := countRows(t, b.DB, table); got != n {
 			t.Fatalf("%d %s rows before delete, want %d", got, table, n)

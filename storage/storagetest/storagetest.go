@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		{"ListThreadsPages", testListThreadsPages},
 		{"NotFound", testNotFound},
 		{"DeleteCascadesToLog", testDeleteCascades},
+		{"AppendChecksOwner", testAppendChecksOwner},
 		{"CancelledContextWritesNothing", testCancelledContext},
 		{"Messages", testMessages},
 		{"Confirmations", testConfirmations},
@@ -57,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
 		{"Claims", testClaims},
+		{"AgentClaims", testAgentClaims},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
 		{"CloseIsIdempotent", testCloseIdempotent},
@@ -501,7 +503,7 @@ func testLargeBatch(t *testing.T, s instanceai.Store) {
 
 func testRoundTrip(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
-	ensure(t, s, "rt", "owner")
+	ensure(t, s, "rt", FixtureUser)
 	events := EveryType("run-rt")
 	// Half in one batch, the rest one by one: both paths must preserve bytes.
 	half := len(events) / 2
@@ -771,6 +773,67 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 	// A read past the end of an existing thread is empty, not an error.
 	if got, err := s.ReadAfter(ctx, "exists", 2, 0); err != nil || len(got) != 0 {
 		t.Errorf("ReadAfter past the end = %v, %v; want empty, nil", got, err)
+	}
+}
+
+// userTexts is n text events of stream "s" from i0 on, carrying user.
+func userTexts(user string, i0, n int) []instanceai.Event {
+	batch := make([]instanceai.Event, n)
+	for k := range batch {
+		batch[k] = textEvent("s", i0+k)
+		batch[k].UserID = user
+	}
+	return batch
+}
+
+// testAppendChecksOwner: events that carry a user are stored only in a
+// thread that user owns. A run that outlived its thread's deletion holds
+// the old owner's id; when another user creates a thread with the same id,
+// the run's appends must fail as on a missing thread, and leave the new
+// thread's log untouched. The batch sizes cover a store's one-statement
+// append and its chunked one (more rows than one INSERT takes).
+func testAppendChecksOwner(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "owned", "alice")
+	if _, err := s.Append(ctx, "owned", userTexts("alice", 0, 2)); err != nil {
+		t.Fatalf("Append of the owner's events: %v", err)
+	}
+	if err := s.DeleteThread(ctx, "owned"); err != nil {
+		t.Fatalf("DeleteThread: %v", err)
+	}
+	ensure(t, s, "owned", "bob")
+	for _, n := range []int{1, 3, 14000} {
+		if _, err := s.Append(ctx, "owned", userTexts("alice", 0, n)); !errors.Is(err, instanceai.ErrNotFound) {
+			t.Fatalf("Append of %d events of the old owner: %v, want ErrNotFound", n, err)
+		}
+	}
+	mixed := append(userTexts("bob", 0, 1), userTexts("alice", 1, 1)...)
+	if _, err := s.Append(ctx, "owned", mixed); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("Append of a batch of two users: %v, want ErrNotFound", err)
+	}
+	// Nothing of the refused appends is there, and no seq was taken.
+	if next, err := s.NextSeq(ctx, "owned"); err != nil || next != 1 {
+		t.Fatalf("NextSeq after refused appends = %d, %v; want 1", next, err)
+	}
+	// The new owner's events, and events that carry no user (the store's
+	// own callers), go in from seq 1.
+	if first, err := s.Append(ctx, "owned", userTexts("bob", 0, 2)); err != nil || first != 1 {
+		t.Fatalf("Append of the new owner's events = %d, %v; want 1", first, err)
+	}
+	if first, err := s.Append(ctx, "owned", userTexts("", 2, 1)); err != nil || first != 3 {
+		t.Fatalf("Append of events without a user = %d, %v; want 3", first, err)
+	}
+	got, err := s.ReadAfter(ctx, "owned", 0, 0)
+	if err != nil {
+		t.Fatalf("ReadAfter: %v", err)
+	}
+	for i, e := range got {
+		if e.Event.UserID == "alice" || e.Seq != int64(i+1) {
+			t.Fatalf("event %d of the new thread: seq %d, user %q", i, e.Seq, e.Event.UserID)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("new thread holds %d events, want 3", len(got))
 	}
 }
 

@@ -1,6 +1,7 @@
-// Package claims is the SQL behind instanceai.RunClaims, shared by the
-// SQLite and PostgreSQL backends: the active_runs table with one row per
-// thread that has an active run.
+// Package claims is the SQL behind instanceai.RunClaims and
+// instanceai.AgentClaims, shared by the SQLite and PostgreSQL backends: the
+// active_runs table with one row per thread that has an active run, and
+// the background_agents table with one row per background agent at work.
 //
 // The two databases differ in their clock, which each backend passes in as
 // SQL: PostgreSQL leases are set and compared with the database's now(), so
@@ -43,7 +44,10 @@ type Table struct {
 	w, r *sql.DB
 }
 
-var _ instanceai.RunClaims = (*Table)(nil)
+var (
+	_ instanceai.RunClaims   = (*Table)(nil)
+	_ instanceai.AgentClaims = (*Table)(nil)
+)
 
 // New returns the claims table of a database.
 func New(d Dialect, writer, reader *sql.DB) *Table {
@@ -67,15 +71,21 @@ func (t *Table) scan(row interface{ Scan(...any) error }) (instanceai.ActiveRun,
 	case int64:
 		a.Suspended = v != 0
 	}
+	var err error
+	a.LeaseExpires, err = leaseTime(lease)
+	return a, err
+}
+
+// leaseTime reads a lease_expires value: a timestamp (PostgreSQL) or epoch
+// milliseconds (SQLite).
+func leaseTime(lease any) (time.Time, error) {
 	switch v := lease.(type) {
 	case time.Time:
-		a.LeaseExpires = v.UTC()
+		return v.UTC(), nil
 	case int64:
-		a.LeaseExpires = time.UnixMilli(v).UTC()
-	default:
-		return a, fmt.Errorf("unexpected lease_expires value %T", lease)
+		return time.UnixMilli(v).UTC(), nil
 	}
-	return a, nil
+	return time.Time{}, fmt.Errorf("unexpected lease_expires value %T", lease)
 }
 
 func (t *Table) wrap(op, threadID string, err error) error {
@@ -205,4 +215,90 @@ func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
 	}
 	return out, nil
+}
+
+// ClaimAgent implements instanceai.AgentClaims.
+func (t *Table) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) error {
+	exp, expArg := t.d.Expiry(ttl)
+	_, err := t.w.ExecContext(ctx, t.q(
+		`INSERT INTO background_agents (thread_id, agent_id, run_id, owner_id, lease_expires)
+		 VALUES (?, ?, ?, ?, `+exp+`)
+		 ON CONFLICT (thread_id, agent_id) DO UPDATE SET owner_id = excluded.owner_id, lease_expires = excluded.lease_expires`),
+		ref.ThreadID, ref.AgentID, ref.RunID, owner, expArg)
+	if err != nil && t.d.IsForeignKeyViolation(err) {
+		err = instanceai.ErrNotFound
+	}
+	return t.wrap("claim an agent of", ref.ThreadID, err)
+}
+
+// ReleaseAgent implements instanceai.AgentClaims.
+func (t *Table) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef) error {
+	_, err := t.w.ExecContext(ctx, t.q(`DELETE FROM background_agents WHERE thread_id = ? AND agent_id = ?`),
+		ref.ThreadID, ref.AgentID)
+	return t.wrap("release an agent of", ref.ThreadID, err)
+}
+
+// RenewAgents implements instanceai.AgentClaims.
+func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentRef, error) {
+	exp, expArg := t.d.Expiry(ttl)
+	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE background_agents SET lease_expires = `+exp+`
+		WHERE owner_id = ? RETURNING thread_id, run_id, agent_id`), expArg, owner)
+	if err != nil {
+		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+	}
+	defer rows.Close()
+	var out []instanceai.AgentRef
+	for rows.Next() {
+		var ref instanceai.AgentRef
+		if err := rows.Scan(&ref.ThreadID, &ref.RunID, &ref.AgentID); err != nil {
+			return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+		}
+		out = append(out, ref)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+	}
+	return out, nil
+}
+
+// ExpiredAgents implements instanceai.AgentClaims.
+func (t *Table) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, error) {
+	now, nowArg := t.d.Now()
+	rows, err := t.r.QueryContext(ctx, t.q(`SELECT thread_id, run_id, agent_id, owner_id, lease_expires
+		FROM background_agents WHERE lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+	}
+	defer rows.Close()
+	var out []instanceai.AgentClaim
+	for rows.Next() {
+		var c instanceai.AgentClaim
+		var lease any
+		if err := rows.Scan(&c.ThreadID, &c.RunID, &c.AgentID, &c.Owner, &lease); err != nil {
+			return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+		}
+		if c.LeaseExpires, err = leaseTime(lease); err != nil {
+			return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+	}
+	return out, nil
+}
+
+// TakeAgent implements instanceai.AgentClaims.
+func (t *Table) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (bool, error) {
+	exp, expArg := t.d.Expiry(ttl)
+	now, nowArg := t.d.Now()
+	res, err := t.w.ExecContext(ctx, t.q(
+		`UPDATE background_agents SET owner_id = ?, lease_expires = `+exp+`
+		 WHERE thread_id = ? AND agent_id = ? AND lease_expires < `+now),
+		append([]any{owner, expArg, ref.ThreadID, ref.AgentID}, nowArg...)...)
+	if err != nil {
+		return false, t.wrap("take an agent of", ref.ThreadID, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, t.wrap("take an agent of", ref.ThreadID, err)
 }

@@ -73,3 +73,23 @@ func CheckEncoded(events []instanceai.Event, data [][]byte) error {
 	}
 	return nil
 }
+
+// EventsUser returns the one user the events carry ("" when none carries
+// one): an append stores events only in a thread their user owns, so
+// that a run that outlived its thread cannot write into another user's
+// thread that took the id. Two users in one batch cannot both own the
+// thread, so they fail as a thread that is not there.
+func EventsUser(events []instanceai.Event) (string, error) {
+	user := ""
+	for i := range events {
+		u := events[i].UserID
+		switch {
+		case u == "" || u == user:
+		case user == "":
+			user = u
+		default:
+			return "", fmt.Errorf("events of users %q and %q in one append: %w", user, u, instanceai.ErrNotFound)
+		}
+	}
+	return user, nil
+}

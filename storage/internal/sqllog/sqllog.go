@@ -122,16 +122,18 @@ type Dialect struct {
 	// larger batch is split over several INSERTs in the same transaction.
 	MaxParams int
 	// Reserve moves the thread's counter on by n inside tx and stamps its
-	// updated_at. It returns the new last_seq and the created_at value of
-	// the batch's rows, or sql.ErrNoRows for a missing thread.
-	Reserve func(ctx context.Context, tx *sql.Tx, threadID string, n int64) (last int64, stamp any, err error)
+	// updated_at, if the thread is owner's (any owner when owner is ""). It
+	// returns the new last_seq and the created_at value of the batch's
+	// rows, or sql.ErrNoRows for a missing thread or another owner's.
+	Reserve func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (last int64, stamp any, err error)
 	// AppendOne, when set, stores a batch of at most MaxRows rows with one
 	// statement that moves the counter and inserts the rows, in place of
 	// the transaction of Reserve and the INSERTs: on a server every
 	// statement of that transaction is a round trip, and one statement is
-	// atomic by itself. It returns the batch's last seq, or sql.ErrNoRows
-	// for a missing thread.
-	AppendOne func(ctx context.Context, db *sql.DB, threadID string, events []instanceai.Event, data [][]byte) (last int64, err error)
+	// atomic by itself. The owner condition is Reserve's. It returns the
+	// batch's last seq, or sql.ErrNoRows for a missing thread or another
+	// owner's.
+	AppendOne func(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte) (last int64, err error)
 	// Err, when set, amends every error before it is wrapped (PostgreSQL
 	// adds the context's error to its driver's own).
 	Err func(ctx context.Context, err error) error
@@ -211,13 +213,21 @@ func (l *Log) appendEncoded(ctx context.Context, threadID string, events []insta
 		err := l.r.QueryRowContext(ctx, l.q(`SELECT last_seq + 1 FROM threads WHERE id = ?`), threadID).Scan(&next)
 		return next, notFound(err)
 	}
-	return l.append(ctx, threadID, events, data)
+	owner, err := records.EventsUser(events)
+	if err != nil {
+		return 0, err
+	}
+	return l.append(ctx, threadID, owner, events, data)
 }
 
-func (l *Log) append(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (first int64, err error) {
+// append stores events in the thread if owner owns it (any owner when
+// owner is ""): the owner is part of the statement that moves the counter,
+// so a thread deleted and taken by another user between a run's start and
+// its append refuses the run's events as a missing thread would.
+func (l *Log) append(ctx context.Context, threadID, owner string, events []instanceai.Event, data [][]byte) (first int64, err error) {
 	n := int64(len(events))
 	if l.d.AppendOne != nil && len(events) <= l.maxRows {
-		last, err := l.d.AppendOne(ctx, l.w, threadID, events, data)
+		last, err := l.d.AppendOne(ctx, l.w, threadID, owner, events, data)
 		if err != nil {
 			return 0, notFound(err)
 		}
@@ -247,7 +257,7 @@ func (l *Log) append(ctx context.Context, threadID string, events []instanceai.E
 	// Within the transaction nobody else can move the counter (SQLite has
 	// one writer; PostgreSQL's row lock queues the others until COMMIT), so
 	// first..last is this batch's.
-	last, stamp, err := l.d.Reserve(ctx, tx, threadID, n)
+	last, stamp, err := l.d.Reserve(ctx, tx, threadID, owner, n)
 	if err != nil {
 		return 0, notFound(err)
 	}
