@@ -45,10 +45,10 @@ func TestCrashWhileBackgroundAgentWorks(t *testing.T) {
 				return false
 			})
 			cancel()
-			p.kill()
+			p.Kill()
 
 			p = launch(t, spec, 100*time.Millisecond, leases...)
-			conn := p.api.Connect(thread, "", false)
+			conn := p.API.Connect(thread, "", false)
 			frames := conn.Until(wait, func(f servertest.Frame) bool {
 				return f.Decoded.Type == instanceai.TypeAgentCompleted && f.Decoded.AgentID == agentID
 			})
@@ -96,7 +96,7 @@ func TestCrashWhileBackgroundAgentWorks(t *testing.T) {
 			if status.HasActiveRun || len(status.BackgroundTasks) != 0 {
 				t.Fatalf("status after the settlement = %+v", status)
 			}
-			p.kill()
+			p.Kill()
 		})
 	}
 }
