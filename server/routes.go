@@ -45,10 +45,28 @@ func unmatched(router *mux.Router) http.Handler {
 	})
 }
 
-// routeMethods is a route's path pattern and methods.
+// routeMethods is a route's path pattern, template and methods.
 type routeMethods struct {
-	path    *regexp.Regexp
-	methods []string
+	path     *regexp.Regexp
+	template string
+	methods  []string
+}
+
+// Route is one method on one path template, as registered ("/instance-ai/chat/{threadId}").
+type Route struct {
+	Method, Path string
+}
+
+// Routes lists every method and path template the server serves, for the
+// checks that the API's documents name each of them.
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, rt := range collectRoutes(s.router) {
+		for _, m := range rt.methods {
+			out = append(out, Route{Method: m, Path: rt.template})
+		}
+	}
+	return out
 }
 
 // collectRoutes lists the routes that have both a path and methods.
@@ -63,8 +81,12 @@ func collectRoutes(router *mux.Router) []routeMethods {
 		if err != nil {
 			return nil
 		}
+		template, err := route.GetPathTemplate()
+		if err != nil {
+			return nil
+		}
 		if re, err := regexp.Compile(pattern); err == nil {
-			out = append(out, routeMethods{path: re, methods: methods})
+			out = append(out, routeMethods{path: re, template: template, methods: methods})
 		}
 		return nil
 	})

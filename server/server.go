@@ -17,6 +17,7 @@ import (
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/accesslog"
 	"github.com/threadline/threadline/server/aguiapi"
@@ -24,6 +25,7 @@ import (
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/nativeapi"
+	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/workflow"
 	"github.com/threadline/threadline/workflow/catalog"
 	"github.com/threadline/threadline/workflow/validate"
@@ -93,6 +95,8 @@ type Server struct {
 	// native serves the native event streams, which Shutdown ends too:
 	// they outlive their requests (see nativeapi's hijacked streams).
 	native *nativeapi.API
+	// router is kept for Routes.
+	router *mux.Router
 
 	leaseRenew time.Duration
 }
@@ -156,9 +160,13 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
 	}).Register(authed, router)
+	// The API's description is public, like /health: clients read it
+	// before they have a token.
+	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)
 	// Only the root router gets these: the authed subrouter matches every
 	// path, so a handler of its own would shadow the public routes
 	// registered after it.
+	s.router = router
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
 	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, router))
