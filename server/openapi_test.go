@@ -1,0 +1,119 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/threadline/threadline/internal/version"
+	"github.com/threadline/threadline/server"
+	"github.com/threadline/threadline/server/openapi"
+	"github.com/threadline/threadline/server/servertest"
+)
+
+// openAPIDoc is the part of the document the route checks read.
+type openAPIDoc struct {
+	Info struct {
+		Version string `json:"version"`
+	} `json:"info"`
+	Paths map[string]map[string]struct {
+		Security *[]map[string][]string `json:"security"`
+	} `json:"paths"`
+}
+
+// documentedRoutes lists the document's (method, path) pairs, and the
+// public ones (security: []).
+func documentedRoutes(t *testing.T, doc openAPIDoc) (all []server.Route, public map[server.Route]bool) {
+	t.Helper()
+	public = map[server.Route]bool{}
+	for path, item := range doc.Paths {
+		for method, op := range item {
+			if method == "parameters" || method == "summary" || method == "description" {
+				continue
+			}
+			rt := server.Route{Method: strings.ToUpper(method), Path: path}
+			all = append(all, rt)
+			if op.Security != nil && len(*op.Security) == 0 {
+				public[rt] = true
+			}
+		}
+	}
+	return all, public
+}
+
+func fetchOpenAPI(t *testing.T, s *servertest.Server) openAPIDoc {
+	t.Helper()
+	res, err := http.Get(s.URL + openapi.Path) // no token, whatever the server's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET %s: %d %q: %s", openapi.Path, res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+	var doc openAPIDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("GET %s: not JSON: %v", openapi.Path, err)
+	}
+	return doc
+}
+
+// TestOpenAPIRoutes checks that the document names every route the server
+// registers and no route it does not, with the builder API on (the memory
+// store keeps builder data) and /llm/health both served by the LLM agent's
+// probe and answered without one.
+func TestOpenAPIRoutes(t *testing.T) {
+	probe := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	for name, llm := range map[string]http.Handler{"llm-health": probe, "no-llm": nil} {
+		t.Run(name, func(t *testing.T) {
+			s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{LLMHealth: llm}})
+			documented, _ := documentedRoutes(t, fetchOpenAPI(t, s))
+			registered := s.App.Routes()
+			if !slices.Contains(registered, server.Route{Method: http.MethodPost, Path: "/generate"}) {
+				t.Fatalf("the builder API is off: %v", registered)
+			}
+			for _, rt := range registered {
+				if !slices.Contains(documented, rt) {
+					t.Errorf("%s %s is served but not in %s", rt.Method, rt.Path, openapi.Path)
+				}
+			}
+			for _, rt := range documented {
+				if !slices.Contains(registered, rt) {
+					t.Errorf("%s %s is in %s but not served", rt.Method, rt.Path, openapi.Path)
+				}
+			}
+		})
+	}
+}
+
+// TestOpenAPIServedWithoutAuth checks that the document needs no token when
+// tokens are configured, carries the build's version, and says which
+// routes are public truly: with tokens on, a request without one is
+// refused with 401 by every route the document secures and by none it
+// marks public (security: []).
+func TestOpenAPIServedWithoutAuth(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-openapi-0123456789=alice"})
+	doc := fetchOpenAPI(t, s)
+	if doc.Info.Version != version.String() {
+		t.Errorf("info.version = %q, want %q", doc.Info.Version, version.String())
+	}
+	documented, public := documentedRoutes(t, doc)
+	vars := regexp.MustCompile(`\{[^}]+\}`)
+	for _, rt := range documented {
+		req, _ := http.NewRequest(rt.Method, s.URL+vars.ReplaceAllString(rt.Path, "x1"), strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if refused := res.StatusCode == http.StatusUnauthorized; refused == public[rt] {
+			t.Errorf("%s %s without a token: %d, but the document says public=%v", rt.Method, rt.Path, res.StatusCode, public[rt])
+		}
+	}
+}
