@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -115,5 +116,73 @@ func TestOpenAPIServedWithoutAuth(t *testing.T) {
 		if refused := res.StatusCode == http.StatusUnauthorized; refused == public[rt] {
 			t.Errorf("%s %s without a token: %d, but the document says public=%v", rt.Method, rt.Path, res.StatusCode, public[rt])
 		}
+	}
+}
+
+// queryParam is a documented query parameter with the limits the checks
+// below try.
+type queryParam struct {
+	Name   string `json:"name"`
+	In     string `json:"in"`
+	Ref    string `json:"$ref"`
+	Schema struct {
+		Minimum *int     `json:"minimum"`
+		Maximum *int     `json:"maximum"`
+		Enum    []string `json:"enum"`
+	} `json:"schema"`
+}
+
+// TestOpenAPIQueryLimits checks the documented limits of the GET routes'
+// query parameters against the handlers: a value just past a documented
+// minimum or maximum, or outside a documented enum, is a 400 naming that
+// parameter.
+func TestOpenAPIQueryLimits(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []queryParam `json:"parameters"`
+		} `json:"paths"`
+	}
+	body, err := openapi.Document("dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	// The path variables become "x1", a thread the caller owns, so the
+	// thread routes reach their query checks.
+	s.EnsureThread("x1")
+	vars := regexp.MustCompile(`\{[^}]+\}`)
+	tried := 0
+	for path, item := range doc.Paths {
+		for _, p := range item["get"].Parameters {
+			if p.In != "query" {
+				continue
+			}
+			var bad []string
+			if p.Schema.Minimum != nil {
+				bad = append(bad, fmt.Sprint(*p.Schema.Minimum-1))
+			}
+			if p.Schema.Maximum != nil {
+				bad = append(bad, fmt.Sprint(*p.Schema.Maximum+1))
+			}
+			if len(p.Schema.Enum) > 0 {
+				bad = append(bad, "not-"+p.Schema.Enum[0])
+			}
+			for _, v := range bad {
+				tried++
+				target := vars.ReplaceAllString(path, "x1") + "?" + p.Name + "=" + v
+				code, out := s.Do(http.MethodGet, target, "")
+				e, _ := out["error"].(map[string]any)
+				details, _ := e["details"].(map[string]any)
+				if code != http.StatusBadRequest || details["field"] != p.Name {
+					t.Errorf("GET %s: %d %v, want 400 naming %s", target, code, out, p.Name)
+				}
+			}
+		}
+	}
+	if tried == 0 {
+		t.Fatal("the document has no query parameter limits to check")
 	}
 }
