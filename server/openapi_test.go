@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/openapi"
@@ -184,5 +186,80 @@ func TestOpenAPIQueryLimits(t *testing.T) {
 	}
 	if tried == 0 {
 		t.Fatal("the document has no query parameter limits to check")
+	}
+}
+
+// TestOpenAPIResponses sends a round of requests through the real server and
+// checks each answer against the document: its status is documented for
+// the operation, and its JSON body fits the documented schema (required
+// fields present, types right), errors included.
+func TestOpenAPIResponses(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	body, err := openapi.Document("dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := `{"name": "w", "nodes": [], "connections": {}}`
+	for _, c := range []struct {
+		method, template, path, body string
+	}{
+		{"POST", "/instance-ai/threads", "/instance-ai/threads", `{"id": "t1", "title": "first"}`},
+		{"POST", "/instance-ai/threads", "/instance-ai/threads", `{"id": "t1"}`},
+		{"GET", "/instance-ai/threads", "/instance-ai/threads?limit=5", ""},
+		{"GET", "/instance-ai/threads", "/instance-ai/threads?limit=0", ""},
+		{"PATCH", "/instance-ai/threads/{threadId}", "/instance-ai/threads/t1", `{"title": "renamed"}`},
+		{"PATCH", "/instance-ai/threads/{threadId}", "/instance-ai/threads/t1", `{}`},
+		{"GET", "/instance-ai/threads/{threadId}/status", "/instance-ai/threads/t1/status", ""},
+		{"GET", "/instance-ai/threads/{threadId}/messages", "/instance-ai/threads/t1/messages", ""},
+		{"GET", "/instance-ai/threads/{threadId}/messages", "/instance-ai/threads/nobody/messages", ""},
+		{"POST", "/instance-ai/chat/{threadId}", "/instance-ai/chat/t2", `{"message": "hello"}`},
+		{"POST", "/instance-ai/chat/{threadId}", "/instance-ai/chat/t2", `{"message": " "}`},
+		{"POST", "/instance-ai/chat/{threadId}/cancel", "/instance-ai/chat/t2/cancel", ""},
+		{"POST", "/instance-ai/confirm/{requestId}", "/instance-ai/confirm/r1", `{"approved": true}`},
+		{"DELETE", "/instance-ai/threads/{threadId}", "/instance-ai/threads/t1", ""},
+		{"GET", "/health", "/health", ""},
+		{"GET", "/status", "/status", ""},
+		{"GET", "/llm/health", "/llm/health", ""},
+		{"POST", "/validate", "/validate", `{"workflow_json": ` + wf + `}`},
+		{"POST", "/validate", "/validate", `{}`},
+		{"GET", "/iterations/{workflowId}", "/iterations/w1", ""},
+		{"GET", "/feedback/{workflowId}", "/feedback/w1", ""},
+		{"POST", "/projects/{name}", "/projects/p1", `{"description": "a project"}`},
+		{"POST", "/projects/{name}", "/projects/p1", `{}`},
+		{"GET", "/projects/{name}", "/projects/p1", ""},
+		{"GET", "/projects/{name}", "/projects/missing", ""},
+		{"GET", "/projects", "/projects", ""},
+		{"GET", "/projects/stats", "/projects/stats", ""},
+		{"PUT", "/projects/{name}/workflows/{filename}", "/projects/p1/workflows/w.json", `{"workflow_data": ` + wf + `}`},
+		{"PUT", "/projects/{name}/workflows/{filename}", "/projects/p1/workflows/w.json", `{"workflow_data": ` + wf + `, "create_backup": true}`},
+		{"GET", "/projects/{name}/workflows", "/projects/p1/workflows", ""},
+		{"GET", "/projects/{name}/workflows/{filename}", "/projects/p1/workflows/w.json", ""},
+		{"GET", "/projects/{name}/workflows/{filename}/versions", "/projects/p1/workflows/w.json/versions", ""},
+		{"POST", "/projects/{name}/workflows/{filename}/cleanup-versions", "/projects/p1/workflows/w.json/cleanup-versions", `{"keep_versions": 1}`},
+		{"DELETE", "/projects/{name}", "/projects/p1", ""},
+		{"DELETE", "/projects/{name}", "/projects/p1?confirm=true", ""},
+	} {
+		code, answer := s.DoValue(c.method, c.path, c.body)
+		op := doc.Paths.Find(c.template).GetOperation(c.method)
+		if op == nil {
+			t.Fatalf("%s %s is not documented", c.method, c.template)
+		}
+		ref := op.Responses.Status(code)
+		if ref == nil {
+			t.Errorf("%s %s: %d %v is not a documented status", c.method, c.path, code, answer)
+			continue
+		}
+		media := ref.Value.Content.Get("application/json")
+		if media == nil {
+			t.Errorf("%s %s: %d has no documented JSON body", c.method, c.path, code)
+			continue
+		}
+		if err := doc.ValidateSchemaJSON(media.Schema.Value, answer); err != nil {
+			t.Errorf("%s %s: %d answer does not fit the documented schema: %v", c.method, c.path, code, err)
+		}
 	}
 }

@@ -40,6 +40,20 @@ func (s *Server) DoInto(method, path, body string, out any) int {
 	return status
 }
 
+// DoValue is Do for answers of any JSON shape (a list, say): it returns the
+// status and the decoded answer (nil for an empty one), failing the test on
+// an answer that is not JSON.
+func (s *Server) DoValue(method, path, body string) (status int, answer any) {
+	s.t.Helper()
+	status, raw := s.send(method, path, body)
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			s.t.Fatalf("%s %s: %d, non-JSON answer %q", method, path, status, raw)
+		}
+	}
+	return status, answer
+}
+
 func (s *Server) send(method, path, body string) (int, []byte) {
 	s.t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
