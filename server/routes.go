@@ -45,11 +45,34 @@ func unmatched(router *mux.Router) http.Handler {
 	})
 }
 
-// routeMethods is a route's path pattern and methods.
+// routeMethods is a route's path pattern, template and methods.
 type routeMethods struct {
-	path    *regexp.Regexp
-	methods []string
+	path     *regexp.Regexp
+	template string
+	methods  []string
 }
+
+// Route is one method on one path template, as registered ("/instance-ai/chat/{threadId}").
+type Route struct {
+	Method, Path string
+}
+
+// Routes lists every method and path template the server serves, for the
+// checks that the API's documents name each of them. A variable's pattern
+// is left out ("/console/{file:.+}" is "/console/{file}"), as OpenAPI
+// writes templates.
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, rt := range collectRoutes(s.router) {
+		for _, m := range rt.methods {
+			out = append(out, Route{Method: m, Path: variablePattern.ReplaceAllString(rt.template, "{$1}")})
+		}
+	}
+	return out
+}
+
+// variablePattern matches a mux path variable that carries a pattern.
+var variablePattern = regexp.MustCompile(`\{([^:}]+):[^}]*\}`)
 
 // collectRoutes lists the routes that have both a path and methods.
 func collectRoutes(router *mux.Router) []routeMethods {
@@ -63,36 +86,12 @@ func collectRoutes(router *mux.Router) []routeMethods {
 		if err != nil {
 			return nil
 		}
-		if re, err := regexp.Compile(pattern); err == nil {
-			out = append(out, routeMethods{path: re, methods: methods})
-		}
-		return nil
-	})
-	return out
-}
-
-// Route is one registered endpoint: a method and mux's path template
-// ("/instance-ai/chat/{threadId}").
-type Route struct {
-	Method string
-	Path   string
-}
-
-// Routes lists the endpoints the server serves, in registration order: what
-// the API document (server/openapi) must describe.
-func (s *Server) Routes() []Route {
-	var out []Route
-	_ = s.router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
-		path, err := route.GetPathTemplate()
-		if err != nil {
-			return nil // a subrouter's prefix route carries no endpoint
-		}
-		methods, err := route.GetMethods()
+		template, err := route.GetPathTemplate()
 		if err != nil {
 			return nil
 		}
-		for _, m := range methods {
-			out = append(out, Route{Method: m, Path: path})
+		if re, err := regexp.Compile(pattern); err == nil {
+			out = append(out, routeMethods{path: re, template: template, methods: methods})
 		}
 		return nil
 	})

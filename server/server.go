@@ -17,6 +17,7 @@ import (
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/accesslog"
 	"github.com/threadline/threadline/server/aguiapi"
@@ -169,7 +170,9 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
 	}).Register(authed, router)
-	router.Handle(openapi.Path, openapi.Handler()).Methods(http.MethodGet)
+	// The API's description is public, like /health: clients read it
+	// before they have a token.
+	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)
 	// The console's files are public: they carry no user data, and the
 	// page's API calls carry the user's token.
 	console.Register(router)

@@ -17,11 +17,13 @@ import (
 // the status is the caller's to judge.
 func (s *Server) Do(method, path, body string) (status int, answer map[string]any) {
 	s.t.Helper()
-	status, raw := s.send(method, path, body)
-	if len(bytes.TrimSpace(raw)) > 0 {
-		if err := json.Unmarshal(raw, &answer); err != nil {
-			s.t.Fatalf("%s %s: %d, non-JSON answer %q", method, path, status, raw)
-		}
+	status, v := s.DoValue(method, path, body)
+	if v == nil {
+		return status, nil
+	}
+	answer, ok := v.(map[string]any)
+	if !ok {
+		s.t.Fatalf("%s %s: %d, answer %v is not a JSON object", method, path, status, v)
 	}
 	return status, answer
 }
@@ -38,6 +40,20 @@ func (s *Server) DoInto(method, path, body string, out any) int {
 		}
 	}
 	return status
+}
+
+// DoValue is Do for answers of any JSON shape (a list, say): it returns the
+// status and the decoded answer (nil for an empty one), failing the test on
+// an answer that is not JSON.
+func (s *Server) DoValue(method, path, body string) (status int, answer any) {
+	s.t.Helper()
+	status, raw := s.send(method, path, body)
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			s.t.Fatalf("%s %s: %d, non-JSON answer %q", method, path, status, raw)
+		}
+	}
+	return status, answer
 }
 
 func (s *Server) send(method, path, body string) (int, []byte) {
