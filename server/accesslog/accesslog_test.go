@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 type lockedBuffer struct {
@@ -71,7 +72,12 @@ func TestLine(t *testing.T) {
 		_, _ = io.ReadAll(res.Body)
 		res.Body.Close()
 	}
+	// The hijacking handler's line is written when it returns, which can be
+	// after its client read the raw answer and the connection's end.
 	recs := logs.records(t)
+	for deadline := time.Now().Add(5 * time.Second); len(recs) < 3 && time.Now().Before(deadline); recs = logs.records(t) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if len(recs) != 3 {
 		t.Fatalf("%d log lines, want 3: %v", len(recs), recs)
 	}
