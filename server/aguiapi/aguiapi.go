@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"mime"
@@ -165,14 +164,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 		return runRequest{}, httpjson.NewError(http.StatusNotAcceptable, "not_acceptable", "Accept",
 			"this endpoint streams text/event-stream; the Accept header %q does not admit it", r.Header.Get("Accept"))
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	data, err := httpjson.ReadBody(w, r, h.cfg.MaxBody)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return runRequest{}, httpjson.NewError(http.StatusRequestEntityTooLarge, "body_too_large", "",
-				"request body exceeds the limit of %d bytes", h.cfg.MaxBody)
-		}
-		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
+		return runRequest{}, err
 	}
 	// threadId and runId are optional, as the seed's RunAgentInput has
 	// them: missing ones are made here and returned on RUN_STARTED.
