@@ -152,3 +152,13 @@ func TestDotSegmentsAnswerJSON(t *testing.T) {
 		t.Fatalf("threads after the dot paths: %+v", page.Threads)
 	}
 }
+
+// wantError checks an error answer's status, code and details.field.
+func wantError(t *testing.T, what string, code int, out map[string]any, wantCode int, wantErr, wantField string) {
+	t.Helper()
+	e, _ := out["error"].(map[string]any)
+	details, _ := e["details"].(map[string]any)
+	if code != wantCode || e["code"] != wantErr || details["field"] != wantField {
+		t.Fatalf("%s: %d %v, want %d %s naming %s", what, code, out, wantCode, wantErr, wantField)
+	}
+}

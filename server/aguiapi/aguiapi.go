@@ -267,7 +267,7 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	t, err := open(ctx, id, user)
 	var missing *instanceai.ThreadNotFoundError
-	if errors.As(err, &missing) {
+	if errors.As(err, &missing) && len(req.input.Resume) > 0 {
 		return h.resume(ctx, req, user, nil) // no pending interrupt to answer
 	}
 	if err != nil {
