@@ -336,4 +336,14 @@ func DeriveTitle(message string) string {
 	return strings.TrimRightFunc(string(runes), unicode.IsSpace) + "…"
 }
 
-func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || NotInTitle(r) }
+
+// NotInTitle reports the characters a title, which is one line shown as
+// it is, must not hold: control characters, the line and paragraph
+// separators (U+2028, U+2029) and the bidirectional embedding, override
+// and isolate controls (U+202A–U+202E, U+2066–U+2069), which would reorder
+// the text shown after the title.
+func NotInTitle(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' ||
+		(r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069')
+}

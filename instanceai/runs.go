@@ -298,6 +298,23 @@ func (e *UnknownAgentError) Error() string {
 	return fmt.Sprintf("unknown agent %q: known agents are %s", e.Name, strings.Join(e.Known, ", "))
 }
 
+// CheckAgent returns an *UnknownAgentError unless name is "" (the default
+// agent) or one of the agent's names (NamedAgent): what Start would refuse,
+// for a caller to check before it creates anything.
+func (m *Runs) CheckAgent(name string) error {
+	if name == "" {
+		return nil
+	}
+	var known []string
+	if named, ok := m.agent.(NamedAgent); ok {
+		known = named.Names()
+	}
+	if !slices.Contains(known, name) {
+		return &UnknownAgentError{Name: name, Known: known}
+	}
+	return nil
+}
+
 // Start begins a run on the thread unless one is active (ErrRunActive, with
 // the active run returned). The run-start event is queued before Start
 // returns, so a client that subscribes afterwards sees the whole run.
@@ -311,13 +328,9 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	if req.RunID != "" && !ValidThreadID(req.RunID) {
 		return nil, &InvalidRunIDError{RunID: req.RunID}
 	}
-	if req.AgentName != "" && req.Work == nil {
-		var known []string
-		if named, ok := m.agent.(NamedAgent); ok {
-			known = named.Names()
-		}
-		if !slices.Contains(known, req.AgentName) {
-			return nil, &UnknownAgentError{Name: req.AgentName, Known: known}
+	if req.Work == nil {
+		if err := m.CheckAgent(req.AgentName); err != nil {
+			return nil, err
 		}
 	}
 	m.mu.Lock()

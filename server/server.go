@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -23,6 +25,7 @@ import (
 	"github.com/threadline/threadline/server/aguiapi"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
+	"github.com/threadline/threadline/server/connlimit"
 	"github.com/threadline/threadline/server/console"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
@@ -228,15 +231,61 @@ type ServeOptions struct {
 	// Force, when it ends during the drain, cuts the drain short (a second
 	// Ctrl-C, say).
 	Force context.Context
+	// Timeouts bound what a client may hold without sending: its request
+	// headers, its request body, an idle keep-alive connection.
+	Timeouts Timeouts
+	// Connections caps the connections held at once (connlimit); those
+	// over a cap are answered 503 and closed.
+	Connections connlimit.Limits
+}
+
+// Timeouts bound the reads of a connection; 0 takes the default. None
+// bounds a response: event streams last as long as their clients follow
+// them.
+type Timeouts struct {
+	// ReadHeader bounds the read of a request's headers (default 10 s).
+	ReadHeader time.Duration
+	// Body bounds the read of a request's body, from the end of its
+	// headers (default 30 s). It is lifted once the body is read, so a
+	// run's stream on the same request is not cut.
+	Body time.Duration
+	// Idle is how long a keep-alive connection may wait for its next
+	// request (default 60 s).
+	Idle time.Duration
+}
+
+// The timeouts' defaults.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+)
+
+func (t Timeouts) withDefaults() Timeouts {
+	if t.ReadHeader <= 0 {
+		t.ReadHeader = DefaultReadHeaderTimeout
+	}
+	if t.Body <= 0 {
+		t.Body = DefaultBodyTimeout
+	}
+	if t.Idle <= 0 {
+		t.Idle = DefaultIdleTimeout
+	}
+	return t
 }
 
 // Serve serves on ln until ctx ends, then drains and shuts down gracefully
 // as opts says.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, opts ServeOptions) error {
 	s.Start()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	t := opts.Timeouts.withDefaults()
+	// No ReadTimeout or WriteTimeout: both run from the start of a request
+	// to its end, and a stream is a request that does not end. (A read
+	// deadline that passes while a handler streams also cancels the
+	// request's context, through the server's background read.)
+	srv := &http.Server{Handler: bodyDeadline(t.Body, s.Handler()), ReadHeaderTimeout: t.ReadHeader, IdleTimeout: t.Idle}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(connlimit.Listen(ln, opts.Connections)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -292,4 +341,35 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("event streams: %w", serr))
 	}
 	return err
+}
+
+// bodyDeadline gives a request with a body d to send it: the connection's
+// read deadline, lifted when the body has been read to its end. A client
+// that sends its body slowly, or not at all, then loses its connection
+// after d instead of holding it.
+func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts its read deadline at the body's end.
+type deadlineBody struct {
+	io.ReadCloser
+	once sync.Once
+	lift func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.once.Do(b.lift)
+	}
+	return n, err
 }

@@ -23,7 +23,7 @@ func TestHelpDocumentsEveryFlagAndItsEnv(t *testing.T) {
 		t.Fatalf("serve -h: %v", err)
 	}
 	for _, want := range []string{"-addr", "THREADLINE_ADDR", "-store", "THREADLINE_STORE", "-agent", "THREADLINE_AGENT",
-		"-script-delay", "THREADLINE_SCRIPT_DELAY", "-max-body", "-subscriber-queue", "-heartbeat", "-shutdown-timeout", "-log-level",
+		"-script-delay", "THREADLINE_SCRIPT_DELAY", "-max-body", "-allowed-hosts", "THREADLINE_ALLOWED_HOSTS", "-body-timeout", "THREADLINE_BODY_TIMEOUT", "-idle-timeout", "-read-header-timeout", "-max-connections", "THREADLINE_MAX_CONNECTIONS", "-max-connections-per-ip", "-subscriber-queue", "-heartbeat", "-shutdown-timeout", "-log-level",
 		"127.0.0.1:8080", defaultStore} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve help lacks %q", want)
@@ -144,7 +144,8 @@ func TestEnvironmentAndFlags(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{nil, {"bogus"}, {"serve", "-agent", "nope", "-store", "memory"}, {"serve", "extra"}} {
+	for _, args := range [][]string{nil, {"bogus"}, {"serve", "-agent", "nope", "-store", "memory"}, {"serve", "extra"},
+		{"serve", "-store", "memory", "-idle-timeout", "0"}, {"serve", "-store", "memory", "-max-connections", "-1"}} {
 		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 {
 			t.Errorf("%v: err %v, exit %d, want 2", args, err, exitCode(err))
@@ -367,5 +368,100 @@ func TestServeRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(store); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused serve opened the store: %v", err)
+	}
+}
+
+// hostStatus is the status of GET url with the request's Host set to host.
+func hostStatus(t *testing.T, url, host, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Host = host
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestServeHostCheck: in single-user mode on loopback a foreign Host is
+// refused, -allowed-hosts (or its variable) admits more names; with
+// tokens, a caller must prove itself anyway and the Host is not checked.
+func TestServeHostCheck(t *testing.T) {
+	url, _ := startServe(t)
+	threads := url + "/instance-ai/threads"
+	if got := hostStatus(t, threads, "attacker.example", ""); got != http.StatusForbidden {
+		t.Fatalf("single-user mode, Host attacker.example: %d", got)
+	}
+	if got := hostStatus(t, threads, "localhost:8080", ""); got != http.StatusOK {
+		t.Fatalf("single-user mode, Host localhost: %d", got)
+	}
+	t.Setenv("THREADLINE_ALLOWED_HOSTS", "box.lan")
+	url, _ = startServe(t, "-allowed-hosts", "threads.internal")
+	threads = url + "/instance-ai/threads"
+	for host, want := range map[string]int{"threads.internal": 200, "box.lan": 403, "attacker.example": 403, "127.0.0.1": 200} {
+		if got := hostStatus(t, threads, host, ""); got != want {
+			t.Errorf("-allowed-hosts threads.internal, Host %s: %d, want %d", host, got, want)
+		}
+	}
+	url, _ = startServe(t)
+	if got := hostStatus(t, url+"/instance-ai/threads", "box.lan", ""); got != http.StatusOK {
+		t.Fatalf("THREADLINE_ALLOWED_HOSTS=box.lan, Host box.lan: %d", got)
+	}
+	t.Setenv("THREADLINE_ALLOWED_HOSTS", "")
+	const token = "host-check-token-0123456789"
+	url, _ = startServe(t, "-tokens", token+"=alice")
+	if got := hostStatus(t, url+"/instance-ai/threads", "attacker.example", token); got != http.StatusOK {
+		t.Fatalf("with tokens, Host attacker.example: %d", got)
+	}
+}
+
+// TestServeConnectionFlags: -idle-timeout and -max-connections reach the
+// server: an idle keep-alive connection is closed after the timeout, and
+// with one connection held the next is refused with 503.
+func TestServeConnectionFlags(t *testing.T) {
+	url, _ := startServe(t, "-idle-timeout", "200ms", "-max-connections", "1")
+	held, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// startServe's probe connection may still be counted for a moment.
+	var answer []byte
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := held.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		_ = held.SetReadDeadline(time.Now().Add(5 * time.Second))
+		answer = make([]byte, 4096)
+		n, _ := held.Read(answer)
+		answer = answer[:n]
+		if !bytes.HasPrefix(answer, []byte("HTTP/1.1 503")) || time.Now().After(deadline) {
+			break
+		}
+		held.Close()
+		time.Sleep(20 * time.Millisecond)
+		if held, err = net.Dial("tcp", strings.TrimPrefix(url, "http://")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.HasPrefix(answer, []byte("HTTP/1.1 200")) {
+		t.Fatalf("the first connection: %q", answer)
+	}
+	res, err := http.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a second connection: %d, want 503", res.StatusCode)
+	}
+	start := time.Now()
+	_ = held.SetReadDeadline(start.Add(5 * time.Second))
+	if _, err := held.Read(make([]byte, 1)); err == nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("the idle connection: %v after %v, want it closed after 200ms", err, time.Since(start))
 	}
 }

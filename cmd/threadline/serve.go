@@ -18,12 +18,17 @@ import (
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
+	"github.com/threadline/threadline/server/connlimit"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/storage"
 	"github.com/threadline/threadline/workflow/catalog"
 )
+
+// DefaultMaxConnections is -max-connections' default: room for thousands
+// of followed streams, under the usual descriptor limits of a service.
+const DefaultMaxConnections = 10000
 
 // defaultStore is the embedded SQLite file a fresh checkout writes to.
 const defaultStore = "sqlite:data/threadline.db"
@@ -46,6 +51,8 @@ type serveConfig struct {
 	queryToken      bool
 	allowedOrigins  string
 	allowedHosts    string
+	timeouts        server.Timeouts
+	connections     connlimit.Limits
 	agents          agentConfig
 	bus             string
 	instance        string
@@ -87,6 +94,16 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"browser origins allowed by CORS, comma-separated (https://app.example.com,http://localhost:3000; * for any); none by default")
 	f.String(&c.allowedHosts, "allowed-hosts", "THREADLINE_ALLOWED_HOSTS", "",
 		"without tokens, host names besides localhost, 127.0.0.1 and [::1] that requests may address, comma-separated (* for any); refuses DNS rebinding")
+	f.Duration(&c.timeouts.ReadHeader, "read-header-timeout", "THREADLINE_READ_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout,
+		"how long a client may take to send a request's headers")
+	f.Duration(&c.timeouts.Body, "body-timeout", "THREADLINE_BODY_TIMEOUT", server.DefaultBodyTimeout,
+		"how long a client may take to send a request's body (408, then the connection closes); the stream that answers it is not bounded")
+	f.Duration(&c.timeouts.Idle, "idle-timeout", "THREADLINE_IDLE_TIMEOUT", server.DefaultIdleTimeout,
+		"how long a keep-alive connection may wait for its next request; open event streams are not idle")
+	f.Int(&c.connections.Total, "max-connections", "THREADLINE_MAX_CONNECTIONS", DefaultMaxConnections,
+		"connections held at once, event streams included; over it a new connection is answered 503 and closed (0 = no cap)")
+	f.Int(&c.connections.PerIP, "max-connections-per-ip", "THREADLINE_MAX_CONNECTIONS_PER_IP", 0,
+		"connections held at once from one client IP (0 = no cap; behind a reverse proxy every client has the proxy's IP)")
 	f.String(&c.bus, "bus", "THREADLINE_BUS", "memory",
 		"live transport between instances on one database: memory (one process), redis://HOST:PORT/DB[?channel=NAME], "+
 			"or postgres (LISTEN/NOTIFY on the -store database)")
@@ -213,6 +230,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := checkPprofAddr(c.pprofAddr); err != nil {
 		return err
 	}
+	if c.timeouts.ReadHeader <= 0 || c.timeouts.Body <= 0 || c.timeouts.Idle <= 0 {
+		return usageError{"-read-header-timeout, -body-timeout and -idle-timeout must be positive"}
+	}
+	if c.connections.Total < 0 || c.connections.PerIP < 0 {
+		return usageError{"-max-connections and -max-connections-per-ip must be 0 (no cap) or more"}
+	}
 	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
 		return usageError{fmt.Sprintf("-lease %v must be at least twice -lease-renew %v", c.lease, c.leaseRenew)}
 	}
@@ -283,7 +306,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		"bus", describeBus(c.bus), "instance", c.instance)
 	force, stopForce := secondSignal(ctx)
 	defer stopForce()
-	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: force})
+	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: force,
+		Timeouts: c.timeouts, Connections: c.connections})
 }
 
 // secondSignal returns a context that ends at the first SIGINT or SIGTERM

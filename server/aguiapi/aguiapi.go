@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"mime"
@@ -165,14 +164,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 		return runRequest{}, httpjson.NewError(http.StatusNotAcceptable, "not_acceptable", "Accept",
 			"this endpoint streams text/event-stream; the Accept header %q does not admit it", r.Header.Get("Accept"))
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	data, err := httpjson.ReadBody(w, r, h.cfg.MaxBody)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return runRequest{}, httpjson.NewError(http.StatusRequestEntityTooLarge, "body_too_large", "",
-				"request body exceeds the limit of %d bytes", h.cfg.MaxBody)
-		}
-		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
+		return runRequest{}, err
 	}
 	// threadId and runId are optional, as the seed's RunAgentInput has
 	// them: missing ones are made here and returned on RUN_STARTED.
@@ -190,6 +184,14 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 	if !instanceai.ValidThreadID(in.ThreadID) {
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "threadId",
 			"threadId must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit")
+	}
+	// U+0000 is refused here, on every store alike: PostgreSQL keeps no
+	// NUL in text, and the run would go on without its stored message.
+	for i, m := range in.Messages {
+		if strings.ContainsRune(m.Text(), 0) {
+			return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("messages[%d].content", i),
+				"messages[%d].content must not contain U+0000", i)
+		}
 	}
 	req := runRequest{input: in}
 	for i := len(in.Messages) - 1; i >= 0; i-- {
@@ -252,8 +254,22 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "messages",
 			"messages must end the conversation with a user message that has text to run, or with the tool message answering a frontend tool call")
 	}
+	// A refused request leaves no thread behind: the agent is checked
+	// first, and a resume, which answers a run the thread already has,
+	// does not create one.
+	if err := h.core.Runs.CheckAgent(req.agent); err != nil {
+		return source{}, httpjson.AtField(err, "forwardedProps.agent")
+	}
 	user := auth.UserFrom(ctx)
-	t, err := h.core.OpenThread(ctx, id, user)
+	open := h.core.OpenThread
+	if len(req.input.Resume) > 0 {
+		open = h.core.Thread
+	}
+	t, err := open(ctx, id, user)
+	var missing *instanceai.ThreadNotFoundError
+	if errors.As(err, &missing) && len(req.input.Resume) > 0 {
+		return h.resume(ctx, req, user, nil) // no pending interrupt to answer
+	}
 	if err != nil {
 		return source{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -155,19 +156,33 @@ type fieldError struct {
 func (f *fieldError) Error() string { return f.err.Error() }
 func (f *fieldError) Unwrap() error { return f.err }
 
+// ReadBody reads a request body of at most limit bytes: 413 for a larger
+// one, 408 for one the client did not finish sending in time (the server's
+// body timeout), 400 for one that could not be read otherwise.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return nil, NewError(http.StatusRequestEntityTooLarge, "body_too_large", "",
+				"request body exceeds the limit of %d bytes", limit)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, NewError(http.StatusRequestTimeout, "request_timeout", "",
+				"the request body did not arrive in time")
+		}
+		return nil, NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
+	}
+	return data, nil
+}
+
 // Decode reads a JSON body of at most limit bytes into v. It answers 413
 // for a larger body and 400 for malformed JSON or a wrongly typed field,
 // naming the field when it can. Unknown fields are ignored.
 func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	data, err := io.ReadAll(body)
+	data, err := ReadBody(w, r, limit)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return NewError(http.StatusRequestEntityTooLarge, "body_too_large", "",
-				"request body exceeds the limit of %d bytes", limit)
-		}
-		return NewError(http.StatusBadRequest, "unreadable_body", "", "could not read the request body: %v", err)
+		return err
 	}
 	if len(data) == 0 {
 		return NewError(http.StatusBadRequest, "invalid_json", "", "request body is empty; expected a JSON object")

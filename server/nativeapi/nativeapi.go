@@ -110,6 +110,15 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Message) == "" {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty")
 	}
+	if strings.ContainsRune(req.Message, 0) {
+		// PostgreSQL keeps no NUL in text: refused on every store alike,
+		// before anything is stored.
+		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message must not contain U+0000")
+	}
+	// A refused chat leaves no thread behind.
+	if err := a.core.Runs.CheckAgent(req.Agent); err != nil {
+		return httpjson.AtField(err, "agent")
+	}
 	user := auth.UserFrom(r.Context())
 	t, err := a.core.OpenThread(r.Context(), id, user)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/gorilla/mux"
@@ -96,16 +95,17 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 }
 
 // cleanTitle trims a client's title and checks it: at most instanceai.MaxTitle
-// characters, and no control characters (a title is one line).
+// characters, and none of the characters instanceai.NotInTitle names (a
+// title is one line).
 func cleanTitle(title string) (string, error) {
 	title = strings.TrimSpace(title)
 	if n := utf8.RuneCountInString(title); n > instanceai.MaxTitle {
 		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
 			"title must be at most %d characters, got %d", instanceai.MaxTitle, n)
 	}
-	if strings.ContainsFunc(title, unicode.IsControl) {
+	if strings.ContainsFunc(title, instanceai.NotInTitle) {
 		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
-			"title must be one line without control characters")
+			"title must be one line without control characters, line or paragraph separators (U+2028, U+2029) or bidirectional controls (U+202A-U+202E, U+2066-U+2069)")
 	}
 	return title, nil
 }

@@ -51,6 +51,11 @@ type Options struct {
 	// WrapHandler, if set, wraps the application's handler before it is
 	// served, to serve a variant of it (a route taken away, say).
 	WrapHandler func(http.Handler) http.Handler
+	// Serve, if set, serves the application with server.Serve and these
+	// options on a loopback listener, as the command does (its timeouts,
+	// connection caps and shutdown), instead of with httptest's server. It
+	// excludes WrapHandler and SmallBuffers; a zero Timeout is 10 s.
+	Serve *server.ServeOptions
 }
 
 // Server is a running in-process Threadline server. Its cleanup, registered
@@ -93,6 +98,9 @@ func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 		agent = &script.Agent{Delay: o.AgentDelay}
 	}
 	app := server.New(store, agent, cfg)
+	if o.Serve != nil {
+		return serve(t, app, *o.Serve)
+	}
 	var handler http.Handler = app.Handler()
 	if o.WrapHandler != nil {
 		handler = o.WrapHandler(handler)
@@ -113,6 +121,33 @@ func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 		srv.Close()
 	})
 	return &Server{App: app, URL: srv.URL, Client: client, t: t}
+}
+
+// serve runs app.Serve with opts until the test ends.
+func serve(t testing.TB, app *server.Server, opts server.ServeOptions) *Server {
+	t.Helper()
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("servertest: listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx, ln, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("servertest: serve: %v", err)
+			}
+		case <-time.After(opts.Timeout + 5*time.Second):
+			t.Errorf("servertest: serve did not end")
+		}
+	})
+	return &Server{App: app, URL: "http://" + ln.Addr().String(), Client: &http.Client{}, t: t}
 }
 
 // Remote returns a Server for one that runs elsewhere at url (a threadline
