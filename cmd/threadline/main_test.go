@@ -239,16 +239,7 @@ func startServe(t *testing.T, args ...string) (string, *servertest.LogBuffer) {
 
 func get(t *testing.T, url, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	return res.StatusCode
+	return hostStatus(t, url, "", token)
 }
 
 // TestServeWithTokens: tokens from the variable and from a file both
@@ -371,11 +362,14 @@ func TestServeRefusals(t *testing.T) {
 	}
 }
 
-// hostStatus is the status of GET url with the request's Host set to host.
+// hostStatus is the status of GET url with the request's Host set to host
+// (the URL's when empty).
 func hostStatus(t *testing.T, url, host, token string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Host = host
+	if host != "" {
+		req.Host = host
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
