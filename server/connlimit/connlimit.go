@@ -7,6 +7,7 @@
 package connlimit
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -70,9 +71,16 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers c with the refusal and closes it.
+// refuse answers c with the refusal and closes it. It waits for the
+// request's headers first (up to refuseFor): a client that reads an answer
+// before it has sent its request takes it for a stray answer on an idle
+// connection (Go's transport fails the request so), and whatever the
+// client sent is read before the close anyway.
 func refuse(c net.Conn) {
 	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refuseFor))
+	readHeaders(c)
+	// A client that sent nothing gets the answer all the same.
 	_ = c.SetDeadline(time.Now().Add(refuseFor))
 	if _, err := c.Write(refusal); err != nil {
 		return
@@ -127,4 +135,17 @@ func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// readHeaders reads from c until the end of a request's headers, 8 KB, or
+// an error (the deadline).
+func readHeaders(c net.Conn) {
+	buf := make([]byte, 0, 8<<10)
+	for len(buf) < cap(buf) {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if bytes.Contains(buf, []byte("\r\n\r\n")) || err != nil {
+			return
+		}
+	}
 }
