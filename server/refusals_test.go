@@ -162,3 +162,21 @@ func wantError(t *testing.T, what string, code int, out map[string]any, wantCode
 		t.Fatalf("%s: %d %v, want %d %s naming %s", what, code, out, wantCode, wantErr, wantField)
 	}
 }
+
+// TestResumeOfAnotherUsersThread: a resume of another user's thread is
+// answered as one of an unknown thread, even while that thread has a run:
+// no runId, no thread created or touched.
+func TestResumeOfAnotherUsersThread(t *testing.T) {
+	srv := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{Tokens: "tok-alice=alice,tok-bob=bob"})
+	alice, bob := srv.As("tok-alice"), srv.As("tok-bob")
+	alice.Chat("hers", "long 100000")
+	defer alice.Cancel("hers")
+	resume := servertest.RunAgentInput("hers", "r1", "", map[string]any{
+		"messages": []any{}, "resume": []any{map[string]any{"interruptId": "cr_x", "status": "resolved", "payload": map[string]any{"approved": true}}}})
+	code, out := postRunAgentError(t, bob, resume)
+	wantError(t, "bob resuming alice's thread", code, out, http.StatusBadRequest, "invalid_field", "resume[0].interruptId")
+	if raw, _ := jsonString(out); strings.Contains(raw, "run_") {
+		t.Fatalf("the answer tells of alice's run: %v", out)
+	}
+	wantNoThreads(t, bob, "bob's resume")
+}

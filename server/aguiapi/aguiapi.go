@@ -267,8 +267,10 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	t, err := open(ctx, id, user)
 	var missing *instanceai.ThreadNotFoundError
-	if errors.As(err, &missing) && len(req.input.Resume) > 0 {
-		return h.resume(ctx, req, user, nil) // no pending interrupt to answer
+	if len(req.input.Resume) > 0 && errors.As(err, &missing) {
+		// Unknown, or another user's: nothing of it is told, not even
+		// whether it has a run.
+		return source{}, noPendingInterrupt(id, req.input.Resume)
 	}
 	if err != nil {
 		return source{}, err
@@ -312,6 +314,13 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		mapper: mapping.NewInstanceToAGUI(id, req.input.RunID).ClientTools(names...)}, nil
 }
 
+// noPendingInterrupt is the answer to a resume of a thread that waits for
+// no answer.
+func noPendingInterrupt(threadID string, resume []agui.Resume) error {
+	return httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume[0].interruptId",
+		"thread %q has no pending interrupt; %q cannot be answered", threadID, resume[0].InterruptID)
+}
+
 // resume answers every pending interrupt of the thread's suspended run with
 // input.resume and returns the rest of that instance-ai run as the new
 // AG-UI run.
@@ -322,8 +331,7 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		if a := h.core.Active(id); a != nil {
 			return source{}, &instanceai.RunActiveError{ThreadID: id, RunID: a.ID}
 		}
-		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume[0].interruptId",
-			"thread %q has no pending interrupt; %q cannot be answered", id, resume[0].InterruptID)
+		return source{}, noPendingInterrupt(id, resume)
 	}
 	pending := make([]string, len(awaited))
 	byID := make(map[string]*instanceai.Confirmation, len(awaited))
