@@ -26,6 +26,7 @@ type Frame struct {
 	Wire []byte
 	// Hidden marks a coalesced block: never written to a live connection
 	// (its deltas already were), but it moves the connection's cursor.
+	// The hub clears it on a block none of whose deltas it published.
 	Hidden bool
 	// Echo marks the stored copy of frames that went out live without ids
 	// because they could not be stored then (a failed run's ending): a
@@ -186,6 +187,13 @@ func (t *topic) track(f *Frame) {
 		key := segKey{ev.RunID, ev.AgentID, kind}
 		if seg := t.open[key]; seg != nil && seg.responseID == ev.ResponseID {
 			delete(t.open, key)
+		} else {
+			// No delta of this block went out here: its text reached no
+			// live connection of this hub (the block of a crashed
+			// writer's checkpointed text, which a settlement wrote, or
+			// one an agent emitted whole). It goes out like a structural
+			// event, with its id.
+			f.Hidden = false
 		}
 	}
 	if f.Seq > t.committed {

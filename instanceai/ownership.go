@@ -122,11 +122,20 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef) (bool, error) {
 			return false, nil
 		}
 	}
-	for _, ev := range settleInterrupted(ref.RunID, rows, m.now().UnixMilli()) {
+	blocks, pieces, err := m.openText(ctx, ref, rows, "")
+	if err != nil {
+		return false, err
+	}
+	for _, ev := range append(blocks, settleInterrupted(ref.RunID, rows, m.now().UnixMilli())...) {
 		if err := ev.Validate(); err != nil {
 			return false, fmt.Errorf("run %s: %w", ref.RunID, err)
 		}
 		if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
+			return false, err
+		}
+	}
+	if pieces {
+		if err := m.dropPieces(ctx, ref, ""); err != nil {
 			return false, err
 		}
 	}

@@ -132,7 +132,10 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef) (bool, error) {
 		return false, nil // the run's own settlement completes it
 	}
 	now := m.now().UnixMilli()
-	var events []Event
+	events, pieces, err := m.openText(ctx, RunRef{ThreadID: ref.ThreadID, RunID: ref.RunID}, rows, ref.AgentID)
+	if err != nil {
+		return false, err
+	}
 	for _, c := range w.open {
 		if c.agent == ref.AgentID {
 			events = append(events, interruptedCall(ref.RunID, c, w.userID, now))
@@ -149,6 +152,11 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef) (bool, error) {
 	}
 	if err := m.writer.Sync(ctx, ref.ThreadID); err != nil {
 		return false, err
+	}
+	if pieces {
+		if err := m.dropPieces(ctx, RunRef{ThreadID: ref.ThreadID, RunID: ref.RunID}, ref.AgentID); err != nil {
+			return false, err
+		}
 	}
 	m.log.Info("settled a background agent whose process is gone", "thread", ref.ThreadID, "run", ref.RunID, "agent", ref.AgentID)
 	return true, release()
@@ -324,4 +332,31 @@ func toolCallID(p Payload) string {
 		return p.ToolCallID
 	}
 	return ""
+}
+
+// openText returns the blocks of the run's segments (agent's only, when
+// it is set) that a writer checkpointed and did not live to close (see
+// Checkpoint), and whether the store holds pieces of them at all.
+func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, agent string) ([]Event, bool, error) {
+	cs, ok := m.index.(CheckpointStore)
+	if !ok {
+		return nil, false, nil
+	}
+	pieces, err := cs.RunCheckpoints(ctx, ref.ThreadID, ref.RunID)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the checkpoints of run %s: %w", ref.RunID, err)
+	}
+	return openSegmentBlocks(rows, pieces, agent), len(pieces) > 0, nil
+}
+
+// dropPieces deletes the run's checkpoint pieces (agent's only, when it is
+// set) once the blocks made of them are stored: the writer's Sync first.
+func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
+	if err := m.writer.Sync(ctx, ref.ThreadID); err != nil {
+		return err
+	}
+	if err := m.index.(CheckpointStore).DeleteRunCheckpoints(ctx, ref.ThreadID, ref.RunID, agent); err != nil {
+		return fmt.Errorf("delete the checkpoints of run %s: %w", ref.RunID, err)
+	}
+	return nil
 }

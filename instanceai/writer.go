@@ -39,7 +39,22 @@ type WriterConfig struct {
 	Logger    *slog.Logger
 	// Observer is told about each commit and published event (nil: none).
 	Observer Observer
+	// CheckpointBytes stores the text of an open segment in a checkpoint
+	// piece once this much of it is in no piece yet (default 16 KiB;
+	// negative: never by size), and CheckpointInterval once the oldest of
+	// it has waited this long (default 2 s; negative: never by age), so
+	// that a crash loses at most that much of a segment that has not
+	// closed. Pieces need a log that keeps them (CheckpointStore); the
+	// log's block of the segment is written whole at its close either way.
+	CheckpointBytes    int
+	CheckpointInterval time.Duration
 }
+
+// Checkpoint defaults.
+const (
+	DefaultCheckpointBytes    = 16 << 10
+	DefaultCheckpointInterval = 2 * time.Second
+)
 
 func (c *WriterConfig) defaults() {
 	if c.IdleFlush <= 0 {
@@ -63,6 +78,12 @@ func (c *WriterConfig) defaults() {
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
 	}
+	if c.CheckpointBytes == 0 {
+		c.CheckpointBytes = DefaultCheckpointBytes
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
 }
 
 // Publisher takes frames the writer has committed, in commit order: the
@@ -80,6 +101,9 @@ type Writer struct {
 	log EventLog
 	hub Publisher
 	cfg WriterConfig
+	// pieces keeps open segments' checkpoints; nil when the log keeps
+	// none or both rules are off.
+	pieces CheckpointStore
 	// finished is told, after the commit and before the publish, about
 	// each run whose run-finish was just stored (the run registry frees
 	// the thread's claim there).
@@ -94,7 +118,11 @@ type Writer struct {
 // NewWriter returns a writer appending to log and publishing to hub.
 func NewWriter(log EventLog, hub Publisher, cfg WriterConfig) *Writer {
 	cfg.defaults()
-	return &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
+	w := &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
+	if cs, ok := log.(CheckpointStore); ok && (cfg.CheckpointBytes > 0 || cfg.CheckpointInterval > 0) {
+		w.pieces = cs
+	}
+	return w
 }
 
 func (w *Writer) onRunFinished(f func(threadID, runID string)) { w.finished = f }
@@ -199,6 +227,14 @@ type segment struct {
 	firstTS    int64
 	text       []byte
 	order      int
+
+	// Checkpoint pieces: text[:stored] is in pieces pieces, the first of
+	// them stored with since (see Checkpoint.Since); the rest has waited
+	// since waiting (zero: nothing waits).
+	stored  int
+	pieces  int
+	since   int64
+	waiting time.Time
 }
 
 type waiter struct {
@@ -236,6 +272,12 @@ type threadDrain struct {
 	// outage: published live when the run failed, stored once the log
 	// answers again (see storeEndings).
 	endings []Event
+	// committed is the thread's highest seq this drain knows committed (0:
+	// it has not appended yet), the Since of the next first piece.
+	committed int64
+	// closing are the segments with checkpoint pieces that this pass
+	// closed: their pieces go once their block is stored.
+	closing []*segment
 }
 
 func (d *threadDrain) stopping() {
@@ -292,6 +334,8 @@ func (d *threadDrain) run() {
 		if len(b.items) > 0 {
 			d.commit(b.items)
 		}
+		d.dropPieces()
+		d.checkpoint(now)
 		d.release()
 
 		if backlog {
@@ -449,23 +493,20 @@ func sortForClose(segs []*segment) {
 			first[a] = s.order
 		}
 	}
-	kindRank := func(s *segment) int {
-		if s.key.kind == TypeReasoningDelta {
-			return 0
-		}
-		return 1
-	}
 	slices.SortFunc(segs, func(a, b *segment) int {
 		fa, fb := first[agent{a.key.runID, a.key.agentID}], first[agent{b.key.runID, b.key.agentID}]
 		if fa != fb {
 			return fa - fb
 		}
-		return kindRank(a) - kindRank(b)
+		return kindRank(a.key.kind) - kindRank(b.key.kind)
 	})
 }
 
 func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
 	delete(d.segs, s.key)
+	if s.pieces > 0 {
+		d.closing = append(d.closing, s)
+	}
 	typ := TypeTextBlock
 	if s.key.kind == TypeReasoningDelta {
 		typ = TypeReasoningBlock
@@ -518,6 +559,7 @@ func (d *threadDrain) commit(items []batchItem) {
 			d.fail(items, err)
 			return
 		}
+		d.committed = max(d.committed, first+int64(len(rows))-1)
 		obs.BatchCommitted(len(rows), time.Since(start))
 		if d.w.finished != nil {
 			for i := range rows {
@@ -677,7 +719,19 @@ func (d *threadDrain) storeEndings() {
 	if err != nil {
 		return
 	}
+	d.committed = max(d.committed, first+int64(len(d.endings))-1)
 	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(d.endings))
+	if d.w.pieces != nil {
+		// The failed runs' segments never got their blocks: their
+		// pieces are of no more use.
+		for i := range d.endings {
+			if d.endings[i].Type == TypeRunFinish {
+				d.deletePieces(func(ctx context.Context) error {
+					return d.w.pieces.DeleteRunCheckpoints(ctx, d.threadID, d.endings[i].RunID, "")
+				})
+			}
+		}
+	}
 	frames := make([]Frame, len(d.endings))
 	for i := range d.endings {
 		frames[i] = EncodedFrame(first+int64(i), &d.endings[i], data[i])
@@ -688,4 +742,90 @@ func (d *threadDrain) storeEndings() {
 	}
 	d.endings = nil
 	d.w.hub.Publish(d.threadID, frames)
+}
+
+// pieceTimeout bounds one checkpoint statement, so that a database that
+// hangs holds up the thread's drain no longer than this.
+const pieceTimeout = 5 * time.Second
+
+// checkpoint stores, as a piece, the text of each open segment that the
+// checkpoint rules say has waited enough. A piece that cannot be stored is
+// tried again at the next pass: until then a crash loses that text, as it
+// always did before pieces.
+func (d *threadDrain) checkpoint(now time.Time) {
+	if d.w.pieces == nil {
+		return
+	}
+	cfg := &d.w.cfg
+	for _, s := range d.segs {
+		pending := len(s.text) - s.stored
+		if pending == 0 {
+			continue
+		}
+		if s.waiting.IsZero() {
+			s.waiting = now
+		}
+		if (cfg.CheckpointBytes <= 0 || pending < cfg.CheckpointBytes) &&
+			(cfg.CheckpointInterval <= 0 || now.Sub(s.waiting) < cfg.CheckpointInterval) {
+			continue
+		}
+		if s.pieces == 0 {
+			if d.committed == 0 {
+				next, err := d.w.log.NextSeq(context.Background(), d.threadID)
+				if err != nil {
+					d.pieceFailed(err)
+					return
+				}
+				d.committed = next - 1
+			}
+			s.since = d.committed
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+		err := d.w.pieces.AddCheckpoint(ctx, d.threadID, Checkpoint{
+			RunID: s.key.runID, AgentID: s.key.agentID, Kind: s.key.kind, ResponseID: s.responseID,
+			UserID: s.userID, TS: s.firstTS, Since: s.since, Piece: s.pieces, Text: string(s.text[s.stored:]),
+		})
+		cancel()
+		if err != nil {
+			d.pieceFailed(err)
+			continue
+		}
+		s.stored, s.pieces, s.waiting = len(s.text), s.pieces+1, time.Time{}
+	}
+}
+
+// pieceFailed logs a checkpoint that could not be stored; a thread that
+// was deleted (its runs are stopped through their appends) is no news.
+func (d *threadDrain) pieceFailed(err error) {
+	if errors.Is(err, ErrNotFound) {
+		return
+	}
+	d.w.cfg.Logger.Warn("storing a checkpoint of open text failed; retrying at the next pass", "thread", d.threadID, "err", err)
+}
+
+// dropPieces deletes the pieces of the segments this pass closed, now that
+// their blocks are stored. The segments of runs whose batch failed keep
+// theirs until the runs' endings are stored (see storeEndings).
+func (d *threadDrain) dropPieces() {
+	for _, s := range d.closing {
+		if d.failedRuns[s.key.runID] {
+			continue
+		}
+		d.deletePieces(func(ctx context.Context) error {
+			return d.w.pieces.DeleteCheckpoints(ctx, d.threadID, s.key.runID, s.key.agentID, s.key.kind, s.since)
+		})
+	}
+	clear(d.closing)
+	d.closing = d.closing[:0]
+}
+
+// deletePieces runs one deletion of pieces. One that fails leaves pieces
+// of a segment whose block is stored, which a settlement recognises (see
+// Checkpoint.Since) and deletes with its run's.
+func (d *threadDrain) deletePieces(del func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+	defer cancel()
+	if err := del(ctx); err != nil && !errors.Is(err, ErrNotFound) {
+		d.w.cfg.Logger.Warn("deleting the checkpoints of closed text failed", "thread", d.threadID, "err", err)
+	}
 }

@@ -40,6 +40,8 @@ type serveConfig struct {
 	scriptDelay     time.Duration
 	maxBody         int64
 	subscriberQueue int
+	checkpointBytes int
+	checkpointEvery time.Duration
 	heartbeat       time.Duration
 	shutdownTimeout time.Duration
 	drainTimeout    time.Duration
@@ -74,6 +76,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpjson.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames an SSE subscriber may fall behind; past that its queued token deltas are merged, and one still that far behind is disconnected and resumes from its cursor")
+	f.Int(&c.checkpointBytes, "checkpoint-bytes", "THREADLINE_CHECKPOINT_BYTES", instanceai.DefaultCheckpointBytes,
+		"store the text of a reply still streaming once this many bytes of it are not stored, so that a crash loses at most that much (SQLite and PostgreSQL; 0 = not by size)")
+	f.Duration(&c.checkpointEvery, "checkpoint-interval", "THREADLINE_CHECKPOINT_INTERVAL", instanceai.DefaultCheckpointInterval,
+		"store the text of a reply still streaming once the oldest of it has waited this long (0 = not by age)")
 	f.Duration(&c.heartbeat, "heartbeat", "THREADLINE_HEARTBEAT", 15*time.Second, "pause between \": ping\" comments on idle SSE streams")
 	f.Duration(&c.drainTimeout, "drain-timeout", "THREADLINE_DRAIN_TIMEOUT", 20*time.Second,
 		"on SIGINT/SIGTERM, how long to keep serving while refusing new runs (503) so the runs working here finish; a second signal stops at once; 0 = no drain")
@@ -233,6 +239,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.timeouts.ReadHeader <= 0 || c.timeouts.Body <= 0 || c.timeouts.Idle <= 0 {
 		return usageError{"-read-header-timeout, -body-timeout and -idle-timeout must be positive"}
 	}
+	if c.checkpointBytes < 0 || c.checkpointEvery < 0 {
+		return usageError{"-checkpoint-bytes and -checkpoint-interval must be 0 (off) or more"}
+	}
 	if c.connections.Total < 0 || c.connections.PerIP < 0 {
 		return usageError{"-max-connections and -max-connections-per-ip must be 0 (no cap) or more"}
 	}
@@ -272,6 +281,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Info("n8n node catalog loaded", "from", c.catalog, "types", nodes.Len())
 	}
 	srv := server.New(store, agent, server.Config{
+		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
 		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		// Without tokens the server is on loopback and unauthenticated: only
@@ -369,4 +379,13 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "schema is up to date on %s\n", storage.Describe(spec))
 	return nil
+}
+
+// offIfZero turns a flag's 0 (off) into the writer's negative (off; its
+// zero takes the default).
+func offIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -42,6 +42,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 		{"DeleteRemovesRows", testDeleteRemovesRows},
 		{"ChunkedAppendIsAtomic", testChunkedAppend},
 		{"OneStatementAppendIsAtomic", testOneStatementAppend},
+		{"Checkpoints", testCheckpoints},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +137,12 @@ func testDeleteRemovesRows(t *testing.T, b SQLBackend) {
 	if err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1, "active_runs": 1, "background_agents": 1}
+	if err := b.Store.(instanceai.CheckpointStore).AddCheckpoint(ctx, "t", instanceai.Checkpoint{RunID: "r", AgentID: "a",
+		Kind: instanceai.TypeTextDelta, Text: "open text"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"events": 50, "messages": 1, "confirmations": 1, "active_runs": 1, "background_agents": 1,
+		"segment_checkpoints": 1}
 	for table, n := range want {
 		if got := countRows(t, b.DB, table); got != n {
 			t.Fatalf("%d %s rows before delete, want %d", got, table, n)
@@ -233,5 +239,79 @@ func testOneStatementAppend(t *testing.T, b SQLBackend) {
 	}
 	if n := countRows(t, b.DB, "events"); n != 15 {
 		t.Fatalf("%d rows after appending to a missing thread, want 15", n)
+	}
+}
+
+// testCheckpoints: pieces come back by segment and piece whatever order
+// they were stored in; storing one again changes nothing; another user's
+// thread and a missing one refuse them; the deletions take exactly what
+// they name.
+func testCheckpoints(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	cs, ok := b.Store.(instanceai.CheckpointStore)
+	if !ok {
+		t.Fatal("the store keeps no checkpoints")
+	}
+	ensure(t, b, "t", "alice")
+	piece := func(agent string, kind instanceai.EventType, since int64, n int, text string) instanceai.Checkpoint {
+		return instanceai.Checkpoint{RunID: "r", AgentID: agent, Kind: kind, ResponseID: "resp-" + agent, UserID: "alice",
+			TS: 1700000000000 + since, Since: since, Piece: n, Text: text}
+	}
+	stored := []instanceai.Checkpoint{
+		piece("b", instanceai.TypeTextDelta, 7, 1, "b1 ✓"),
+		piece("a", instanceai.TypeTextDelta, 7, 0, "a0"),
+		piece("b", instanceai.TypeTextDelta, 7, 0, "b0"),
+		piece("a", instanceai.TypeReasoningDelta, 3, 0, "thinking"),
+		piece("a", instanceai.TypeTextDelta, 9, 0, "later segment"),
+	}
+	for _, c := range stored {
+		if err := cs.AddCheckpoint(ctx, "t", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece("a", instanceai.TypeTextDelta, 7, 0, "a0 again")); err != nil {
+		t.Fatalf("storing a piece again: %v", err)
+	}
+	other := piece("a", instanceai.TypeTextDelta, 7, 5, "not hers")
+	other.UserID = "bob"
+	if err := cs.AddCheckpoint(ctx, "t", other); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("bob's piece in alice's thread: %v, want ErrNotFound", err)
+	}
+	if err := cs.AddCheckpoint(ctx, "missing", piece("a", instanceai.TypeTextDelta, 1, 0, "x")); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("a piece of a missing thread: %v, want ErrNotFound", err)
+	}
+	got, err := cs.RunCheckpoints(ctx, "t", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []instanceai.Checkpoint{stored[3], stored[1], stored[2], stored[0], stored[4]}
+	if len(got) != len(want) {
+		t.Fatalf("got %d pieces, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("piece %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if err := cs.DeleteCheckpoints(ctx, "t", "r", "b", instanceai.TypeTextDelta, 7); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := cs.RunCheckpoints(ctx, "t", "r"); len(got) != 3 {
+		t.Fatalf("after deleting b's segment: %+v", got)
+	}
+	if err := cs.DeleteRunCheckpoints(ctx, "t", "r", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := cs.RunCheckpoints(ctx, "t", "r"); len(got) != 0 {
+		t.Fatalf("after deleting a's pieces: %+v", got)
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece("c", instanceai.TypeTextDelta, 1, 0, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.DeleteRunCheckpoints(ctx, "t", "r", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, b.DB, "segment_checkpoints"); n != 0 {
+		t.Fatalf("%d pieces left after deleting the run's", n)
 	}
 }
