@@ -1,9 +1,13 @@
 package instanceai_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,5 +221,70 @@ func TestSweepWritesCheckpointedText(t *testing.T) {
 				t.Fatalf("the other run's pieces: %+v", pieces)
 			}
 		})
+	}
+}
+
+// failingPieces is a store whose checkpoints fail while down is set, as
+// they do while its database is unreachable.
+type failingPieces struct {
+	instanceai.Store
+	instanceai.CheckpointStore
+	down atomic.Bool
+}
+
+func (f *failingPieces) AddCheckpoint(ctx context.Context, threadID string, c instanceai.Checkpoint) error {
+	if f.down.Load() {
+		return errors.New("connection refused")
+	}
+	return f.CheckpointStore.AddCheckpoint(ctx, threadID, c)
+}
+
+// TestCheckpointFailuresPause: while pieces cannot be stored, the writer
+// pauses them instead of trying (and logging) at every pass, the text keeps
+// streaming, and the pieces catch up once the store answers again.
+func TestCheckpointFailuresPause(t *testing.T) {
+	ctx := context.Background()
+	base := openCheckpointStore(t, checkpointStores[0].spec(t))
+	store := &failingPieces{Store: base, CheckpointStore: base.(instanceai.CheckpointStore)}
+	store.down.Store(true)
+	var logs bytes.Buffer
+	w := instanceai.NewWriter(store, instanceai.NewHub(0), instanceai.WriterConfig{
+		IdleFlush: time.Hour, CheckpointBytes: 10, CheckpointInterval: -1, MaxBackoff: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close(ctx)
+	orch := instanceai.OrchestratorAgentID("r")
+	emit := func(ev instanceai.Event) {
+		t.Helper()
+		ev.RunID, ev.AgentID, ev.UserID, ev.TS = "r", orch, "u", 1
+		if err := w.Enqueue("t", ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
+	var sent strings.Builder
+	delta := func() {
+		sent.WriteString("twelve bytes")
+		emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "twelve bytes"}})
+	}
+	for range 50 {
+		delta()
+	}
+	if n := strings.Count(logs.String(), "storing a checkpoint of open text failed"); n != 1 {
+		t.Fatalf("%d failure lines for 50 passes, want 1:\n%s", n, logs.String())
+	}
+	store.down.Store(false)
+	// The text streams on; once the pause (however far it doubled) is
+	// over, the next pass stores everything not stored yet.
+	waitUntil(t, "the pieces hold all the text sent", func() bool {
+		time.Sleep(10 * time.Millisecond)
+		delta()
+		pieces, err := store.RunCheckpoints(ctx, "t", "r")
+		return err == nil && textOfPieces(pieces) == sent.String()
+	})
+	if !strings.Contains(logs.String(), "checkpoints of open text are stored again") {
+		t.Fatalf("no line says checkpoints resumed:\n%s", logs.String())
 	}
 }

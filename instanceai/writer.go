@@ -278,6 +278,10 @@ type threadDrain struct {
 	// closing are the segments with checkpoint pieces that this pass
 	// closed: their pieces go once their block is stored.
 	closing []*segment
+	// pieceBackoff is the pause after the last failed checkpoint (0: the
+	// last one was stored), and no piece is tried before pieceRetry.
+	pieceBackoff time.Duration
+	pieceRetry   time.Time
 }
 
 func (d *threadDrain) stopping() {
@@ -745,15 +749,21 @@ func (d *threadDrain) storeEndings() {
 }
 
 // pieceTimeout bounds one checkpoint statement, so that a database that
-// hangs holds up the thread's drain no longer than this.
-const pieceTimeout = 5 * time.Second
+// hangs holds up the thread's drain (and its live deltas, which need no
+// database) no longer than this; after a failure, pieces wait
+// pieceBackoff, doubling up to maxPieceBackoff, so an outage costs the
+// stream one such stall per pause, and the log one line.
+const (
+	pieceTimeout    = time.Second
+	maxPieceBackoff = 10 * time.Second
+)
 
 // checkpoint stores, as a piece, the text of each open segment that the
 // checkpoint rules say has waited enough. A piece that cannot be stored is
 // tried again at the next pass: until then a crash loses that text, as it
 // always did before pieces.
 func (d *threadDrain) checkpoint(now time.Time) {
-	if d.w.pieces == nil {
+	if d.w.pieces == nil || now.Before(d.pieceRetry) {
 		return
 	}
 	cfg := &d.w.cfg
@@ -771,9 +781,11 @@ func (d *threadDrain) checkpoint(now time.Time) {
 		}
 		if s.pieces == 0 {
 			if d.committed == 0 {
-				next, err := d.w.log.NextSeq(context.Background(), d.threadID)
+				ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+				next, err := d.w.log.NextSeq(ctx, d.threadID)
+				cancel()
 				if err != nil {
-					d.pieceFailed(err)
+					d.pieceFailed(now, err)
 					return
 				}
 				d.committed = next - 1
@@ -787,20 +799,32 @@ func (d *threadDrain) checkpoint(now time.Time) {
 		})
 		cancel()
 		if err != nil {
-			d.pieceFailed(err)
-			continue
+			d.pieceFailed(now, err)
+			return
+		}
+		if d.pieceBackoff > 0 {
+			d.w.cfg.Logger.Info("checkpoints of open text are stored again", "thread", d.threadID)
+			d.pieceBackoff = 0
 		}
 		s.stored, s.pieces, s.waiting = len(s.text), s.pieces+1, time.Time{}
 	}
 }
 
-// pieceFailed logs a checkpoint that could not be stored; a thread that
-// was deleted (its runs are stopped through their appends) is no news.
-func (d *threadDrain) pieceFailed(err error) {
+// pieceFailed pauses the thread's checkpoints after one could not be
+// stored, and logs the first failure of a series; a thread that was
+// deleted (its runs are stopped through their appends) is no news.
+func (d *threadDrain) pieceFailed(now time.Time, err error) {
 	if errors.Is(err, ErrNotFound) {
 		return
 	}
-	d.w.cfg.Logger.Warn("storing a checkpoint of open text failed; retrying at the next pass", "thread", d.threadID, "err", err)
+	if d.pieceBackoff == 0 {
+		d.pieceBackoff = d.w.cfg.MaxBackoff
+		d.w.cfg.Logger.Warn("storing a checkpoint of open text failed; until one is stored, a crash loses the text since the last",
+			"thread", d.threadID, "retry_in", d.pieceBackoff, "err", err)
+	} else {
+		d.pieceBackoff = min(2*d.pieceBackoff, maxPieceBackoff)
+	}
+	d.pieceRetry = now.Add(d.pieceBackoff)
 }
 
 // dropPieces deletes the pieces of the segments this pass closed, now that
