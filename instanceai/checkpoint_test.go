@@ -42,6 +42,19 @@ func openCheckpointStore(t testing.TB, spec string) instanceai.Store {
 	return s
 }
 
+// emitSynced hands ev, as user u's event of run r's orchestrator on
+// thread t, to w and waits until it is handled.
+func emitSynced(t *testing.T, w *instanceai.Writer, ev instanceai.Event) {
+	t.Helper()
+	ev.RunID, ev.AgentID, ev.UserID, ev.TS = "r", instanceai.OrchestratorAgentID("r"), "u", 1
+	if err := w.Enqueue("t", ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(context.Background(), "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func textOfPieces(pieces []instanceai.Checkpoint) string {
 	var b strings.Builder
 	for _, c := range pieces {
@@ -63,20 +76,7 @@ func TestWriterCheckpointsOpenText(t *testing.T) {
 			w := instanceai.NewWriter(store, instanceai.NewHub(0), instanceai.WriterConfig{
 				IdleFlush: time.Hour, CheckpointBytes: 100, CheckpointInterval: -1})
 			defer w.Close(ctx)
-			orch := instanceai.OrchestratorAgentID("r")
-			enqueue := func(ev instanceai.Event) {
-				t.Helper()
-				ev.RunID, ev.UserID, ev.TS = "r", "u", 1
-				if ev.AgentID == "" {
-					ev.AgentID = orch
-				}
-				if err := w.Enqueue("t", ev); err != nil {
-					t.Fatal(err)
-				}
-				if err := w.Sync(ctx, "t"); err != nil {
-					t.Fatal(err)
-				}
-			}
+			enqueue := func(ev instanceai.Event) { t.Helper(); emitSynced(t, w, ev) }
 			enqueue(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
 			var sent strings.Builder
 			for i := range 40 {
@@ -125,7 +125,6 @@ func TestWriterCheckpointsByAge(t *testing.T) {
 	w := instanceai.NewWriter(store, instanceai.NewHub(0), instanceai.WriterConfig{
 		IdleFlush: time.Hour, CheckpointBytes: -1, CheckpointInterval: 50 * time.Millisecond})
 	defer w.Close(ctx)
-	orch := instanceai.OrchestratorAgentID("r")
 	for i, ev := range []instanceai.Event{
 		{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}},
 		{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "slow "}},
@@ -134,13 +133,7 @@ func TestWriterCheckpointsByAge(t *testing.T) {
 		if i == 2 {
 			time.Sleep(60 * time.Millisecond) // the first delta has waited past the interval
 		}
-		ev.RunID, ev.AgentID, ev.UserID, ev.TS = "r", orch, "u", 1
-		if err := w.Enqueue("t", ev); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Sync(ctx, "t"); err != nil {
-			t.Fatal(err)
-		}
+		emitSynced(t, w, ev)
 	}
 	pieces, err := store.(instanceai.CheckpointStore).RunCheckpoints(ctx, "t", "r")
 	if err != nil {
@@ -252,17 +245,7 @@ func TestCheckpointFailuresPause(t *testing.T) {
 		IdleFlush: time.Hour, CheckpointBytes: 10, CheckpointInterval: -1, MaxBackoff: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer w.Close(ctx)
-	orch := instanceai.OrchestratorAgentID("r")
-	emit := func(ev instanceai.Event) {
-		t.Helper()
-		ev.RunID, ev.AgentID, ev.UserID, ev.TS = "r", orch, "u", 1
-		if err := w.Enqueue("t", ev); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Sync(ctx, "t"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	emit := func(ev instanceai.Event) { t.Helper(); emitSynced(t, w, ev) }
 	emit(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
 	var sent strings.Builder
 	delta := func() {

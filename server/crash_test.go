@@ -36,13 +36,8 @@ func (p *process) chat(thread, message string) string { return p.API.Chat(thread
 // frame the server sent with an id: those it acknowledged as stored.
 func (p *process) acked(ctx context.Context, thread string, stop func(ev instanceai.Event, deltas int) bool) map[string]string {
 	p.t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+thread, nil)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	rd := ssestream.NewReader(res.Body)
+	rd, done := p.live(ctx, thread)
+	defer done()
 	ids := map[string]string{}
 	deltas := 0
 	for {
@@ -67,6 +62,17 @@ func (p *process) acked(ctx context.Context, thread string, stop func(ev instanc
 			return ids
 		}
 	}
+}
+
+// live opens the thread's live stream; done closes it.
+func (p *process) live(ctx context.Context, thread string) (rd *ssestream.Reader, done func()) {
+	p.t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+thread, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return ssestream.NewReader(res.Body), func() { res.Body.Close() }
 }
 
 // replayAll reads the whole thread after a restart, until runID's run-finish.

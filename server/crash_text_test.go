@@ -4,26 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/ssestream"
 )
 
 // liveText reads the thread's live stream until at least n bytes of text
 // deltas came, and returns their text.
 func (p *process) liveText(ctx context.Context, thread string, n int) string {
 	p.t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/instance-ai/events/"+thread, nil)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	rd := ssestream.NewReader(res.Body)
+	rd, done := p.live(ctx, thread)
+	defer done()
 	var text strings.Builder
 	for text.Len() < n {
 		f, err := rd.Next()
