@@ -76,13 +76,12 @@ func TestWriterCheckpointsOpenText(t *testing.T) {
 			w := instanceai.NewWriter(store, instanceai.NewHub(0), instanceai.WriterConfig{
 				IdleFlush: time.Hour, CheckpointBytes: 100, CheckpointInterval: -1})
 			defer w.Close(ctx)
-			enqueue := func(ev instanceai.Event) { t.Helper(); emitSynced(t, w, ev) }
-			enqueue(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
+			emitSynced(t, w, instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
 			var sent strings.Builder
 			for i := range 40 {
 				chunk := strings.Repeat(string(rune('a'+i%26)), 9) + "é"
 				sent.WriteString(chunk)
-				enqueue(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: chunk}})
+				emitSynced(t, w, instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: chunk}})
 			}
 			pieces, err := cs.RunCheckpoints(ctx, "t", "r")
 			if err != nil {
@@ -101,7 +100,7 @@ func TestWriterCheckpointsOpenText(t *testing.T) {
 				t.Fatalf("the log holds %d rows while the segment is open, want the run-start only", len(rows))
 			}
 
-			enqueue(instanceai.Event{Type: instanceai.TypeRunFinish, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}})
+			emitSynced(t, w, instanceai.Event{Type: instanceai.TypeRunFinish, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}})
 			rows, err := store.ReadAfter(ctx, "t", 0, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -245,12 +244,11 @@ func TestCheckpointFailuresPause(t *testing.T) {
 		IdleFlush: time.Hour, CheckpointBytes: 10, CheckpointInterval: -1, MaxBackoff: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer w.Close(ctx)
-	emit := func(ev instanceai.Event) { t.Helper(); emitSynced(t, w, ev) }
-	emit(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
+	emitSynced(t, w, instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
 	var sent strings.Builder
 	delta := func() {
 		sent.WriteString("twelve bytes")
-		emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "twelve bytes"}})
+		emitSynced(t, w, instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "twelve bytes"}})
 	}
 	for range 50 {
 		delta()
