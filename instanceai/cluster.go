@@ -10,42 +10,92 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultPollInterval is how often, while the bus is down, every live
-// subscriber re-reads the log instead.
+// DefaultPollInterval is how often an instance checks the log's head of
+// the threads it streams that went quiet (see Cluster).
 const DefaultPollInterval = time.Second
+
+// Bus send limits: one publish may take publishTimeout before the bus
+// counts as failing; while it fails, a resync notice is tried every
+// retryInterval; the queue of messages waiting to be sent holds at most
+// maxOutbound bytes.
+const (
+	publishTimeout = 2 * time.Second
+	retryInterval  = 250 * time.Millisecond
+	maxOutbound    = 16 << 20
+)
 
 // ClusterConfig configures a Cluster.
 type ClusterConfig struct {
 	// Instance is this process's id; messages it published itself are
 	// ignored when they come back.
 	Instance string
-	// PollInterval is the log poll's period while the bus is down
-	// (default 1 s).
+	// PollInterval is the head check's period (default 1 s).
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// Log is the shared log the head check reads. Without it, a frame the
+	// bus lost reaches this instance's subscribers only with the thread's
+	// next stored frame.
+	Log    EventLog
+	Logger *slog.Logger
 }
 
 // Cluster joins this process's hub and run registry to the other instances
 // through a Bus. Frames the writer commits go to the local hub at once and
 // to the bus; frames from other instances go into the local hub as if
-// written here. Control messages reach the run registry. Whatever the bus
-// loses is recovered from the log: durable frames carry their seq, so a
-// subscriber that sees a gap reads the missing rows; after the listener
-// reconnects every subscriber re-reads from its cursor; and while the bus
-// is down the subscribers poll the log.
+// written here. Control messages reach the run registry.
+//
+// The bus may lose anything, so the log stays the source of truth:
+//   - the writer never waits for the bus: frames go to the local hub, then
+//     into a bounded queue that one goroutine sends in order; a publish that
+//     fails, or a full queue, marks the thread, and once the bus takes
+//     messages again (tried every retryInterval) the other instances are
+//     told to read the thread from the log (a resync notice);
+//   - durable frames carry their seq, so a subscriber that sees a gap reads
+//     the missing rows from the log;
+//   - and the head check: every PollInterval, for each thread with
+//     subscribers here that has been quiet for as long, or whose stored
+//     frames came with a gap, this instance reads the thread's head in the
+//     log and publishes into its hub the rows its bus did not deliver. That covers what no later frame reveals (a run's
+//     last frames), whatever link lost them: this instance's, the writer's,
+//     or the bus as a whole, and a deleted thread's subscribers are ended.
+//     A reconnection of the listener and a resync notice run it at once.
+//
+// What arrives late (a held-back bus delivering frames the head check
+// already published) is harmless: stored frames are deduplicated by seq,
+// and deltas by their place in their segment (see segmentLedger).
 type Cluster struct {
-	bus  Bus
-	hub  *Hub
-	runs *Runs
-	cfg  ClusterConfig
+	bus   Bus
+	hub   *Hub
+	runs  *Runs
+	cfg   ClusterConfig
+	heads HeadReader // nil: no head check
 
 	up atomic.Bool
+
 	mu sync.Mutex
+	// outbound are the messages waiting for the sender, outBytes their
+	// size; wake signals the sender.
+	outbound []busMessage
+	outBytes int
+	wake     chan struct{}
 	// dirty are threads whose frames could not be published: the other
 	// instances are told to re-read them once the bus takes messages again.
 	dirty map[string]bool
-	// publishFailing rate-limits the publish error log to one per outage.
-	publishFailing bool
+	// failing is set while publishes fail; the error is logged once per
+	// outage.
+	failing bool
+	// check asks the head check to run now, for the threads in checkNow
+	// (all of them when checkAll).
+	check    chan struct{}
+	checkNow map[string]bool
+	checkAll bool
+}
+
+// HeadReader is implemented by an EventLog that reads the heads of many
+// threads at once: the highest committed seq of each existing thread
+// among ids (a missing thread is absent from the answer). The cluster's
+// head check uses it.
+type HeadReader interface {
+	Heads(ctx context.Context, threadIDs []string) (map[string]int64, error)
 }
 
 // NewCluster returns a cluster on bus feeding hub.
@@ -56,7 +106,10 @@ func NewCluster(bus Bus, hub *Hub, cfg ClusterConfig) *Cluster {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Cluster{bus: bus, hub: hub, cfg: cfg, dirty: map[string]bool{}}
+	c := &Cluster{bus: bus, hub: hub, cfg: cfg, dirty: map[string]bool{},
+		wake: make(chan struct{}, 1), check: make(chan struct{}, 1), checkNow: map[string]bool{}}
+	c.heads, _ = cfg.Log.(HeadReader)
+	return c
 }
 
 // Attach gives the cluster the run registry its control messages are for.
@@ -79,52 +132,134 @@ type busMessage struct {
 	Ctl    *Control `json:"c,omitempty"`
 }
 
+// size is the message's share of the outbound bound.
+func (m *busMessage) size() int {
+	n := envelope + len(m.Thread)
+	for i := range m.Frames {
+		n += len(m.Frames[i].Event) + perFrame
+	}
+	return n
+}
+
 type busFrame struct {
 	Seq   int64           `json:"s,omitempty"`
 	Event json.RawMessage `json:"e"`
+	// Pos is a delta's Frame.Offset plus one (0: the delta is not
+	// placed), and After its Frame.After.
+	Pos   int64 `json:"x,omitempty"`
+	After int64 `json:"a,omitempty"`
 }
 
-// Publish implements Publisher: the local hub first, then the bus.
+// busFrameOf is the bus form of a frame whose event encodes as data.
+func busFrameOf(f *Frame, data []byte) busFrame {
+	bf := busFrame{Seq: f.Seq, Event: data, After: f.After}
+	if f.HasOffset {
+		bf.Pos = f.Offset + 1
+	}
+	return bf
+}
+
+// frame is the frame a bus frame carries, ev decoded from it.
+func (bf *busFrame) frame(ev *Event) Frame {
+	f := EncodedFrame(bf.Seq, ev, bf.Event)
+	if bf.Pos > 0 {
+		f.Offset, f.HasOffset = bf.Pos-1, true
+	}
+	f.After = bf.After
+	return f
+}
+
+// Publish implements Publisher: the local hub first, then the bus, which
+// the writer does not wait for (see Cluster).
 func (c *Cluster) Publish(threadID string, frames []Frame) {
 	c.hub.Publish(threadID, frames)
 	if len(frames) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c.flushDirty(ctx)
-	for _, m := range c.messages(threadID, frames) {
-		if !c.send(ctx, m) {
-			c.mu.Lock()
-			c.dirty[threadID] = true
-			c.mu.Unlock()
+	c.enqueue(c.messages(threadID, frames)...)
+}
+
+// Committed returns the highest seq the local hub has of the thread.
+func (c *Cluster) Committed(threadID string) int64 { return c.hub.Committed(threadID) }
+
+// SendControl implements Controller. The database holds what the control
+// asks for (see Runs); the message only makes its owner act at once.
+func (c *Cluster) SendControl(ctl Control) {
+	c.enqueue(busMessage{Thread: ctl.ThreadID, Ctl: &ctl})
+}
+
+// enqueue hands messages to the sender. What does not fit the bound is
+// not sent: its thread is marked for a resync notice instead.
+func (c *Cluster) enqueue(msgs ...busMessage) {
+	c.mu.Lock()
+	for _, m := range msgs {
+		n := m.size()
+		if c.outBytes+n > maxOutbound && len(c.outbound) > 0 {
+			if m.Thread != "" && m.Ctl == nil {
+				c.dirty[m.Thread] = true
+			}
+			continue
+		}
+		c.outbound = append(c.outbound, m)
+		c.outBytes += n
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop sends the queued messages in order until ctx ends. After a
+// failed publish, what is queued is not tried (the threads are marked for
+// resync notices) until a resync notice gets through again: a link that
+// hangs costs one publishTimeout per retry, not one per message.
+func (c *Cluster) sendLoop(ctx context.Context) {
+	retry := time.NewTicker(retryInterval)
+	defer retry.Stop()
+	for {
+		c.mu.Lock()
+		batch := c.outbound
+		c.outbound, c.outBytes = nil, 0
+		failing := c.failing
+		c.mu.Unlock()
+		for i := range batch {
+			m := &batch[i]
+			if failing || !c.send(ctx, m) {
+				failing = true
+				if m.Thread != "" && m.Ctl == nil {
+					c.markDirty(m.Thread)
+				}
+			}
+		}
+		c.flushDirty(ctx)
+		select {
+		case <-ctx.Done():
 			return
+		case <-c.wake:
+		case <-retry.C:
 		}
 	}
 }
 
-// SendControl implements Controller.
-func (c *Cluster) SendControl(ctl Control) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c.send(ctx, busMessage{Thread: ctl.ThreadID, Ctl: &ctl})
+func (c *Cluster) markDirty(threadID string) {
+	c.mu.Lock()
+	c.dirty[threadID] = true
+	c.mu.Unlock()
 }
 
 // flushDirty tells the other instances to re-read the threads whose frames
-// an earlier publish lost.
+// were not published. It is also what finds out that a failing bus works
+// again.
 func (c *Cluster) flushDirty(ctx context.Context) {
 	c.mu.Lock()
-	if len(c.dirty) == 0 {
-		c.mu.Unlock()
-		return
-	}
 	threads := make([]string, 0, len(c.dirty))
 	for t := range c.dirty {
 		threads = append(threads, t)
 	}
 	c.mu.Unlock()
 	for _, t := range threads {
-		if !c.send(ctx, busMessage{Thread: t, Resync: true}) {
+		if !c.send(ctx, &busMessage{Thread: t, Resync: true}) {
 			return
 		}
 		c.mu.Lock()
@@ -133,24 +268,28 @@ func (c *Cluster) flushDirty(ctx context.Context) {
 	}
 }
 
-func (c *Cluster) send(ctx context.Context, m busMessage) bool {
+// send publishes one message; it reports whether the bus took it, and
+// keeps the failing state with one log line per outage.
+func (c *Cluster) send(ctx context.Context, m *busMessage) bool {
 	m.Origin = c.cfg.Instance
-	payload, err := json.Marshal(&m)
+	payload, err := json.Marshal(m)
 	if err == nil {
-		err = c.bus.Publish(ctx, payload)
+		pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+		err = c.bus.Publish(pctx, payload)
+		cancel()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		if !c.publishFailing {
-			c.cfg.Logger.Warn("bus publish failed; other instances will read the log instead", "err", err)
+		if !c.failing && ctx.Err() == nil {
+			c.cfg.Logger.Warn("bus publish failed; the other instances will read the log instead", "err", err)
 		}
-		c.publishFailing = true
+		c.failing = true
 		return false
 	}
-	if c.publishFailing {
+	if c.failing {
 		c.cfg.Logger.Info("bus publish works again")
-		c.publishFailing = false
+		c.failing = false
 	}
 	return true
 }
@@ -159,14 +298,14 @@ func (c *Cluster) send(ctx context.Context, m busMessage) bool {
 // frame's overhead beside its event, both with room to spare.
 const (
 	envelope = 256
-	perFrame = 32
+	perFrame = 48
 )
 
 // messages packs frames into as few messages as the bus's payload limit
 // allows. A delta too large for one message is split into several deltas
 // of the same segment, which the clients append back together; any other
-// frame too large travels as a resync notice, and the other instances'
-// subscribers read it from the log.
+// frame too large travels as a resync notice, and the other instances read
+// it from the log.
 func (c *Cluster) messages(threadID string, frames []Frame) []busMessage {
 	limit := c.bus.MaxPayload()
 	var out []busMessage
@@ -179,22 +318,22 @@ func (c *Cluster) messages(threadID string, frames []Frame) []busMessage {
 		cur = busMessage{Thread: threadID}
 		size = envelope + len(threadID)
 	}
-	add := func(seq int64, data []byte) {
-		if limit > 0 && size+len(data)+perFrame > limit {
+	add := func(bf busFrame) {
+		if limit > 0 && size+len(bf.Event)+perFrame > limit {
 			flush()
 		}
-		cur.Frames = append(cur.Frames, busFrame{Seq: seq, Event: data})
-		size += len(data) + perFrame
+		cur.Frames = append(cur.Frames, bf)
+		size += len(bf.Event) + perFrame
 	}
 	for i := range frames {
 		f := &frames[i]
 		if limit <= 0 || envelope+len(threadID)+len(f.Data)+perFrame <= limit {
-			add(f.Seq, f.Data)
+			add(busFrameOf(f, f.Data))
 			continue
 		}
 		if pieces := splitDelta(f, limit-envelope-len(threadID)-perFrame); pieces != nil {
 			for _, p := range pieces {
-				add(0, p)
+				add(p)
 			}
 			continue
 		}
@@ -206,14 +345,15 @@ func (c *Cluster) messages(threadID string, frames []Frame) []busMessage {
 }
 
 // splitDelta splits a text or reasoning delta into deltas whose encodings
-// each fit in limit bytes, cutting at character boundaries; nil for any
-// other frame.
-func splitDelta(f *Frame, limit int) [][]byte {
+// each fit in limit bytes, cutting at character boundaries, each placed
+// where its text stands in the segment; nil for any other frame.
+func splitDelta(f *Frame, limit int) []busFrame {
 	if f.Seq != 0 || (f.Event.Type != TypeTextDelta && f.Event.Type != TypeReasoningDelta) || limit < 512 {
 		return nil
 	}
 	text := f.Event.Payload.(*Text).Text
-	var out [][]byte
+	var out []busFrame
+	piece0 := *f // each piece's frame, for its place in the segment
 	// JSON escaping can make text up to six times longer (\u00XX);
 	// halving the piece until it fits covers every case.
 	piece := (limit - 256) / 2
@@ -232,33 +372,21 @@ func splitDelta(f *Frame, limit int) [][]byte {
 			piece = max(n/2, 1)
 			continue
 		}
-		out = append(out, data)
+		out = append(out, busFrameOf(&piece0, data))
+		piece0.Offset += int64(n)
 		text = text[n:]
 	}
 	return out
 }
 
-// Run listens to the bus until ctx ends. While the listener is down,
-// subscribers poll the log every PollInterval; each (re)connection makes
-// every subscriber re-read from its cursor, since what was published
-// meanwhile is gone.
+// Run sends and listens until ctx ends, with the head check beside them.
 func (c *Cluster) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() {
-		tick := time.NewTicker(c.cfg.PollInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if !c.up.Load() {
-					c.hub.Resync("")
-				}
-			}
-		}
-	})
+	wg.Go(func() { c.sendLoop(ctx) })
+	if c.heads != nil {
+		wg.Go(func() { c.headLoop(ctx) })
+	}
 	return c.bus.Listen(ctx, c.deliver, c.state)
 }
 
@@ -269,11 +397,121 @@ func (c *Cluster) state(up bool, err error) {
 		if !was {
 			c.cfg.Logger.Info("bus connected")
 		}
-		c.hub.Resync("")
+		// What was published while the listener was away is gone.
+		c.checkThreads("")
 	case was:
-		c.cfg.Logger.Warn("bus connection lost; subscribers poll the log until it is back",
+		c.cfg.Logger.Warn("bus connection lost; the head check reads the log until it is back",
 			"err", err, "poll", c.cfg.PollInterval)
 	}
+}
+
+// checkThreads asks the head check to look at the thread now (every
+// thread with subscribers when threadID is "").
+func (c *Cluster) checkThreads(threadID string) {
+	c.mu.Lock()
+	if threadID == "" {
+		c.checkAll = true
+	} else {
+		c.checkNow[threadID] = true
+	}
+	c.mu.Unlock()
+	select {
+	case c.check <- struct{}{}:
+	default:
+	}
+}
+
+// headLoop runs the head check every PollInterval, and at once when asked.
+func (c *Cluster) headLoop(ctx context.Context) {
+	tick := time.NewTicker(c.cfg.PollInterval)
+	defer tick.Stop()
+	failing := false
+	for {
+		var threads []string
+		all := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			threads = c.hub.Behind(c.cfg.PollInterval)
+		case <-c.check:
+			c.mu.Lock()
+			all = c.checkAll
+			for t := range c.checkNow {
+				threads = append(threads, t)
+			}
+			c.checkAll, c.checkNow = false, map[string]bool{}
+			c.mu.Unlock()
+			if all {
+				threads = c.hub.Behind(0)
+			}
+		}
+		err := c.checkHeads(ctx, threads)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			c.cfg.Logger.Warn("the head check cannot read the log; retrying", "err", err)
+			failing = true
+		case err == nil && failing:
+			c.cfg.Logger.Info("the head check reads the log again")
+			failing = false
+		}
+	}
+}
+
+// checkHeads reads the heads of threads in the log and, for each thread
+// whose head is past what the hub published, publishes the rows it
+// missed; a thread that is gone has its subscribers ended.
+func (c *Cluster) checkHeads(ctx context.Context, threads []string) error {
+	if len(threads) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.PollInterval, 2*time.Second))
+	defer cancel()
+	heads, err := c.heads.Heads(ctx, threads)
+	if err != nil {
+		return err
+	}
+	for _, t := range threads {
+		head, ok := heads[t]
+		if !ok {
+			c.hub.Forget(t)
+			continue
+		}
+		if err := c.catchUp(ctx, t, head); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUp publishes into the hub the rows of the thread after those it was
+// published without a gap, up to head: its last page of them at most,
+// since the subscribers read any earlier gap from the log themselves.
+func (c *Cluster) catchUp(ctx context.Context, threadID string, head int64) error {
+	from := c.hub.Contiguous(threadID)
+	if head <= from {
+		return nil
+	}
+	rows, err := c.cfg.Log.ReadAfter(ctx, threadID, max(from, head-replayPage), replayPage)
+	if err != nil {
+		return err
+	}
+	frames := make([]Frame, 0, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		if r.Seq > head {
+			break
+		}
+		data := r.Data
+		if len(data) == 0 {
+			if data, err = json.Marshal(&r.Event); err != nil {
+				return err
+			}
+		}
+		frames = append(frames, EncodedFrame(r.Seq, &r.Event, data))
+	}
+	c.hub.CaughtUp(threadID, frames, head)
+	return nil
 }
 
 // deliver handles one message from the bus.
@@ -295,7 +533,7 @@ func (c *Cluster) deliver(payload []byte) {
 			c.runs.HandleControl(*m.Ctl)
 		}
 	case m.Resync:
-		c.hub.Resync(m.Thread)
+		c.checkThreads(m.Thread)
 	case len(m.Frames) > 0:
 		frames := make([]Frame, 0, len(m.Frames))
 		for _, bf := range m.Frames {
@@ -303,12 +541,12 @@ func (c *Cluster) deliver(payload []byte) {
 			if err := json.Unmarshal(bf.Event, ev); err != nil {
 				// Frames come from another instance's writer, which
 				// encoded them; one that does not decode is a version
-				// skew: let the subscribers read the log.
-				c.cfg.Logger.Warn("a bus frame does not decode; resyncing its thread", "thread", m.Thread, "err", err)
-				c.hub.Resync(m.Thread)
+				// skew: the head check reads the thread from the log.
+				c.cfg.Logger.Warn("a bus frame does not decode; reading its thread from the log", "thread", m.Thread, "err", err)
+				c.checkThreads(m.Thread)
 				continue
 			}
-			frames = append(frames, EncodedFrame(bf.Seq, ev, bf.Event))
+			frames = append(frames, bf.frame(ev))
 		}
 		c.hub.Publish(m.Thread, frames)
 	}

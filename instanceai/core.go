@@ -45,7 +45,7 @@ type CoreConfig struct {
 	Instance string
 	// Lease is how long a run's claim lives without renewal.
 	Lease time.Duration
-	// PollInterval is the log poll's period while the bus is down.
+	// PollInterval is the head check's period (see Cluster).
 	PollInterval time.Duration
 	Logger       *slog.Logger
 	Observer     Observer
@@ -64,7 +64,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	var publisher Publisher = c.Hub
 	var control Controller
 	if cfg.Bus != nil {
-		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Logger: cfg.Logger})
+		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger})
 		publisher, control = c.Cluster, c.Cluster
 	}
 	wcfg := cfg.Writer

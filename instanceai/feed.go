@@ -1,6 +1,7 @@
 package instanceai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,16 +27,29 @@ type Delivery struct {
 	Wire []byte
 	// Reset is set on a reset frame (Type ResetFrameType): the events
 	// between the connection's cursor and Reset.NextEventID are no longer
-	// in the log.
+	// in the log, or never were (a cursor ahead of the log).
 	Reset *Reset
+	// Repair is set on a block sent to a connection that had been sent
+	// more of the segment's text as deltas than the block holds: a writer
+	// that died streamed text it never stored, and another instance
+	// settled the segment from what it had. The block alone cannot fix the
+	// client's text (the REPLACE rule takes only a block that extends it);
+	// a consumer that can restate the run (the native stream's run-sync)
+	// should.
+	Repair bool
 }
 
 // ResetFrameType is the SSE event type of a reset frame.
 const ResetFrameType = "reset"
 
-// ReasonEventsEvicted is the reason of a reset frame whose events a
-// bounded log (the memory store) dropped.
-const ReasonEventsEvicted = "events_evicted"
+// Reasons of reset frames: the events after the cursor were dropped by a
+// bounded log (the memory store), or the cursor is ahead of the log (it
+// came from a thread that was deleted and created again, or from another
+// deployment), so the log holds nothing the client's state lines up with.
+const (
+	ReasonEventsEvicted = "events_evicted"
+	ReasonCursorAhead   = "cursor_ahead"
+)
 
 // Reset tells a connection that the log no longer holds the events after
 // its cursor up to NextEventID-1: a bounded store evicted them. Resuming
@@ -55,6 +69,10 @@ type Reset struct {
 }
 
 func (r *Reset) Error() string {
+	if r.Reason == ReasonCursorAhead {
+		return fmt.Sprintf("event id %d is beyond the end of thread %q (%s); reload the thread",
+			r.LastEventID, r.ThreadID, r.Reason)
+	}
 	return fmt.Sprintf("events %d to %d of thread %q are no longer stored (%s); reload the thread",
 		r.LastEventID+1, r.NextEventID-1, r.ThreadID, r.Reason)
 }
@@ -79,33 +97,47 @@ const (
 // segments; read the log again up to C (the rows committed while the first
 // read ran); send each open segment's text as one id-less delta; then serve
 // the subscription's queue, which holds exactly what was published after C.
-// When the replay went past C (a block committed but not yet published, or
-// a cursor beyond what this hub has seen), the segments those blocks close
-// are still open in the hub: their text is not sent again, neither from
-// the snapshot nor as deltas queued before the block's own frame.
+//
+// A cursor beyond the log's end is not served silently: the connection is
+// reset to the start of the log (ReasonCursorAhead).
+//
+// Text: the feed follows what it sent the connection of each segment (see
+// segmentLedger). Deltas that do not continue that text are held back, and
+// late ones dropped; a block is sent unless the connection has exactly its
+// text already, so a client that missed deltas (the bus lost them, or this
+// instance joined mid-segment) has its text made whole by the block. A
+// block ahead of the hub (the replay read past C: the moment between a
+// commit and its publish, or a bus's delay) closes its segment here, so
+// the hub's open text of it is not sent again.
 type Feed struct {
 	log      EventLog
 	hub      *Hub
 	threadID string
 
 	phase feedPhase
+	// cursor is the cursor the connection opened with (0 after a reset to
+	// the start).
+	cursor int64
 	// last is the highest seq this connection has accounted for: written
-	// with its id, or a block whose deltas it was sent live.
+	// with its id, or a block whose text it already had.
 	last int64
 	sub  *Subscription
 	snap Snapshot
-	// ahead holds the segments whose closing block this connection was
-	// sent from the log before the hub published it (the replay read past
-	// Snapshot.Committed: the moment between a commit and its publish, or
-	// a bus's delay), with the block's seq. Their text is in the block, so
-	// the hub's open text of them (in the snapshot, or deltas still
-	// queued) is not sent again, until a frame at or past that seq shows
-	// the hub has closed them too.
-	ahead map[openKey]int64
-	// endedLive holds the runs whose run-finish this connection was sent
-	// live without an id (they could not be stored): their stored echo is
-	// not sent again.
-	endedLive map[string]bool
+	// ledger follows what this connection was sent of each segment.
+	ledger segmentLedger
+	// liveEndings holds, by run, the bytes of the error and run-finish
+	// this connection was sent live without an id (they could not be
+	// stored then): their stored copies, byte for byte the same, only move
+	// the cursor.
+	liveEndings map[string][][]byte
+	// runsSeen are the runs the replay sent events of, and resumed those
+	// whose first event it sent was not their run-start: the client held
+	// part of them at its cursor.
+	runsSeen map[string]bool
+	resumed  []string
+	// pending are the undecoded blocks the replay sent, by run, until the
+	// replay ends (see noteReplayed).
+	pending map[string][]pendingBlock
 
 	// SkipDecode, when set before the first Next, delivers the rows the
 	// feed reads from the log with their bytes and Kind but no Event: a
@@ -114,21 +146,40 @@ type Feed struct {
 	// their Event either way.
 	SkipDecode bool
 
-	// BeforeLive, if set, is called once when the replay is over, with the
-	// highest seq the replay covered and the open segments sent; what it
-	// returns is delivered before the live tail (run-sync frames).
-	BeforeLive func(committed int64, open []Event) []Delivery
+	// BeforeLive, if set, is called once when the replay is over (see
+	// Handoff); what it returns is delivered before the live tail
+	// (run-sync frames).
+	BeforeLive func(Handoff) []Delivery
+
+	// Restate, if set, is called after a block that needs a repair (see
+	// Delivery.Repair), with the block's run and seq; what it returns is
+	// delivered right after the block (a run-sync of the run).
+	Restate func(runID string, upTo int64) []Delivery
 
 	// Wake, for a feed read with Poll, is called when the live tail has
-	// something to take after a Poll found nothing: frames, a resync or
-	// the subscription's end. It is called on the publisher's goroutine
+	// something to take after a Poll found nothing: frames or the
+	// subscription's end. It is called on the publisher's goroutine
 	// and must not block. Set it before the first Poll.
 	Wake func()
 }
 
+// Handoff is what a feed has sent when its replay is over.
+type Handoff struct {
+	// Last is the highest seq the connection was sent.
+	Last int64
+	// Open are the open segments' text it was sent as deltas.
+	Open []Event
+	// Cursor is the cursor it opened with (0 after a reset).
+	Cursor int64
+	// Resumed are the runs the replay sent events of but not their
+	// run-start: the client held part of each at its cursor, maybe more
+	// of its text than the log has (see Delivery.Repair).
+	Resumed []string
+}
+
 // OpenFeed starts a feed after the cursor (0 = from the start).
 func OpenFeed(log EventLog, hub *Hub, threadID string, after int64) *Feed {
-	return &Feed{log: log, hub: hub, threadID: threadID, last: after}
+	return &Feed{log: log, hub: hub, threadID: threadID, last: after, cursor: after}
 }
 
 // Close releases the feed's subscription.
@@ -169,6 +220,15 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 			if n > 0 {
 				return out, nil
 			}
+			if f.last > 0 && f.last == f.cursor {
+				ahead, err := f.cursorAhead(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if ahead != nil {
+					return []Delivery{*ahead}, nil
+				}
+			}
 			var wake func()
 			if poll {
 				wake = f.Wake
@@ -188,32 +248,38 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 				// The log holds nothing more up to C, though C was
 				// committed: a bounded store evicted it. The queue
 				// continues from C+1, so the connection is reset to there.
-				out = []Delivery{f.reset(f.snap.Committed + 1)}
+				out = []Delivery{f.reset(ReasonEventsEvicted, f.snap.Committed+1)}
 			}
 			return out, nil
 		case phaseOpen:
 			f.phase = phaseLive
-			if f.last > f.snap.Committed {
-				if err := f.noteAhead(ctx); err != nil {
-					return nil, err
-				}
+			if err := f.notePending(); err != nil {
+				return nil, err
+			}
+			if err := f.noteBefore(ctx); err != nil {
+				return nil, err
 			}
 			var out []Delivery
+			var sent []Event
 			for i := range f.snap.Open {
 				ev := &f.snap.Open[i]
-				if _, sent := f.ahead[keyOf(ev)]; sent {
-					continue
+				after := f.snap.OpenAfter[i]
+				if f.ledger.superseded(ev, after) {
+					continue // closed since, in what the replay sent
 				}
+				text := ev.Payload.(*Text).Text
+				f.ledger.delta(ev, 0, after, len(text))
 				data, err := json.Marshal(ev)
 				if err != nil {
 					return nil, err
 				}
 				out = append(out, Delivery{Kind: ev.Type, Event: ev, Data: data, Wire: ssestream.DataFrame(data)})
+				sent = append(sent, *ev)
 			}
 			if f.BeforeLive != nil {
-				out = append(out, f.BeforeLive(f.snap.Committed, f.snap.Open)...)
+				out = append(out, f.BeforeLive(Handoff{Last: f.last, Open: sent, Cursor: f.cursor, Resumed: f.resumed})...)
 			}
-			f.snap.Open = nil
+			f.snap.Open, f.snap.OpenAfter, f.runsSeen, f.resumed = nil, nil, nil, nil
 			if len(out) == 0 {
 				continue
 			}
@@ -231,17 +297,11 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 				case <-ch:
 				}
 			}
-			batches, resync, err := f.sub.take()
+			batches, err := f.sub.take()
 			if err != nil {
 				return nil, err
 			}
-			var out []Delivery
-			if resync {
-				if out, err = f.catchUp(ctx, 0); err != nil {
-					return nil, err
-				}
-			}
-			more, err := f.admit(ctx, batches)
+			out, err := f.admit(ctx, batches)
 			// The deliveries point at the frames' events and bytes, not at
 			// the batches: the subscription may reuse their slice, and an
 			// idle connection keeps no published frame alive.
@@ -249,7 +309,7 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 			if err != nil {
 				return nil, err
 			}
-			if out = append(out, more...); len(out) > 0 {
+			if len(out) > 0 {
 				return out, nil
 			}
 		}
@@ -284,10 +344,11 @@ func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int,
 		if err != nil {
 			return nil, 0, err
 		}
-		return f.replayed(len(rows), upTo, func(i int) (int64, EventType, *Event, []byte) {
+		out, err = f.replayed(len(rows), upTo, func(i int) (int64, EventType, string, *Event, []byte) {
 			r := &rows[i]
-			return r.Seq, r.Type, nil, r.Data
-		}), len(rows), nil
+			return r.Seq, r.Type, r.RunID, nil, r.Data
+		})
+		return out, len(rows), err
 	}
 	rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
 	if err != nil {
@@ -299,27 +360,28 @@ func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int,
 			r.Data, _ = json.Marshal(&r.Event)
 		}
 	}
-	return f.replayed(len(rows), upTo, func(i int) (int64, EventType, *Event, []byte) {
+	out, err = f.replayed(len(rows), upTo, func(i int) (int64, EventType, string, *Event, []byte) {
 		r := &rows[i]
-		return r.Seq, r.Event.Type, &r.Event, r.Data
-	}), len(rows), nil
+		return r.Seq, r.Event.Type, r.Event.RunID, &r.Event, r.Data
+	})
+	return out, len(rows), err
 }
 
 // replayed turns n log rows, read through row, into deliveries, stopping
 // after upTo when set. The log's seqs are contiguous, so a first row beyond
 // f.last+1 means the rows in between were evicted: a reset frame goes
-// first.
-func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind EventType, ev *Event, data []byte)) []Delivery {
+// first. On a live connection the rows also pass the ledger (see note).
+func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind EventType, runID string, ev *Event, data []byte)) ([]Delivery, error) {
 	// The page's frames share one buffer: one allocation, not one per row.
 	size := 0
 	for i := range n {
-		_, _, _, data := row(i)
+		_, _, _, _, data := row(i)
 		size += len(data) + ssestream.DataFrameOverhead
 	}
 	wires := make([]byte, 0, size)
 	out := make([]Delivery, 0, n)
 	for i := range n {
-		seq, kind, ev, data := row(i)
+		seq, kind, runID, ev, data := row(i)
 		if upTo > 0 && seq > upTo {
 			break
 		}
@@ -327,24 +389,154 @@ func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind Even
 			continue
 		}
 		if seq > f.last+1 {
-			out = append(out, f.reset(seq))
+			out = append(out, f.reset(ReasonEventsEvicted, seq))
 		}
 		f.last = seq
+		repair := false
+		if f.phase < phaseOpen {
+			if f.cursor > 0 {
+				f.noteResumed(runID, kind)
+			}
+			f.noteReplayed(seq, kind, runID, ev, data)
+		} else {
+			if f.isLiveEnding(runID, data) {
+				continue
+			}
+			var err error
+			if repair, err = f.noteRow(kind, ev, data, seq); err != nil {
+				return nil, fmt.Errorf("row %d of thread %q: %w", seq, f.threadID, err)
+			}
+		}
 		start := len(wires)
 		wires = ssestream.AppendDataFrame(wires, data)
 		// A multi-line event can outgrow the estimate; the frames already
 		// cut keep the old buffer, which stays valid.
-		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Wire: wires[start:len(wires):len(wires)]})
+		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Wire: wires[start:len(wires):len(wires)], Repair: repair})
+		if repair {
+			out = f.restate(out, runID, seq)
+		}
 	}
-	return out
+	return out, nil
+}
+
+// restate appends what Restate gives for a repaired block of the run.
+func (f *Feed) restate(out []Delivery, runID string, seq int64) []Delivery {
+	if f.Restate == nil {
+		return out
+	}
+	return append(out, f.Restate(runID, seq)...)
+}
+
+// noteResumed records a replayed row's run, and the run as resumed when
+// its first replayed row is not its run-start.
+func (f *Feed) noteResumed(runID string, kind EventType) {
+	if runID == "" || f.runsSeen[runID] {
+		return
+	}
+	if f.runsSeen == nil {
+		f.runsSeen = map[string]bool{}
+	}
+	f.runsSeen[runID] = true
+	if kind != TypeRunStart {
+		f.resumed = append(f.resumed, runID)
+	}
+}
+
+// noteReplayed passes a replayed row through the ledger, so that the
+// hub's open text of a segment the replay closed (and its deltas, should
+// they still arrive) is not sent after its block. Only the runs that are
+// not over by the replay's end matter; an undecoded block waits until
+// then (see notePending), since most of a replay's blocks are of runs its
+// own run-finishes close.
+func (f *Feed) noteReplayed(seq int64, kind EventType, runID string, ev *Event, data []byte) {
+	switch kind {
+	case TypeRunFinish:
+		f.ledger.finish(runID, seq)
+		delete(f.pending, runID)
+	case TypeTextBlock, TypeReasoningBlock:
+		if ev != nil {
+			f.ledger.block(ev, seq)
+			return
+		}
+		if f.pending == nil {
+			f.pending = map[string][]pendingBlock{}
+		}
+		f.pending[runID] = append(f.pending[runID], pendingBlock{seq: seq, data: data})
+	}
+}
+
+// pendingBlock is an undecoded block the replay sent.
+type pendingBlock struct {
+	seq  int64
+	data []byte
+}
+
+// notePending notes the blocks the replay sent of runs it left unfinished.
+func (f *Feed) notePending() error {
+	for runID, blocks := range f.pending {
+		for _, b := range blocks {
+			ev, err := decodeEnvelope(b.data)
+			if err != nil {
+				return fmt.Errorf("row %d of thread %q: %w", b.seq, f.threadID, err)
+			}
+			ev.RunID = runID
+			f.ledger.block(&ev, b.seq)
+		}
+	}
+	f.pending = nil
+	return nil
+}
+
+// noteRow passes a row a live connection is sent through the ledger: a
+// block closes its segment (and needs a repair when the connection was
+// sent more of its text than it holds), a run-finish its run. An
+// undecoded row of those kinds is decoded for it.
+func (f *Feed) noteRow(kind EventType, ev *Event, data []byte, seq int64) (repair bool, err error) {
+	switch kind {
+	case TypeTextBlock, TypeReasoningBlock, TypeRunFinish:
+	default:
+		return false, nil
+	}
+	if ev == nil {
+		ev = new(Event)
+		if err := ev.UnmarshalJSON(data); err != nil {
+			return false, err
+		}
+	}
+	sent, open := f.ledger.note(ev, seq)
+	if kind == TypeRunFinish {
+		return false, nil
+	}
+	return open && sent > int64(len(ev.Payload.(*Text).Text)), nil
+}
+
+// cursorAhead checks the cursor of a connection whose replay found nothing
+// after it: a cursor past the log's end is reset to the start of the log,
+// so that the client drops state that lines up with nothing stored and
+// takes the log as the thread, instead of a live tail silently missing
+// what it believes it has.
+func (f *Feed) cursorAhead(ctx context.Context) (*Delivery, error) {
+	next, err := f.log.NextSeq(ctx, f.threadID)
+	if err != nil {
+		return nil, err
+	}
+	if f.cursor < next {
+		return nil, nil
+	}
+	r := &Reset{Reason: ReasonCursorAhead, ThreadID: f.threadID, LastEventID: f.cursor, NextEventID: 1}
+	data, _ := json.Marshal(r) // a struct of strings and integers
+	f.last, f.cursor = 0, 0
+	return &Delivery{ID: 0, Type: ResetFrameType, Data: data, Reset: r}, nil
 }
 
 // reset returns the reset frame that moves the cursor to next-1, over
 // events the log no longer holds.
-func (f *Feed) reset(next int64) Delivery {
-	r := &Reset{Reason: ReasonEventsEvicted, ThreadID: f.threadID, LastEventID: f.last, NextEventID: next}
+func (f *Feed) reset(reason string, next int64) Delivery {
+	r := &Reset{Reason: reason, ThreadID: f.threadID, LastEventID: f.last, NextEventID: next}
 	data, _ := json.Marshal(r) // a struct of strings and integers
 	f.last = next - 1
+	// A client that starts over holds no run in part.
+	f.runsSeen, f.resumed = nil, nil
 	return Delivery{ID: next - 1, Type: ResetFrameType, Data: data, Reset: r}
 }
 
@@ -383,69 +575,107 @@ func (f *Feed) admitBatch(ctx context.Context, out []Delivery, frames []Frame) (
 			}
 			out = append(out, missed...)
 			if fr.Seq > f.last+1 {
-				out = append(out, f.reset(fr.Seq))
+				out = append(out, f.reset(ReasonEventsEvicted, fr.Seq))
 			}
 		}
-		if len(f.ahead) > 0 {
-			if f.repeats(fr) {
-				continue
+		if fr.Seq == 0 {
+			if d, ok := f.ephemeral(fr); ok {
+				out = append(out, d)
 			}
-		}
-		var id int64
-		switch {
-		case fr.Seq == 0:
-		case fr.Seq <= f.last:
-			continue
-		default: // fr.Seq == f.last+1
-			f.last = fr.Seq
-			id = fr.Seq
-		}
-		if fr.Hidden || (fr.Echo && f.endedLive[fr.Event.RunID]) {
 			continue
 		}
-		if fr.Seq == 0 && fr.Event.Type == TypeRunFinish {
-			if f.endedLive == nil {
-				f.endedLive = map[string]bool{}
-			}
-			f.endedLive[fr.Event.RunID] = true
+		if fr.Seq <= f.last {
+			continue
 		}
-		out = append(out, Delivery{ID: id, Kind: fr.Event.Type, Event: fr.Event, Data: fr.Data, Wire: fr.Wire})
+		f.last = fr.Seq // fr.Seq == f.last+1
+		ev := fr.Event
+		if f.isLiveEnding(ev.RunID, fr.Data) {
+			continue
+		}
+		d := Delivery{ID: fr.Seq, Kind: ev.Type, Event: ev, Data: fr.Data, Wire: fr.Wire}
+		sent, open := f.ledger.note(ev, fr.Seq)
+		if ev.Type == TypeTextBlock || ev.Type == TypeReasoningBlock {
+			switch n := int64(len(ev.Payload.(*Text).Text)); {
+			case open && sent == n:
+				continue // the connection has exactly the block's text
+			case open && sent > n:
+				d.Repair = true
+			}
+		}
+		out = append(out, d)
+		if d.Repair {
+			out = f.restate(out, ev.RunID, fr.Seq)
+		}
 	}
 	return out, nil
 }
 
-// openKey names a coalescing segment as its deltas and its block carry it.
-type openKey struct {
-	runID, agentID, responseID string
-	kind                       EventType // TypeTextDelta or TypeReasoningDelta
-}
-
-// keyOf returns the segment a delta or block belongs to; ok is false for
-// every other event.
-func keyOfEvent(ev *Event) (openKey, bool) {
-	kind := ev.Type
+// ephemeral judges an id-less frame: a delta passes the ledger (held back
+// after a gap, dropped when late or repeated, its head cut when it
+// overlaps what was sent); an ending sent live is remembered so that its
+// stored copy is not sent again.
+func (f *Feed) ephemeral(fr *Frame) (Delivery, bool) {
+	ev := fr.Event
+	d := Delivery{Kind: ev.Type, Event: ev, Data: fr.Data, Wire: fr.Wire}
 	switch ev.Type {
 	case TypeTextDelta, TypeReasoningDelta:
-	case TypeTextBlock:
-		kind = TypeTextDelta
-	case TypeReasoningBlock:
-		kind = TypeReasoningDelta
-	default:
-		return openKey{}, false
+		off, after := fr.Offset, fr.After
+		if !fr.HasOffset {
+			off, after = -1, -1
+		}
+		if after >= 0 && after < f.cursor && !f.ledger.isOpen(ev) {
+			// A segment that began before the cursor and that the handoff
+			// did not open here: it may have closed before the cursor
+			// too (this delta is late, the bus held it back), and if not,
+			// its block, after the cursor, brings its text.
+			f.ledger.holdBack(ev, after)
+			return Delivery{}, false
+		}
+		v, skip, _ := f.ledger.delta(ev, off, after, len(ev.Payload.(*Text).Text))
+		if v != deltaDeliver {
+			return Delivery{}, false
+		}
+		if skip > 0 {
+			trimmed, err := trimDelta(fr, skip)
+			if err != nil {
+				return Delivery{}, false
+			}
+			d = Delivery{Kind: ev.Type, Event: trimmed.Event, Data: trimmed.Data, Wire: trimmed.Wire}
+		}
+	case TypeRunFinish, TypeError:
+		if f.liveEndings == nil {
+			f.liveEndings = map[string][][]byte{}
+		}
+		f.liveEndings[ev.RunID] = append(f.liveEndings[ev.RunID], fr.Data)
 	}
-	return openKey{runID: ev.RunID, agentID: ev.AgentID, responseID: ev.ResponseID, kind: kind}, true
+	return d, true
 }
 
-func keyOf(ev *Event) openKey {
-	k, _ := keyOfEvent(ev)
-	return k
+// isLiveEnding reports whether data is the stored copy of an ending of
+// the run this connection was sent live.
+func (f *Feed) isLiveEnding(runID string, data []byte) bool {
+	for _, sent := range f.liveEndings[runID] {
+		if bytes.Equal(sent, data) {
+			return true
+		}
+	}
+	return false
 }
 
-// noteAhead reads the rows the replay sent past the hub's snapshot, up to
-// f.last, and records the blocks among them in f.ahead.
-func (f *Feed) noteAhead(ctx context.Context) error {
-	after := f.snap.Committed
-	for after < f.last {
+// noteBefore notes in the ledger the blocks and run-finishes stored
+// before the cursor since an open segment of the snapshot began: a hub that
+// missed the block closing a segment (the bus lost it, and the head check
+// has not filled the gap yet) still holds its text as open, which a
+// connection whose cursor covers the block must not be sent. The replay
+// noted what came after the cursor.
+func (f *Feed) noteBefore(ctx context.Context) error {
+	after := f.cursor
+	for _, a := range f.snap.OpenAfter {
+		if a >= 0 {
+			after = min(after, a)
+		}
+	}
+	for after < f.cursor {
 		rows, err := f.log.ReadAfter(ctx, f.threadID, after, replayPage)
 		if err != nil {
 			return err
@@ -455,37 +685,56 @@ func (f *Feed) noteAhead(ctx context.Context) error {
 		}
 		for i := range rows {
 			r := &rows[i]
-			if r.Seq > f.last {
+			if r.Seq > f.cursor {
 				return nil
 			}
-			if r.Event.Type == TypeTextBlock || r.Event.Type == TypeReasoningBlock {
-				if f.ahead == nil {
-					f.ahead = map[openKey]int64{}
-				}
-				f.ahead[keyOf(&r.Event)] = r.Seq
-			}
+			f.ledger.note(&r.Event, r.Seq)
 			after = r.Seq
 		}
 	}
 	return nil
 }
 
-// repeats reports whether a live frame is text the connection already has
-// in a block it was sent ahead of the hub, and forgets the segments the
-// hub has now closed as well (a frame at or past their block's seq).
-func (f *Feed) repeats(fr *Frame) bool {
-	if fr.Seq > 0 {
-		for k, seq := range f.ahead {
-			if fr.Seq >= seq {
-				delete(f.ahead, k)
+// decodeEnvelope decodes an event's type, run, agent and response, and
+// stops at its payload: the encoder writes the payload last, so a large
+// block is not scanned. A row written otherwise is read to its end.
+func decodeEnvelope(data []byte) (Event, error) {
+	var ev Event
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return ev, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ev, err
+		}
+		key, _ := tok.(string)
+		var dst *string
+		switch key {
+		case "type":
+			dst = (*string)(&ev.Type)
+		case "runId":
+			dst = &ev.RunID
+		case "agentId":
+			dst = &ev.AgentID
+		case "responseId":
+			dst = &ev.ResponseID
+		case "payload":
+			if ev.Type != "" && ev.AgentID != "" {
+				return ev, nil
 			}
 		}
-		return false
+		if dst != nil {
+			if err := dec.Decode(dst); err != nil {
+				return ev, err
+			}
+			continue
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ev, err
+		}
 	}
-	k, ok := keyOfEvent(fr.Event)
-	if !ok {
-		return false
-	}
-	_, sent := f.ahead[k]
-	return sent
+	return ev, nil
 }

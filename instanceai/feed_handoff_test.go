@@ -143,19 +143,23 @@ func TestFeedSkipsLateDeltasOfABlockItWasSent(t *testing.T) {
 	if len(got) != 1 || got[0].ID != 1 {
 		t.Fatalf("replay = ids %v; want the block", ids(got))
 	}
-	publish := func(seq int64, ev instanceai.Event) {
+	publish := func(seq int64, ev instanceai.Event, offset, after int64) {
 		fr, err := instanceai.NewFrame(seq, &ev)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if seq == 0 {
+			fr.Offset, fr.HasOffset, fr.After = offset, true, after
+		}
 		hub.Publish("t", []instanceai.Frame{fr})
 	}
-	// The other instance's frames arrive: the block's deltas, the block,
-	// then a new segment under the same response id.
-	publish(0, stamp(textDelta("x", "hel")))
-	publish(0, stamp(textDelta("x", "lo")))
-	publish(1, block)
-	publish(0, stamp(textDelta("x", " again")))
+	// The other instance's frames arrive: the block's deltas, published
+	// before anything was committed, the block, then a new segment under
+	// the same response id, published after the block.
+	publish(0, stamp(textDelta("x", "hel")), 0, 0)
+	publish(0, stamp(textDelta("x", "lo")), 3, 0)
+	publish(1, block, 0, 0)
+	publish(0, stamp(textDelta("x", " again")), 0, 1)
 	var texts []string
 	for _, d := range available(t, feed) {
 		texts = append(texts, d.Event.Payload.(*instanceai.Text).Text)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,11 +20,17 @@ import (
 
 // FuzzFeedModel drives the writer → hub → feed handoff with a random
 // sequence of operations on two threads over an unbounded memory store
-// (so no reset frame is ever due): deltas that coalesce into blocks,
+// (so no eviction reset is ever due): deltas that coalesce into blocks,
 // structural and ephemeral events, feeds opened at random cursors (0, a
 // past seq, the current seq, beyond it), feeds read a little, disconnected
 // or left to fall behind, and flushes. The writer drains concurrently with
 // the feeds' reads, so the handoff meets commits at every point.
+//
+// A second hub stands for another instance: it gets the writer's batches
+// over a model bus that delivers them in order, drops them, or holds them
+// back and delivers them late, after later ones; its head check publishes
+// what the log holds beyond what it got, as Cluster does. Feeds open on
+// either hub.
 //
 // At the end every feed is checked against the stored log: the frames
 // with ids are strictly increasing and byte-for-byte the stored rows; from
@@ -98,6 +105,23 @@ func feedModelSeeds() [][]byte {
 			[3]byte{opSubscribe, t0 | fromPast, 255}, [3]byte{opDelta, t0, 2}, [3]byte{opDisconnectOrFlush, disconnect, 0},
 			[3]byte{opCall, t0}, [3]byte{opSubscribe, t0 | fromBeyond, 0}, [3]byte{opDelta, t0, 3},
 			[3]byte{opDisconnectOrFlush, disconnect, 2}, [3]byte{opFinish, t0}),
+		// A remote feed while the bus loses a batch, holds one back and
+		// delivers it after the block, and the head check fills the rest.
+		ops(largeQueue, [3]byte{opSubscribe, t0 | fromZero | 16}, [3]byte{opDelta, t0, 1}, [3]byte{opDelta, t0, 2},
+			[3]byte{opDisconnectOrFlush, flush}, [3]byte{opBus, busDeliver, 0}, [3]byte{opDelta, t0, 3},
+			[3]byte{opDisconnectOrFlush, flush}, [3]byte{opBus, busDrop}, [3]byte{opDelta, t0, 4},
+			[3]byte{opDisconnectOrFlush, flush}, [3]byte{opBus, busHold}, [3]byte{opDelta, t0, 5},
+			[3]byte{opCall, t0}, [3]byte{opDisconnectOrFlush, flush}, [3]byte{opBus, busDeliver, 3},
+			[3]byte{opRead, 0}, [3]byte{opBus, busRelease}, [3]byte{opRead, 0}, [3]byte{opDelta, t0 | reasoning, 6},
+			[3]byte{opFinish, t0}, [3]byte{opDisconnectOrFlush, flush}, [3]byte{opBus, busDrop},
+			[3]byte{opBus, busHeadCheck}, [3]byte{opRead, 0}, [3]byte{opSubscribe, t0 | fromPast | 16, 100}),
+		// A remote feed that joins mid-segment, and one the bus reaches
+		// only through the head check.
+		ops(largeQueue, [3]byte{opDelta, t1, 1}, [3]byte{opDisconnectOrFlush, flush | 1}, [3]byte{opBus, busDrop},
+			[3]byte{opSubscribe, t1 | fromCurrent | 16}, [3]byte{opDelta, t1, 2}, [3]byte{opDisconnectOrFlush, flush | 1},
+			[3]byte{opBus, busDeliver, 3}, [3]byte{opRead, 0}, [3]byte{opCall, t1}, [3]byte{opDisconnectOrFlush, flush | 1},
+			[3]byte{opBus, busHold}, [3]byte{opBus, busHeadCheck}, [3]byte{opRead, 0}, [3]byte{opBus, busRelease},
+			[3]byte{opRead, 0}, [3]byte{opFinish, t1}),
 		// A longer one mixing everything.
 		func() []byte {
 			long := make([]byte, 0, 900)
@@ -120,7 +144,18 @@ const (
 	opSubscribe
 	opRead
 	opDisconnectOrFlush
+	opBus
 	opCount
+)
+
+// What opBus does, by its first argument.
+const (
+	busDeliver   = iota // the next batches, in order
+	busDrop             // the next batch is lost
+	busHold             // the next batch is held back: later ones overtake it
+	busRelease          // the held batches arrive, late
+	busHeadCheck        // the remote hub reads the log's head
+	busOps
 )
 
 // maxOps bounds one input's work.
@@ -134,6 +169,28 @@ type feedModel struct {
 	writer  *instanceai.Writer
 	threads [2]*modelThread
 	feeds   []*modelFeed
+	// remote is the other instance's hub; bus the batches on their way to
+	// it, held those held back.
+	remote *instanceai.Hub
+	busMu  sync.Mutex
+	bus    []busBatch
+	held   []busBatch
+}
+
+// busBatch is one publish of the writer on its way over the model bus.
+type busBatch struct {
+	thread string
+	frames []instanceai.Frame
+}
+
+// teePublisher publishes to the local hub and onto the model bus.
+type teePublisher struct{ m *feedModel }
+
+func (p teePublisher) Publish(thread string, frames []instanceai.Frame) {
+	p.m.hub.Publish(thread, frames)
+	p.m.busMu.Lock()
+	p.m.bus = append(p.m.bus, busBatch{thread: thread, frames: slices.Clone(frames)})
+	p.m.busMu.Unlock()
 }
 
 // modelThread is what the operations sent to one thread.
@@ -172,6 +229,8 @@ type modelFeed struct {
 	// opened: a client error, in which the feed cannot tell which open
 	// deltas the client has.
 	beyond bool
+	// remote is set on a feed of the remote hub.
+	remote bool
 	got    []instanceai.Delivery
 	// stopped is set once the feed was closed or ended with an error.
 	stopped bool
@@ -183,7 +242,8 @@ func newFeedModel(t *testing.T, data []byte) *feedModel {
 	queue := 1 << (2 + m.byte(0)%8) // 4 … 512 frames
 	m.data = m.data[min(1, len(m.data)):]
 	m.hub = instanceai.NewHub(queue)
-	m.writer = instanceai.NewWriter(m.store, m.hub, instanceai.WriterConfig{IdleFlush: time.Hour})
+	m.remote = instanceai.NewHub(queue)
+	m.writer = instanceai.NewWriter(m.store, teePublisher{m}, instanceai.WriterConfig{IdleFlush: time.Hour})
 	for i := range m.threads {
 		id := "t" + strconv.Itoa(i)
 		if _, _, err := m.store.EnsureThread(context.Background(), instanceai.Thread{ID: id, OwnerID: "u"}); err != nil {
@@ -267,7 +327,12 @@ func (m *feedModel) play() {
 			case 3: // beyond
 				cursor = stored + 1 + int64(b%5)
 			}
-			f := &modelFeed{thread: th, feed: instanceai.OpenFeed(m.store, m.hub, th.id, cursor), cursor: cursor, beyond: cursor > stored}
+			hub, remote := m.hub, a&16 != 0
+			if remote {
+				hub = m.remote
+			}
+			f := &modelFeed{thread: th, feed: instanceai.OpenFeed(m.store, hub, th.id, cursor), cursor: cursor,
+				beyond: cursor > stored, remote: remote}
 			// Every other feed reads the log undecoded, as the native
 			// stream does: the rules must hold the same.
 			f.feed.SkipDecode = len(m.feeds)%2 == 1
@@ -287,18 +352,72 @@ func (m *feedModel) play() {
 				continue
 			}
 			m.sync(th.id)
+		case opBus:
+			m.busOp(int(a)%busOps, int(b%4)+1)
 		}
 	}
 	// The end: every open segment closes, everything is stored and
-	// published, and the feeds still connected read all of it.
+	// published, the bus delivers what it still carries, the held batches
+	// last, the remote hub's head check finds what the bus lost, and the
+	// feeds still connected read all of it.
 	closing, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
 	if err := m.writer.Close(closing); err != nil {
 		m.t.Fatal(err)
 	}
+	m.busOp(busDeliver, 1<<30)
+	m.busOp(busHeadCheck, 0)
+	m.busOp(busRelease, 0)
 	for _, f := range m.feeds {
 		m.read(f)
 	}
+}
+
+// busOp acts on the model bus: n is how many batches busDeliver delivers.
+func (m *feedModel) busOp(op, n int) {
+	m.busMu.Lock()
+	var deliver []busBatch
+	switch op {
+	case busDeliver:
+		n = min(n, len(m.bus))
+		deliver, m.bus = m.bus[:n], m.bus[n:]
+	case busDrop:
+		if len(m.bus) > 0 {
+			m.bus = m.bus[1:]
+		}
+	case busHold:
+		if len(m.bus) > 0 {
+			m.held, m.bus = append(m.held, m.bus[0]), m.bus[1:]
+		}
+	case busRelease:
+		deliver, m.held = m.held, nil
+	}
+	m.busMu.Unlock()
+	for _, b := range deliver {
+		m.remote.Publish(b.thread, b.frames)
+	}
+	if op == busHeadCheck {
+		for _, th := range m.threads {
+			m.headCheck(th.id)
+		}
+	}
+}
+
+// headCheck publishes into the remote hub what the log holds beyond what
+// it published, as Cluster's head check does.
+func (m *feedModel) headCheck(thread string) {
+	rows, err := m.store.ReadAfter(context.Background(), thread, m.remote.Contiguous(thread), 0)
+	if err != nil || len(rows) == 0 {
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		return
+	}
+	frames := make([]instanceai.Frame, len(rows))
+	for i := range rows {
+		frames[i] = instanceai.EncodedFrame(rows[i].Seq, &rows[i].Event, rows[i].Data)
+	}
+	m.remote.CaughtUp(thread, frames, rows[len(rows)-1].Seq)
 }
 
 func (m *feedModel) enqueue(th *modelThread, ev instanceai.Event) {
@@ -438,6 +557,18 @@ func (m *feedModel) checkLog(th *modelThread, rows []instanceai.StoredEvent) {
 func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent) {
 	t := m.t
 	name := fmt.Sprintf("feed %d of %s after %d", i, f.thread.id, f.cursor)
+	if f.remote {
+		name = "remote " + name
+	}
+	got := f.got
+	if len(got) > 0 && got[0].Reset != nil && got[0].Reset.Reason == instanceai.ReasonCursorAhead {
+		// The cursor was still past the log when the feed first read it:
+		// the client is sent the thread from its start instead.
+		if r := got[0].Reset; !f.beyond || r.LastEventID != f.cursor || r.NextEventID != 1 || got[0].ID != 0 {
+			t.Fatalf("%s: reset %s (id %d) for a cursor the log had reached: %v", name, got[0].Data, got[0].ID, !f.beyond)
+		}
+		f.cursor, f.beyond, got = 0, false, got[1:]
+	}
 	last := f.feed.Last()
 	stored := int64(len(rows))
 	if !f.stopped && last != max(f.cursor, stored) {
@@ -447,8 +578,11 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 	var prev int64
 	var deltas []int // marker numbers of the id-less deltas, in delivery order
 	gotDelta := map[int]bool{}
+	// closedBy are the markers of the blocks delivered so far: a delta of
+	// one of them after it is late, its text in the block already.
+	closedBy := map[int]int64{}
 	status := 0
-	for _, d := range f.got {
+	for _, d := range got {
 		if d.Reset != nil {
 			t.Fatalf("%s: reset frame %s from an unbounded log", name, d.Data)
 		}
@@ -479,6 +613,11 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 			if row := rows[d.ID-1]; !bytes.Equal(d.Data, row.Data) || ev.Type != row.Event.Type {
 				t.Fatalf("%s: id %d is %s, stored %s", name, d.ID, d.Data, row.Data)
 			}
+			if isBlock(ev.Type) {
+				for _, n := range m.markers(ev.Payload.(*instanceai.Text).Text) {
+					closedBy[n] = d.ID
+				}
+			}
 			continue
 		}
 		switch ev.Type {
@@ -488,6 +627,9 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 				if gotDelta[n] {
 					t.Fatalf("%s: delta %d received twice", name, n)
 				}
+				if seq, ok := closedBy[n]; ok {
+					t.Fatalf("%s: delta %d received after block %d, which holds it", name, n, seq)
+				}
 				if sent := f.thread.deltas[n]; sent.key != key {
 					t.Fatalf("%s: delta %d came as %+v, sent as %+v", name, n, key, sent.key)
 				}
@@ -496,7 +638,9 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 			}
 		case instanceai.TypeStatus:
 			n, _ := strconv.Atoi(strings.TrimPrefix(ev.Payload.(*instanceai.Status).Message, "s"))
-			if n <= status {
+			// A batch the model bus held back brings its statuses late:
+			// nothing orders a notice that is in no log.
+			if n <= status && !f.remote {
 				t.Fatalf("%s: status %d after %d", name, n, status)
 			}
 			status = n
@@ -523,7 +667,11 @@ func (m *feedModel) checkFeed(i int, f *modelFeed, rows []instanceai.StoredEvent
 			t.Fatalf("%s: got deltas %v of block %d, which holds %v: not a prefix", name, got, r.Seq, ms)
 		}
 		switch {
-		case received[r.Seq] && len(got) > 0:
+		case received[r.Seq] && len(got) > 0 && !f.remote:
+			// On its own instance a connection gets every delta, so never
+			// a block as well. Another instance sends the block of deltas
+			// the bus lost (they are a prefix, which the block REPLACEs),
+			// or of a catch-up from the log (harmless when they are all).
 			t.Fatalf("%s: got block %d and its deltas %v", name, r.Seq, got)
 		case r.Seq > f.cursor && r.Seq <= last && !received[r.Seq] && len(got) != len(ms):
 			t.Fatalf("%s: passed block %d (deltas %v) live but got deltas %v", name, r.Seq, ms, got)

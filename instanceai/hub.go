@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/threadline/threadline/ssestream"
 )
@@ -24,10 +25,19 @@ type Frame struct {
 	// instead of re-framing per connection. A connection writes its own
 	// `id:` line before it.
 	Wire []byte
-	// Hidden marks a coalesced block: never written to a live connection
-	// (its deltas already were), but it moves the connection's cursor.
-	// The hub clears it on a block none of whose deltas it published.
+	// Hidden marks a coalesced block: not written to a live connection
+	// that was sent all of its text as deltas, but it moves the
+	// connection's cursor (see Feed for when a connection sends it).
 	Hidden bool
+	// Offset is a delta's byte offset in its segment's text, when
+	// HasOffset; After is then the highest seq its writer had committed
+	// when it published it (negative: unknown). They let every point a
+	// delta passes tell a gap, a repeat or a late delta (see
+	// segmentLedger). A delta without them is taken as continuing its
+	// segment.
+	Offset    int64
+	HasOffset bool
+	After     int64
 	// Echo marks the stored copy of frames that went out live without ids
 	// because they could not be stored then (a failed run's ending): a
 	// connection that was sent them live only moves its cursor past it;
@@ -59,16 +69,6 @@ var ErrThreadClosed = errors.New("thread was deleted")
 type segKey struct {
 	runID, agentID string
 	kind           EventType // TypeTextDelta or TypeReasoningDelta
-}
-
-// openSegment is the text of a segment as far as it has been published.
-type openSegment struct {
-	key        segKey
-	responseID string
-	userID     string
-	ts         int64
-	text       strings.Builder
-	order      int // publish order of the first delta, for a stable snapshot
 }
 
 // Hub fans published frames out to the live subscribers of each thread and
@@ -110,12 +110,19 @@ func NewHub(queueSize int) *Hub {
 type topic struct {
 	mu   sync.Mutex
 	subs map[*Subscription]struct{}
-	open map[segKey]*openSegment
+	// ledger follows what the topic passed on of each segment, with the
+	// text, for snapshots.
+	ledger segmentLedger
 	// committed is the highest seq published on this topic. Every seq at or
 	// below it is in the log; every later one reaches subscribers through
 	// their queue.
 	committed int64
-	nextOrder int
+	// contiguous is the seq up to which the topic was published every
+	// stored frame (or was told the rest is in the log: see CaughtUp); a
+	// gap below committed is a frame the bus lost or has not delivered.
+	contiguous int64
+	// lastFrame is when the topic last had frames published (see Behind).
+	lastFrame time.Time
 }
 
 func (h *Hub) topic(threadID string) *topic {
@@ -123,14 +130,15 @@ func (h *Hub) topic(threadID string) *topic {
 	defer h.mu.Unlock()
 	t := h.topics[threadID]
 	if t == nil {
-		t = &topic{subs: map[*Subscription]struct{}{}, open: map[segKey]*openSegment{}}
+		t = &topic{subs: map[*Subscription]struct{}{}, ledger: segmentLedger{keepText: true}}
 		h.topics[threadID] = t
 	}
 	return t
 }
 
 // Publish delivers frames, in order, to every subscriber of the thread. The
-// writer calls it after the frames' rows committed, in commit order.
+// writer calls it after the frames' rows committed, in commit order; the
+// cluster calls it with what arrives from other instances.
 //
 // It never waits for a subscriber: the batch is appended to each queue, and
 // a subscriber that is already a full queue behind (it has queueSize frames
@@ -142,63 +150,94 @@ func (h *Hub) topic(threadID string) *topic {
 // passes can be larger than a small --subscriber-queue). Publish also
 // records the thread's highest seq and open segments for later
 // subscribers, on a thread that has none as well.
+//
+// Deltas that no subscriber can use are not passed on: one that arrives
+// after its segment's block or its run's finish, one after a gap in its
+// segment (the rest of that segment waits for its block), and the part of
+// one that repeats text passed on already (see segmentLedger).
 func (h *Hub) Publish(threadID string, frames []Frame) {
 	t := h.topic(threadID)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(frames) > 0 {
+		t.lastFrame = time.Now()
+	}
+	out := frames
+	changed := false // out is a copy with a frame left out or replaced
 	for i := range frames {
-		t.track(&frames[i])
+		fr, keep := t.track(&frames[i])
+		if !changed && (fr != nil || !keep) {
+			out, changed = slices.Clone(frames[:i]), true
+		}
+		switch {
+		case !changed:
+		case fr != nil:
+			out = append(out, *fr)
+		case keep:
+			out = append(out, frames[i])
+		}
+	}
+	if len(out) == 0 {
+		return
 	}
 	for s := range t.subs {
-		if !s.offer(frames) {
+		if !s.offer(out) {
 			delete(t.subs, s)
 		}
 	}
 }
 
-// track keeps the published state a late subscriber needs: the open
-// segments' text and the highest committed seq.
-func (t *topic) track(f *Frame) {
+// track keeps the published state a late subscriber needs (the open
+// segments' text and the highest committed seq) and judges a delta: keep
+// reports whether the frame goes on to the subscribers, and a non-nil
+// frame replaces it (a delta whose head repeats text passed on already).
+func (t *topic) track(f *Frame) (replaced *Frame, keep bool) {
 	ev := f.Event
-	switch ev.Type {
-	case TypeTextDelta, TypeReasoningDelta:
-		key := segKey{ev.RunID, ev.AgentID, ev.Type}
-		seg := t.open[key]
-		if seg == nil || seg.responseID != ev.ResponseID {
-			seg = &openSegment{key: key, responseID: ev.ResponseID, userID: ev.UserID, ts: ev.TS, order: t.nextOrder}
-			t.nextOrder++
-			t.open[key] = seg
-		}
-		seg.text.WriteString(ev.Payload.(*Text).Text)
-	case TypeRunFinish:
-		// The writer closes a run's segments before its run-finish; a run
-		// that ended without (its events could not be stored) leaves them
-		// open, and a later subscriber must not get their text.
-		for key := range t.open {
-			if key.runID == ev.RunID {
-				delete(t.open, key)
-			}
-		}
-	case TypeTextBlock, TypeReasoningBlock:
-		kind := TypeTextDelta
-		if ev.Type == TypeReasoningBlock {
-			kind = TypeReasoningDelta
-		}
-		key := segKey{ev.RunID, ev.AgentID, kind}
-		if seg := t.open[key]; seg != nil && seg.responseID == ev.ResponseID {
-			delete(t.open, key)
-		} else {
-			// No delta of this block went out here: its text reached no
-			// live connection of this hub (the block of a crashed
-			// writer's checkpointed text, which a settlement wrote, or
-			// one an agent emitted whole). It goes out like a structural
-			// event, with its id.
-			f.Hidden = false
-		}
-	}
 	if f.Seq > t.committed {
 		t.committed = f.Seq
 	}
+	if f.Seq == t.contiguous+1 {
+		t.contiguous = f.Seq
+	}
+	switch ev.Type {
+	case TypeTextDelta, TypeReasoningDelta:
+		off, after := f.Offset, f.After
+		if !f.HasOffset {
+			off, after = -1, -1
+		}
+		v, skip, _ := t.ledger.delta(ev, off, after, len(ev.Payload.(*Text).Text))
+		switch {
+		case v != deltaDeliver:
+			// Late, repeated, or past a gap: what went out of the segment
+			// stays a prefix of its text, and so does the snapshot's.
+			return nil, false
+		case skip > 0:
+			trimmed, err := trimDelta(f, skip)
+			if err != nil {
+				return nil, false
+			}
+			return &trimmed, true
+		}
+	case TypeTextBlock, TypeReasoningBlock, TypeRunFinish:
+		// A run that ended without storing its events has its open
+		// segments dropped by its (live) run-finish too: a later
+		// subscriber must not get their text.
+		t.ledger.note(ev, f.Seq)
+	}
+	return nil, true
+}
+
+// trimDelta is f without the first skip bytes of its text, at the same
+// place in the segment.
+func trimDelta(f *Frame, skip int64) (Frame, error) {
+	ev := *f.Event
+	ev.Payload = &Text{Text: f.Event.Payload.(*Text).Text[skip:]}
+	out, err := NewFrame(0, &ev)
+	if err != nil {
+		return Frame{}, err
+	}
+	out.Offset, out.HasOffset, out.After = f.Offset+skip, true, f.After
+	return out, nil
 }
 
 // Forget disconnects every subscriber of a deleted thread and drops its
@@ -222,39 +261,66 @@ func (h *Hub) Forget(threadID string) {
 	}
 }
 
-// Resync tells the subscribers of a thread, or of every thread when
-// threadID is "", that frames may have been lost before they reached this
-// hub: each re-reads the log after its cursor, so a durable event the bus
-// missed is delivered anyway. Only a Feed acts on it (at its next Next);
-// Subscription.Next does not report it.
-func (h *Hub) Resync(threadID string) {
+// Behind returns the threads that have subscribers and may be missing
+// frames no later frame will reveal: those with a gap in the stored frames
+// published to them, and those that had no frame for d or longer (every
+// thread with subscribers when d is 0). See Cluster's head check.
+func (h *Hub) Behind(d time.Duration) []string {
 	h.mu.Lock()
-	var topics []*topic
-	if threadID == "" {
-		for _, t := range h.topics {
-			topics = append(topics, t)
-		}
-	} else if t := h.topics[threadID]; t != nil {
-		topics = append(topics, t)
+	topics := make(map[string]*topic, len(h.topics))
+	for id, t := range h.topics {
+		topics[id] = t
 	}
 	h.mu.Unlock()
-	for _, t := range topics {
+	now := time.Now()
+	var out []string
+	for id, t := range topics {
 		t.mu.Lock()
-		for s := range t.subs {
-			s.markResync()
+		if len(t.subs) > 0 && (d == 0 || t.contiguous < t.committed || now.Sub(t.lastFrame) >= d) {
+			out = append(out, id)
 		}
 		t.mu.Unlock()
 	}
+	return out
 }
 
-func (s *Subscription) markResync() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
+// Contiguous returns the seq up to which the thread was published every
+// stored frame (0 for none).
+func (h *Hub) Contiguous(threadID string) int64 {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	h.mu.Unlock()
+	if t == nil {
+		return 0
 	}
-	s.resync = true
-	s.unparkAndUnlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.contiguous
+}
+
+// Committed returns the highest seq published on the thread (0 for none).
+func (h *Hub) Committed(threadID string) int64 {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	h.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.committed
+}
+
+// CaughtUp publishes frames read from the log, up to head, and counts
+// every stored frame up to head as published: what a page of them left
+// out, each subscriber reads from the log itself when it meets the gap.
+func (h *Hub) CaughtUp(threadID string, frames []Frame, head int64) {
+	h.Publish(threadID, frames)
+	t := h.topic(threadID)
+	t.mu.Lock()
+	t.contiguous = max(t.contiguous, head)
+	t.committed = max(t.committed, head)
+	t.mu.Unlock()
 }
 
 // unparkAndUnlock releases s.mu and, if the subscriber was waiting, wakes
@@ -276,17 +342,17 @@ func (s *Subscription) unparkAndUnlock() {
 	}
 }
 
-// take returns, without waiting, the queued batches and whether a resync
-// was asked for since the last take. The batches' outer slice is the
-// subscription's own and is reused by the take after next: the caller
-// must be done with it when it calls take again (one consumer at a time).
-func (s *Subscription) take() (batches [][]Frame, resync bool, err error) {
+// take returns, without waiting, the queued batches. The batches' outer
+// slice is the subscription's own and is reused by the take after next:
+// the caller must be done with it when it calls take again (one consumer
+// at a time).
+func (s *Subscription) take() (batches [][]Frame, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, false, s.err
+		return nil, s.err
 	}
-	batches, resync = s.queue, s.resync
+	batches = s.queue
 	// The spare was handed out by the previous take, whose caller is done
 	// with it now: cleared (so it holds no frames alive) and reused, unless
 	// a burst grew it beyond what an idle subscriber should keep.
@@ -295,8 +361,8 @@ func (s *Subscription) take() (batches [][]Frame, resync bool, err error) {
 	if cap(s.queue) > maxSpareBatches {
 		s.queue = nil
 	}
-	s.queued, s.resync = 0, false
-	return batches, resync, nil
+	s.queued = 0
+	return batches, nil
 }
 
 // maxSpareBatches bounds the outer slice a subscription keeps for reuse.
@@ -341,10 +407,6 @@ type Subscription struct {
 	// parked is set by a subscriber about to wait for notify, so that
 	// publishers signal only subscribers that are actually waiting.
 	parked bool
-	// resync is set when frames may have been lost on their way to this
-	// hub (the bus dropped its connection, or a frame was too large for
-	// it): the subscriber re-reads the log after its cursor.
-	resync bool
 	err    error
 	closed bool
 }
@@ -444,6 +506,10 @@ func mergeDeltas(run []*Frame) (Frame, bool) {
 	ev := *run[0].Event
 	ev.Payload = &Text{Text: text.String()}
 	merged, err := NewFrame(0, &ev)
+	// The deltas are adjacent in one queue, which the hub fills with
+	// deltas that continue one another: the merged one stands where the
+	// first did.
+	merged.Offset, merged.HasOffset, merged.After = run[0].Offset, run[0].HasOffset, run[0].After
 	return merged, err == nil
 }
 
@@ -517,7 +583,7 @@ func flatten(batches [][]Frame) []Frame {
 func (s *Subscription) wait() (ready bool, ch <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.queued > 0 || s.closed || s.resync {
+	if s.queued > 0 || s.closed {
 		return true, nil
 	}
 	s.parked = true
@@ -540,8 +606,13 @@ type Snapshot struct {
 	// Committed is the highest seq published before the subscription began.
 	Committed int64
 	// Open are the still-open segments, as one id-less delta each, in the
-	// order they opened.
+	// order they opened: the text the hub passed on of each, without a
+	// gap from its start.
 	Open []Event
+	// OpenAfter are the After of each open segment's first delta
+	// (negative: unknown): a block or run-finish with a later seq closed
+	// the segment, though the hub has not seen it yet.
+	OpenAfter []int64
 }
 
 // Subscribe registers a subscriber and, atomically with it, captures the
@@ -564,16 +635,6 @@ func (h *Hub) subscribe(threadID string, wake func()) (*Subscription, Snapshot) 
 	defer t.mu.Unlock()
 	t.subs[s] = struct{}{}
 	snap := Snapshot{Committed: t.committed}
-	segs := make([]*openSegment, 0, len(t.open))
-	for _, seg := range t.open {
-		segs = append(segs, seg)
-	}
-	slices.SortFunc(segs, func(a, b *openSegment) int { return a.order - b.order })
-	for _, seg := range segs {
-		snap.Open = append(snap.Open, Event{
-			Type: seg.key.kind, RunID: seg.key.runID, AgentID: seg.key.agentID,
-			UserID: seg.userID, ResponseID: seg.responseID, TS: seg.ts, Payload: &Text{Text: seg.text.String()},
-		})
-	}
+	snap.Open, snap.OpenAfter = t.ledger.snapshot()
 	return s, snap
 }

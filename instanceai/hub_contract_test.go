@@ -247,30 +247,6 @@ func TestHubForgetClosesSubscribersAndDropsTheState(t *testing.T) {
 	}
 }
 
-// Resync wakes a parked Subscription.Next without giving it anything: only
-// a Feed acts on it.
-func TestHubResyncIsNotReportedBySubscriptionNext(t *testing.T) {
-	h := instanceai.NewHub(8)
-	sub, _ := h.Subscribe("t")
-	defer sub.Close()
-	got := make(chan []string, 1)
-	go func() {
-		tags, _ := collect(t, sub, 1)
-		got <- tags
-	}()
-	time.Sleep(10 * time.Millisecond)
-	h.Resync("")
-	select {
-	case tags := <-got:
-		t.Fatalf("Next returned %v on a resync", tags)
-	case <-time.After(20 * time.Millisecond):
-	}
-	h.Publish("t", []instanceai.Frame{statusFrame(t, 0, "1")})
-	if tags := <-got; !slices.Equal(tags, []string{"1"}) {
-		t.Fatalf("Next after a resync got %v", tags)
-	}
-}
-
 // A subscriber that falls a full queue behind during a burst of token
 // deltas gets them merged instead of being dropped: the frames it reads
 // fold into exactly the tree a subscriber that kept up folds, the stored

@@ -31,7 +31,10 @@ type StoredEvent struct {
 type StoredRow struct {
 	Seq  int64
 	Type EventType
-	Data json.RawMessage
+	// RunID is the event's run (kept beside the bytes by every built-in
+	// log), so that a replay knows which runs it resumes without decoding.
+	RunID string
+	Data  json.RawMessage
 }
 
 // RowReader is implemented by an EventLog that can read rows without
@@ -61,7 +64,7 @@ func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int
 				return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
 			}
 		}
-		out[i] = StoredRow{Seq: e.Seq, Type: e.Event.Type, Data: data}
+		out[i] = StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data}
 	}
 	return out, nil
 }

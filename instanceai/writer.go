@@ -93,6 +93,12 @@ type Publisher interface {
 	Publish(threadID string, frames []Frame)
 }
 
+// headOf is implemented by a Publisher that knows the highest seq it has
+// published of a thread, whoever wrote it (Hub, Cluster).
+type headOf interface {
+	Committed(threadID string) int64
+}
+
 // Writer is the only appender to the log. Each thread has one drain
 // goroutine that takes whatever is queued, coalesces deltas into blocks,
 // persists the batch in one multi-row insert, and only then publishes it.
@@ -273,8 +279,12 @@ type threadDrain struct {
 	// answers again (see storeEndings).
 	endings []Event
 	// committed is the thread's highest seq this drain knows committed (0:
-	// it has not appended yet), the Since of the next first piece.
+	// it has not appended yet), the Since of the next first piece and the
+	// After of the deltas it publishes.
 	committed int64
+	// headKnown is set once the drain read the log's head for its first
+	// deltas, headAsked once it tried (see knownHead).
+	headKnown, headAsked bool
 	// closing are the segments with checkpoint pieces that this pass
 	// closed: their pieces go once their block is stored.
 	closing []*segment
@@ -431,6 +441,8 @@ type batchBuilder struct {
 type batchItem struct {
 	ev     Event
 	stored bool
+	// offset is a delta's byte offset in its segment's text.
+	offset int64
 }
 
 func (b *batchBuilder) push(ev Event, stored bool) {
@@ -455,8 +467,9 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event) {
 			d.nextOrder++
 			d.segs[key] = seg
 		}
-		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
 		b.push(*ev, false)
+		b.items[len(b.items)-1].offset = int64(len(seg.text))
+		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
 		return
 	}
 	dur := DurabilityOf(ev.Type)
@@ -575,6 +588,21 @@ func (d *threadDrain) commit(items []batchItem) {
 	}
 	frames := make([]Frame, 0, len(items))
 	seq := first
+	// after is the highest seq committed before the next frame: every
+	// seq before this batch's first is (seqs follow commit order).
+	after := d.committed
+	if len(rows) > 0 {
+		after = first - 1
+	} else if hasDelta(items) {
+		if after == 0 {
+			after = d.knownHead()
+		}
+		// Other instances may have committed since this drain did: the
+		// publisher's view of the thread counts them too.
+		if h, ok := d.w.hub.(headOf); ok {
+			after = max(after, h.Committed(d.threadID))
+		}
+	}
 	for i := range items {
 		if data[i] == nil {
 			continue
@@ -584,10 +612,45 @@ func (d *threadDrain) commit(items []batchItem) {
 			s = seq
 			seq++
 		}
-		frames = append(frames, EncodedFrame(s, &items[i].ev, data[i]))
+		f := EncodedFrame(s, &items[i].ev, data[i])
+		if s > 0 {
+			after = s
+		} else if t := items[i].ev.Type; t == TypeTextDelta || t == TypeReasoningDelta {
+			f.Offset, f.HasOffset, f.After = items[i].offset, true, after
+		}
+		frames = append(frames, f)
 		obs.EventPublished(items[i].ev.Type)
 	}
 	d.w.hub.Publish(d.threadID, frames)
+}
+
+// knownHead returns the thread's highest committed seq for a drain that
+// has committed nothing yet, reading it from the log once; -1 when the log
+// did not answer in time (the deltas then go out with After unknown).
+func (d *threadDrain) knownHead() int64 {
+	if d.committed > 0 || d.headKnown {
+		return d.committed
+	}
+	if d.headAsked {
+		return -1 // asked once and failed: the drain's next commit tells
+	}
+	d.headAsked = true
+	ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+	defer cancel()
+	next, err := d.w.log.NextSeq(ctx, d.threadID)
+	if err != nil {
+		return -1
+	}
+	d.headKnown = true
+	d.committed = max(d.committed, next-1)
+	return d.committed
+}
+
+// hasDelta reports whether items hold a delta.
+func hasDelta(items []batchItem) bool {
+	return slices.ContainsFunc(items, func(it batchItem) bool {
+		return it.ev.Type == TypeTextDelta || it.ev.Type == TypeReasoningDelta
+	})
 }
 
 // usersOf returns the users the items carry, in order of first appearance.

@@ -69,6 +69,8 @@ const (
 type segment struct {
 	responseID string
 	messageID  string
+	// sent is how many bytes of text went out as CONTENT.
+	sent int
 }
 
 type agentState struct {
@@ -408,6 +410,7 @@ func (m *InstanceToAGUI) content(a *agentState, kind segKind, s *segment, text s
 	if text == "" {
 		return
 	}
+	s.sent += len(text)
 	if kind == kindText {
 		m.emit(a.id, &agui.TextMessageContent{MessageID: s.messageID, Delta: text})
 	} else {
@@ -455,11 +458,17 @@ func (m *InstanceToAGUI) delta(ev instanceai.Event, kind segKind, text string) {
 }
 
 // block maps a coalesced block. The block of a segment that streamed live
-// on this connection (the open one, or one already closed) only closes it.
+// on this connection (the open one, or one already closed) only closes it;
+// when the open one streamed less than the block holds (its deltas were
+// lost on their way to this instance, which then sends the block), the
+// rest of the block's text goes out before it closes.
 func (m *InstanceToAGUI) block(ev instanceai.Event, kind segKind, text string) {
 	a := m.agent(ev.AgentID)
 	key := segCount{a.id, ev.ResponseID, kind}
 	if s := a.segs[kind]; s != nil {
+		if s.responseID == ev.ResponseID && s.sent < len(text) {
+			m.content(a, kind, s, text[s.sent:])
+		}
 		m.closeSegment(a, kind)
 		if s.responseID == ev.ResponseID {
 			m.blocksSeen[key]++

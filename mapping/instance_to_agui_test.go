@@ -83,12 +83,16 @@ func TestMappingTable(t *testing.T) {
 				"RUN_FINISHED outcome=success"},
 		},
 		{
-			name: "a block of a segment that streamed live is not sent again",
+			// The block of an open segment that streamed less than it holds
+			// (the deltas were lost on their way to this instance) adds
+			// what was lost; one that streamed whole is not sent again.
+			name: "a block of a segment that streamed live adds only what its deltas lacked",
 			in: []instanceai.Event{runStart(), textDelta(orch, "r1", "Hel"), textBlock(orch, "r1", "Hello"),
 				textDelta(orch, "r2", "x"), toolCall(orch, "tc", "t", `{}`), textBlock(orch, "r2", "x"),
 				textBlock(orch, "r3", "new"), finish(instanceai.RunCompleted, "")},
 			want: []string{"RUN_STARTED",
-				"TEXT_MESSAGE_START messageId=r1", "TEXT_MESSAGE_CONTENT messageId=r1 delta=Hel", "TEXT_MESSAGE_END messageId=r1",
+				"TEXT_MESSAGE_START messageId=r1", "TEXT_MESSAGE_CONTENT messageId=r1 delta=Hel",
+				"TEXT_MESSAGE_CONTENT messageId=r1 delta=lo", "TEXT_MESSAGE_END messageId=r1",
 				"TEXT_MESSAGE_START messageId=r2", "TEXT_MESSAGE_CONTENT messageId=r2 delta=x", "TEXT_MESSAGE_END messageId=r2",
 				"TOOL_CALL_START toolCallId=tc toolCallName=t parentMessageId=r2", "TOOL_CALL_ARGS toolCallId=tc delta={}", "TOOL_CALL_END toolCallId=tc",
 				"TEXT_MESSAGE_START messageId=r3", "TEXT_MESSAGE_CONTENT messageId=r3 delta=new", "TEXT_MESSAGE_END messageId=r3",

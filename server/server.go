@@ -76,8 +76,9 @@ type Config struct {
 	// runs of dead instances (defaults 10 s and 2 s).
 	Lease      time.Duration
 	LeaseRenew time.Duration
-	// PollInterval is how often subscribers re-read the log while the bus
-	// is down (default 1 s).
+	// PollInterval is how often the head check reads the log's head of the
+	// threads streamed here that went quiet, to deliver what the bus lost
+	// (default 1 s; see instanceai.Cluster).
 	PollInterval time.Duration
 	// Catalog, when set, is n8n's node catalog the builder validates
 	// workflows against (node types, versions, required parameters).

@@ -205,6 +205,22 @@ func (s *Stream) Event(id int64, typ string, data []byte) error {
 	return s.message(&msg)
 }
 
+// EventWithID is Event with its `id:` line written whatever id is, 0
+// included: a frame that moves the client's cursor back to the start.
+func (s *Stream) EventWithID(id int64, typ string, data []byte) error {
+	var msg sse.Message
+	msg.ID = sse.ID(strconv.FormatInt(id, 10))
+	if typ != "" {
+		t, err := sse.NewType(typ)
+		if err != nil {
+			return err
+		}
+		msg.Type = t
+	}
+	msg.AppendData(string(data))
+	return s.message(&msg)
+}
+
 // Data writes a frame of data, preceded by `id: <id>` when id > 0: what
 // Frame(id, DataFrame(data)) writes, without building the frame apart.
 func (s *Stream) Data(id int64, data []byte) error {

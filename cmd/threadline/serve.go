@@ -60,6 +60,7 @@ type serveConfig struct {
 	instance        string
 	lease           time.Duration
 	leaseRenew      time.Duration
+	logPoll         time.Duration
 	catalog         string
 	builderTimeout  time.Duration
 	pprofAddr       string
@@ -118,6 +119,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"how long a run stays claimed by its instance without a heartbeat; a run whose instance died is settled about this long after")
 	f.Duration(&c.leaseRenew, "lease-renew", "THREADLINE_LEASE_RENEW", server.DefaultLeaseRenew,
 		"how often the heartbeat renews this instance's leases and sweeps the runs of dead instances (keep it well under -lease)")
+	f.Duration(&c.logPoll, "log-poll", "THREADLINE_LOG_POLL", instanceai.DefaultPollInterval,
+		"with a bus: how often an instance reads the log's head of the threads it streams that went quiet, to deliver what the bus lost")
 	f.String(&c.catalog, "n8n-catalog", "THREADLINE_N8N_CATALOG", "",
 		"n8n's node catalog for the builder's validation (node types, versions, required parameters): a nodes.json file, "+
 			"a node_modules directory holding n8n-nodes-base and @n8n/n8n-nodes-langchain, or a running n8n's URL (http://localhost:5678); none = structural checks only")
@@ -248,6 +251,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
 		return usageError{fmt.Sprintf("-lease %v must be at least twice -lease-renew %v", c.lease, c.leaseRenew)}
 	}
+	if c.logPoll <= 0 {
+		return usageError{fmt.Sprintf("-log-poll %v must be positive", c.logPoll)}
+	}
 	if c.instance == "" {
 		c.instance = defaultInstanceID()
 	}
@@ -287,7 +293,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.
 		CheckHost: !authn.Enabled() && !c.insecureNoAuth, AllowedHosts: guard.ParseHosts(c.allowedHosts),
-		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew,
+		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew, PollInterval: c.logPoll,
 		Catalog: nodes, BuilderTimeout: c.builderTimeout,
 	})
 	// Bind first: a process that cannot take its port (another one has

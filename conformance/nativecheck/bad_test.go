@@ -216,3 +216,24 @@ func TestEveryRuleHasAFailingCase(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A block after the connection went live that brings text its deltas did
+// not (they were lost on the way to the instance) completes the segment:
+// the reducer's REPLACE rule takes it. Only a block that repeats what the
+// deltas sent breaks the rule.
+func TestLiveBlockThatCompletesLostDeltas(t *testing.T) {
+	partial := ev("text-delta", `,"responseId":"resp1"`, `{"text":"Hello "}`, 1)
+	rec := parse(t, stream(frame{1, evStart}, frame{0, partial}, frame{2, evBlock}, frame{3, evFinish}))
+	passed := false
+	for _, f := range nativecheck.CheckConnection(rec) {
+		if f.Rule == nativecheck.RuleBlocksNotLive {
+			if f.Status != conformance.Pass {
+				t.Fatalf("a block completing lost deltas: %+v", f)
+			}
+			passed = true
+		}
+	}
+	if !passed {
+		t.Fatal("the rule was not judged")
+	}
+}

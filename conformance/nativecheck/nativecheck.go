@@ -69,7 +69,7 @@ var Rules = []conformance.Rule{
 	{ID: RuleIDIncreasing, Title: "frame ids are positive integers, strictly increasing on a connection", Source: srcLog},
 	{ID: RuleStoredCarryID, Title: "stored events carry their seq as id; a structural event loses it only by stripping, after which no frame has an id", Source: srcHandoff},
 	{ID: RuleEphemeralNoID, Title: "ephemeral events (text-delta, reasoning-delta, status, filesystem-request) never carry an id", Source: srcDurability},
-	{ID: RuleBlocksNotLive, Title: "text-block and reasoning-block are replayed only, never sent after the connection went live", Source: srcDurability},
+	{ID: RuleBlocksNotLive, Title: "text-block and reasoning-block are replayed; after the connection went live one comes only where the deltas it sent do not make up the block's text (they were lost on the way), never repeating them", Source: srcDurability},
 	{ID: RuleRunStartFirst, Title: "a run's run-start comes once, before any other event of the run", Source: srcRuns},
 	{ID: RuleRunSingleFinish, Title: "a run has at most one run-finish", Source: srcRuns},
 	{ID: RuleRunAfterFinish, Title: "after run-finish the orchestrator is silent; an agent is silent after its agent-completed", Source: srcRuns},
@@ -132,6 +132,8 @@ func judge(rec *conformance.Recording) *connection {
 		stripped string // the first stripped frame, once one was seen
 		runs     = map[string]*runState{}
 		done     = map[string]bool{} // "runId/agentId" of completed agents
+		// liveText is the text deltas sent of each segment, by liveKey.
+		liveText = map[string]string{}
 	)
 	for i, f := range rec.Frames {
 		if f.Data == "" && f.Event == "" {
@@ -196,8 +198,14 @@ func judge(rec *conformance.Recording) *connection {
 		case instanceai.Ephemeral:
 			live = true
 			t.Expect(RuleEphemeralNoID, !f.HasID, "%s: %s carries id %q", where, ev.Type, f.ID)
+			if p, ok := ev.Payload.(*instanceai.Text); ok {
+				liveText[liveKey(ev)] += p.Text
+			}
 		case instanceai.Coalesced:
-			t.Expect(RuleBlocksNotLive, !live, "%s: %s after the connection went live", where, ev.Type)
+			key := liveKey(ev)
+			t.Expect(RuleBlocksNotLive, !live || liveText[key] != blockText(ev),
+				"%s: %s after the connection went live, repeating the text its deltas sent", where, ev.Type)
+			delete(liveText, key)
 			switch {
 			case !f.HasID:
 				t.Fail(RuleStoredCarryID, "%s: %s without an id (blocks come from the log only)", where, ev.Type)
@@ -231,6 +239,24 @@ func judge(rec *conformance.Recording) *connection {
 		}
 	}
 	return c
+}
+
+// liveKey names the segment of a delta or block: its run, agent, kind of
+// text and response.
+func liveKey(ev instanceai.Event) string {
+	kind := "text"
+	if ev.Type == instanceai.TypeReasoningDelta || ev.Type == instanceai.TypeReasoningBlock {
+		kind = "reasoning"
+	}
+	return ev.RunID + "\x00" + ev.AgentID + "\x00" + kind + "\x00" + ev.ResponseID
+}
+
+// blockText is a block's text ("" for anything else).
+func blockText(ev instanceai.Event) string {
+	if p, ok := ev.Payload.(*instanceai.Text); ok {
+		return p.Text
+	}
+	return ""
 }
 
 // judgeRun applies the run-order rules to one event.

@@ -341,7 +341,15 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	if n := len(t.rows); n > 0 {
 		lastSeq = t.rows[n-1].Seq
 	}
-	cursor = min(cursor, lastSeq)
+	if cursor > lastSeq {
+		// A cursor the log never reached (a thread deleted and created
+		// again under the client): whatever the client holds lines up
+		// with nothing here, so the rejoin ends at once, as for evicted
+		// events, rather than continue from a point that does not exist.
+		reset := &instanceai.Reset{Reason: instanceai.ReasonCursorAhead, ThreadID: t.threadID,
+			LastEventID: cursor, NextEventID: 1}
+		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0
+	}
 	var startTS int64
 	if len(t.runRows) > 0 {
 		startTS = t.runRows[0].Event.TS

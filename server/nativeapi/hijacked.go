@@ -115,8 +115,11 @@ func (a *API) Shutdown(ctx context.Context) error {
 // the stream goes on without the handler.
 func (a *API) serveHijacked(s *ssestream.Stream, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
 	h := &hijacked{a: a, s: s, feed: a.feed(threadID, after), threadID: threadID, filter: filter}
-	h.feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
-		return a.runSyncFrames(h.pollCtx, threadID, committed, open)
+	h.feed.BeforeLive = func(handoff instanceai.Handoff) []instanceai.Delivery {
+		return a.runSyncFrames(h.pollCtx, threadID, handoff)
+	}
+	h.feed.Restate = func(runID string, upTo int64) []instanceai.Delivery {
+		return a.restate(h.pollCtx, threadID, runID, upTo)
 	}
 	h.feed.Wake = h.wake
 	// Marked running while it is set up: a wake meanwhile (the timer, a

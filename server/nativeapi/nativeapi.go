@@ -194,8 +194,11 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	}
 	feed := a.feed(threadID, after)
 	defer feed.Close()
-	feed.BeforeLive = func(committed int64, open []instanceai.Event) []instanceai.Delivery {
-		return a.runSyncFrames(r.Context(), threadID, committed, open)
+	feed.BeforeLive = func(h instanceai.Handoff) []instanceai.Delivery {
+		return a.runSyncFrames(r.Context(), threadID, h)
+	}
+	feed.Restate = func(runID string, upTo int64) []instanceai.Delivery {
+		return a.restate(r.Context(), threadID, runID, upTo)
 	}
 	ping := time.NewTicker(a.cfg.Heartbeat)
 	defer ping.Stop()
@@ -238,9 +241,14 @@ func (a *API) send(s *ssestream.Stream, batch []instanceai.Delivery, filter func
 			continue
 		}
 		var err error
-		if d.Type != "" {
+		switch {
+		case d.Reset != nil:
+			// Always with its id, 0 included: a reset to the start of the
+			// log must move the client's cursor back too.
+			err = s.EventWithID(d.ID, d.Type, d.Data)
+		case d.Type != "":
 			err = s.Event(d.ID, d.Type, d.Data)
-		} else {
+		default:
 			err = s.Frame(d.ID, d.Wire)
 		}
 		if err != nil {

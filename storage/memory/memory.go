@@ -262,7 +262,7 @@ func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64,
 	}
 	out := make([]instanceai.StoredRow, len(window))
 	for i, e := range window {
-		out[i] = instanceai.StoredRow{Seq: e.seq, Type: e.typ, Data: e.data}
+		out[i] = instanceai.StoredRow{Seq: e.seq, Type: e.typ, RunID: e.runID, Data: e.data}
 	}
 	return out, nil
 }

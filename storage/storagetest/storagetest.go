@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"ThreadsHaveIndependentSeqs", testIndependentThreads},
 		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
 		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
+		{"HeadsOfManyThreads", testHeads},
 		{"NextSeqIsMaxPlusOne", testNextSeq},
 		{"EmptyAppend", testEmptyAppend},
 		{"LargeBatch", testLargeBatch},
@@ -338,8 +339,8 @@ func testIndependentThreads(t *testing.T, s instanceai.Store) {
 }
 
 // testReadRowsAfter: a store that reads rows undecoded (instanceai.RowReader)
-// returns, for every cursor and limit, the seqs, types and bytes ReadAfter
-// returns. A store without it is skipped: feeds fall back to ReadAfter.
+// returns, for every cursor and limit, the seqs, types, run ids and bytes
+// ReadAfter returns. A store without it is skipped: feeds fall back to ReadAfter.
 func testReadRowsAfter(t *testing.T, s instanceai.Store) {
 	rr, ok := s.(instanceai.RowReader)
 	if !ok {
@@ -371,9 +372,9 @@ func testReadRowsAfter(t *testing.T, s instanceai.Store) {
 			}
 			for i := range got {
 				g, w := got[i], want[i]
-				if g.Seq != w.Seq || g.Type != w.Event.Type || !bytes.Equal(g.Data, w.Data) {
-					t.Fatalf("ReadRowsAfter(%d, %d)[%d] = seq %d %s %s, ReadAfter seq %d %s %s",
-						after, limit, i, g.Seq, g.Type, g.Data, w.Seq, w.Event.Type, w.Data)
+				if g.Seq != w.Seq || g.Type != w.Event.Type || g.RunID != w.Event.RunID || !bytes.Equal(g.Data, w.Data) {
+					t.Fatalf("ReadRowsAfter(%d, %d)[%d] = seq %d %s run %q %s, ReadAfter seq %d %s run %q %s",
+						after, limit, i, g.Seq, g.Type, g.RunID, g.Data, w.Seq, w.Event.Type, w.Event.RunID, w.Data)
 				}
 				types[g.Type] = true
 			}

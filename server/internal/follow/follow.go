@@ -72,10 +72,10 @@ func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
 		}
 		for _, d := range batch {
 			if d.Reset != nil {
-				// The events between the cursor and the rest are gone:
-				// no sequence of the dialect can bridge them, so the run's
-				// stream ends here.
-				s.Log.Warn("stream reset: events evicted", "next", d.Reset.NextEventID)
+				// The events between the cursor and the rest are gone, or
+				// the cursor is beyond the log: no sequence of the dialect
+				// can bridge that, so the run's stream ends here.
+				s.Log.Warn("stream reset", "reason", d.Reset.Reason, "cursor", d.Reset.LastEventID, "next", d.Reset.NextEventID)
 				if s.Write(0, s.Mapper.Close(d.Reset)) == nil {
 					_ = s.Out.Flush()
 				}

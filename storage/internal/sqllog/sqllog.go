@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
@@ -352,7 +353,7 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 // ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
 // their type column, not decoded.
 func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
-	q, args, capacity := pageQuery("seq, type, data", threadID, after, limit)
+	q, args, capacity := pageQuery("seq, type, run_id, data", threadID, after, limit)
 	out, err := query(ctx, l, threadID, scanRows, capacity, q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
@@ -373,8 +374,8 @@ var eventTypes = func() map[string]instanceai.EventType {
 // rowArenaChunk is the size of the chunks scanRows copies rows into.
 const rowArenaChunk = 64 << 10
 
-// scanRows reads (seq, type, data) rows, keeping each row's bytes, and
-// closes the rows. Like scanEvents, it makes its page at the first row.
+// scanRows reads (seq, type, run_id, data) rows, keeping each row's bytes,
+// and closes the rows. Like scanEvents, it makes its page at the first row.
 func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 	defer rows.Close()
 	var out []instanceai.StoredRow
@@ -386,20 +387,25 @@ func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 			out = make([]instanceai.StoredRow, 0, capacity)
 		}
 		var r instanceai.StoredRow
-		var typ, data sql.RawBytes
-		if err := rows.Scan(&r.Seq, &typ, &data); err != nil {
+		var typ, runID, data sql.RawBytes
+		if err := rows.Scan(&r.Seq, &typ, &runID, &data); err != nil {
 			return nil, err
 		}
 		t, ok := eventTypes[string(typ)]
 		if !ok {
 			t = instanceai.EventType(typ) // a type this build does not know
 		}
-		if cap(arena)-len(arena) < len(data) {
-			arena = make([]byte, 0, max(rowArenaChunk, len(data)))
+		if cap(arena)-len(arena) < len(data)+len(runID) {
+			arena = make([]byte, 0, max(rowArenaChunk, len(data)+len(runID)))
 		}
 		start := len(arena)
 		arena = append(arena, data...)
 		r.Type, r.Data = t, arena[start:len(arena):len(arena)]
+		// The run id is read far less often than the bytes: a string
+		// over the arena costs no allocation of its own.
+		start = len(arena)
+		arena = append(arena, runID...)
+		r.RunID = unsafe.String(unsafe.SliceData(arena[start:]), len(runID))
 		out = append(out, r)
 	}
 	return out, rows.Err()
