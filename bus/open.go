@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/threadline/threadline/bus/postgres"
@@ -16,7 +17,7 @@ import (
 )
 
 // Forms lists the accepted specs, for help texts and error messages.
-const Forms = `"memory" (one process), "redis://HOST:PORT/DB[?channel=NAME]", "postgres[?channel=NAME]" (LISTEN/NOTIFY on the store's database) or "postgres://…"`
+const Forms = `"memory" (one process), "redis://HOST:PORT/DB[?channel=NAME]", "postgres[?channel=NAME]" (LISTEN/NOTIFY on the store's database) or "postgres://…[?channel=NAME]" (on that database)`
 
 // Open opens the bus named by spec. "memory" is no bus at all (nil): this
 // process is alone, and its hub is the whole fan-out. "postgres" uses the
@@ -40,7 +41,33 @@ func Open(ctx context.Context, spec, storeSpec string) (instanceai.Bus, error) {
 		}
 		return postgres.Open(ctx, storeSpec, channel)
 	case strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://"):
-		return postgres.Open(ctx, s, "")
+		dsn, channel, err := splitChannel(s)
+		if err != nil {
+			return nil, err
+		}
+		return postgres.Open(ctx, dsn, channel)
 	}
 	return nil, fmt.Errorf("unknown bus %q; want one of %s", s, Forms)
+}
+
+// splitChannel takes the bus's own channel parameter out of a PostgreSQL
+// URL, whose other parameters are the connection's.
+func splitChannel(dsn string) (rest, channel string, err error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", "", fmt.Errorf("bus %q: %w", redact(dsn), err)
+	}
+	q := u.Query()
+	channel = q.Get("channel")
+	q.Del("channel")
+	u.RawQuery = q.Encode()
+	return u.String(), channel, nil
+}
+
+// redact hides a URL's password for an error message.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(a URL that does not parse)"
 }

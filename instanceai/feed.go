@@ -579,6 +579,19 @@ func (f *Feed) admitBatch(ctx context.Context, out []Delivery, frames []Frame) (
 			}
 		}
 		if fr.Seq == 0 {
+			if fr.HasOffset && fr.After > f.last {
+				// The delta's writer had committed rows this connection
+				// has not been sent (their frames were lost, or are on
+				// their way): they come first, as they did for the writer.
+				missed, err := f.catchUp(ctx, fr.After)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, missed...)
+				if fr.After > f.last {
+					out = append(out, f.reset(ReasonEventsEvicted, fr.After+1))
+				}
+			}
 			if d, ok := f.ephemeral(fr); ok {
 				out = append(out, d)
 			}
