@@ -149,4 +149,3 @@ func firstDiff(a, b string) int {
 	}
 	return -1
 }
-
