@@ -29,3 +29,11 @@ type Bus interface {
 	// Close releases the bus's connections.
 	Close() error
 }
+
+// BusIdentifier is implemented by a Bus that can name what it joins: the
+// same string on every instance that hears the others, whatever address
+// each reached the server by (a server's own identity, and the channel).
+// Instances record it at start (see CheckBus).
+type BusIdentifier interface {
+	Identity(ctx context.Context) (string, error)
+}

@@ -26,6 +26,13 @@ type Core struct {
 	Cluster *Cluster
 	log     *slog.Logger
 
+	// joined is this instance's record in the store's registry, once Join
+	// made it (zero ID: none).
+	joined   Instance
+	registry InstanceRegistry
+	bus      Bus
+	lease    time.Duration
+
 	// loops run beside the requests once Start was called (the lease
 	// heartbeat, the bus listener); stopLoops ends them at Shutdown.
 	loopsCtx  context.Context
@@ -59,7 +66,11 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	if cfg.Instance == "" {
 		cfg.Instance = NewID("inst_")
 	}
-	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger, bus: cfg.Bus, lease: cfg.Lease}
+	c.registry, _ = store.(InstanceRegistry)
 	c.loopsCtx, c.stopLoops = context.WithCancel(context.Background())
 	var publisher Publisher = c.Hub
 	var control Controller
@@ -271,6 +282,77 @@ func (c *Core) quiesce(ctx context.Context, threadID string) error {
 	return err
 }
 
+// Join records this instance in the store's registry of serving processes
+// (a store several processes share keeps one) and checks that it may serve
+// beside the live instances there (see CheckBus): it returns the
+// *BusConflictError otherwise, having removed its record. gone reports a
+// recorded instance that is known dead although its lease has not run out
+// (a process of this host that no longer runs): it is left out, and its
+// record removed. Start renews the record; Shutdown removes it. Call Join
+// once, before Start.
+func (c *Core) Join(ctx context.Context, host string, pid int, gone func(Instance) bool) error {
+	if c.registry == nil {
+		return nil
+	}
+	self := Instance{ID: c.Runs.Instance(), Bus: MemoryBus, Host: host, PID: pid}
+	if id, ok := c.bus.(BusIdentifier); ok {
+		name, err := id.Identity(ctx)
+		if err != nil {
+			return fmt.Errorf("name the bus: %w", err)
+		}
+		self.Bus = name
+	} else if c.bus != nil {
+		self.Bus = fmt.Sprintf("%T", c.bus)
+	}
+	others, err := c.registry.RegisterInstance(ctx, self, c.lease)
+	if err != nil {
+		return err
+	}
+	live := others[:0]
+	for _, o := range others {
+		if gone != nil && gone(o) {
+			if err := c.registry.RemoveInstance(ctx, o.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		live = append(live, o)
+	}
+	if err := CheckBus(self, live); err != nil {
+		if rerr := c.registry.RemoveInstance(ctx, self.ID); rerr != nil {
+			c.log.Warn("could not remove this instance's record", "err", rerr)
+		}
+		return err
+	}
+	c.joined = self
+	c.log.Info("joined the instances on this store", "instance", self.ID, "bus", self.Bus, "others", len(live))
+	return nil
+}
+
+// renewJoin keeps this instance's record live until ctx ends.
+func (c *Core) renewJoin(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.lease/2)
+		err := c.registry.RenewInstance(rctx, c.joined.ID, c.lease)
+		cancel()
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			c.log.Warn("could not renew this instance's record", "err", err)
+			failing = true
+		case err == nil:
+			failing = false
+		}
+	}
+}
+
 // Start begins the work that runs beside the requests: the heartbeat that
 // renews this instance's run leases every renew and settles the runs of
 // dead instances, and the bus listener. Shutdown ends it; calling Start
@@ -281,6 +363,9 @@ func (c *Core) Start(renew time.Duration) {
 	}
 	c.started = true
 	c.loops.Go(func() { c.Runs.Maintain(c.loopsCtx, renew) })
+	if c.joined.ID != "" {
+		c.loops.Go(func() { c.renewJoin(c.loopsCtx, renew) })
+	}
 	if c.Cluster != nil {
 		c.loops.Go(func() {
 			if err := c.Cluster.Run(c.loopsCtx); err != nil && c.loopsCtx.Err() == nil {
@@ -317,6 +402,13 @@ func (c *Core) Shutdown(ctx context.Context) error {
 	}
 	c.stopLoops()
 	c.loops.Wait()
+	if c.joined.ID != "" {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := c.registry.RemoveInstance(rctx, c.joined.ID); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
 	return errors.Join(errs...)
 }
 

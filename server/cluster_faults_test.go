@@ -3,6 +3,7 @@ package server_test
 import (
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -189,4 +190,34 @@ func TestClusterTextAfterAGap(t *testing.T) {
 	checkTexts(t, "the client on B", fromB, rows)
 	checkTexts(t, "the client that moved from A to B", fromA, rows)
 	checkTexts(t, "the client on C", fromC, rows)
+}
+
+// TestInstancesOnOneStoreShareOneBus: an instance that would neither hear
+// the live instances on its database nor be heard refuses to start and
+// names both buses: another bus, another channel, or none; one on the same
+// bus starts; and once the others stopped, any bus may start.
+func TestInstancesOnOneStoreShareOneBus(t *testing.T) {
+	store := testpg.FreshDSN(t)
+	channel := "share_" + randomName()
+	redisBus := busLinks[0].spec(t, store, channel, "")
+	a := launch(t, store, 0, "-bus", redisBus, "-instance-id", "inst-a")
+	refused := func(bus, want string) {
+		t.Helper()
+		out, err := exec.Command(servertest.Binary(t), "serve", "-addr", servertest.FreeAddr(t), "-store", store,
+			"-bus", bus, "-instance-id", "inst-x").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "refusing to start") || !strings.Contains(string(out), want) ||
+			!strings.Contains(string(out), "instance inst-a") {
+			t.Fatalf("-bus %s beside inst-a on redis: err %v\n%s", bus, err, out)
+		}
+	}
+	refused("postgres?channel="+channel, "this instance's bus is postgres LISTEN/NOTIFY")
+	refused(busLinks[0].spec(t, store, channel+"_other", ""), "channel "+channel+"_other")
+	refused("memory", "the memory bus serves one process")
+	b := launch(t, store, 0, "-bus", redisBus, "-instance-id", "inst-b")
+	if code := b.post("/instance-ai/threads", `{"id":"shared"}`); code != http.StatusCreated {
+		t.Fatalf("the instance on the same bus: %d", code)
+	}
+	a.Stop()
+	b.Stop()
+	launch(t, store, 0, "-bus", "postgres?channel="+channel, "-instance-id", "inst-c")
 }

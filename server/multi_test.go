@@ -240,7 +240,8 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 
 // TestSecondProcessChangesNothing: a second serve on a taken port, or on
 // the same SQLite file, leaves the first one's live run alone: one
-// run-finish, completed.
+// run-finish, completed. On another port it refuses to start: two
+// processes on one store need a bus between them.
 func TestSecondProcessChangesNothing(t *testing.T) {
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "busy.db")
 	first := launch(t, spec, 20*time.Millisecond)
@@ -252,10 +253,12 @@ func TestSecondProcessChangesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "listen on") {
 		t.Fatalf("a second serve on a taken port: err %v\n%s", err, out)
 	}
-	// Another port on the same file: it runs beside the first.
-	second := launch(t, spec, 0)
-	if code := second.post("/instance-ai/chat/th", `{"message":"simple"}`); code != http.StatusConflict {
-		t.Fatalf("chat on the second process during the first's run: %d, want 409", code)
+	// Another port on the same file: with no bus between them the second
+	// would not see the first's live events, so it refuses to start, and
+	// says why.
+	out, err = exec.Command(servertest.Binary(t), "serve", "-addr", servertest.FreeAddr(t), "-store", spec).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to start: the memory bus serves one process") {
+		t.Fatalf("a second serve on the same file with the memory bus: err %v\n%s", err, out)
 	}
 	frames := first.replayAll("th", run)
 	finishes := 0

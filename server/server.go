@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/proc"
 	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/accesslog"
@@ -196,6 +198,15 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 // instances, and the bus listener. Serve calls it; Shutdown ends it.
 // Calling it again does nothing.
 func (s *Server) Start() { s.Core.Start(s.leaseRenew) }
+
+// Join records this process among the instances on its store and refuses
+// to serve beside live instances on another bus (see Core.Join); an
+// instance recorded on this host whose process no longer runs is not live.
+// Call it once at start, after binding the listener and before Recover.
+func (s *Server) Join(ctx context.Context) error {
+	host, _ := os.Hostname()
+	return s.Core.Join(ctx, host, os.Getpid(), func(o instanceai.Instance) bool { return proc.Gone(host, o.Host, o.PID) })
+}
 
 // Recover settles the runs a crashed process left open (see Core.Sweep).
 // Call it once at start, after binding the listener (a process that cannot

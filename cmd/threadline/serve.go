@@ -302,6 +302,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.addr, err)
 	}
+	joinCtx, cancelJoin := context.WithTimeout(ctx, 30*time.Second)
+	err = srv.Join(joinCtx)
+	cancelJoin()
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("refusing to start: %w", err)
+	}
 	sweepCtx, cancelSweep := context.WithTimeout(ctx, time.Minute)
 	err = srv.Recover(sweepCtx)
 	cancelSweep()

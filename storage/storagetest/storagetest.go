@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
 		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
 		{"HeadsOfManyThreads", testHeads},
+		{"Instances", testInstances},
 		{"NextSeqIsMaxPlusOne", testNextSeq},
 		{"EmptyAppend", testEmptyAppend},
 		{"LargeBatch", testLargeBatch},
