@@ -44,9 +44,11 @@ const (
 	CodeAgentFailed    = "agent_failed"
 	CodeAgentAbandoned = "abandoned"
 	// CodeEventsEvicted ends a run whose events after the client's cursor
-	// a bounded store no longer holds (an instance-ai reset frame): the
+	// a bounded store no longer holds (an instance-ai reset frame), and
+	// CodeCursorAhead one whose cursor is beyond the thread's log: the
 	// AG-UI events for them cannot be produced, so the client must reload.
 	CodeEventsEvicted = instanceai.ReasonEventsEvicted
+	CodeCursorAhead   = instanceai.ReasonCursorAhead
 )
 
 // InterruptReason is the reason of the interrupts a confirmation-request
@@ -243,7 +245,7 @@ func (m *InstanceToAGUI) Close(err error) []agui.Event {
 	var reset *instanceai.Reset
 	switch {
 	case errors.As(err, &reset):
-		m.emit("", &agui.RunError{Message: reset.Error(), Code: CodeEventsEvicted})
+		m.emit("", &agui.RunError{Message: reset.Error(), Code: reset.Reason})
 		m.finished = true
 	case err != nil:
 		m.emit("", &agui.RunError{Message: err.Error(), Code: CodeStreamError})

@@ -2,6 +2,7 @@ package mapping
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/threadline/threadline/builder/op"
@@ -120,6 +121,14 @@ func (m *InstanceToBuilder) Close(err error) []BuilderEvent {
 	m.finished = true
 	e := m.event(m.names.failed, "")
 	e.Success = new(bool)
+	var reset *instanceai.Reset
+	if errors.As(err, &reset) {
+		// The cursor cannot be resumed from: events after it are gone,
+		// or it is beyond the log.
+		e.Error = failure("The stream cannot resume from this event id", err.Error(),
+			"Read the run again from its start.", "Send the request again with the same run_id and no Last-Event-ID header", err.Error())
+		return append(out, e)
+	}
 	e.Error = failure("The stream ended early", err.Error(), "Reconnect with the last event id to read the rest of the run.",
 		"Send the request again with the same run_id and a Last-Event-ID header", err.Error())
 	return append(out, e)

@@ -180,6 +180,16 @@ func (a *API) resume(r *http.Request, o operation) (source, bool, error) {
 			return source{}, true, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", "Last-Event-ID",
 				"Last-Event-ID must be a non-negative integer event id, got %q", raw)
 		}
+		next, err := a.core.Store.NextSeq(r.Context(), o.threadID)
+		if err != nil {
+			return source{}, true, err
+		}
+		if cursor >= next {
+			// Beyond the log: the stream's feed says so with a reset,
+			// which ends it with the operation's error event.
+			src.after = cursor
+			return src, true, nil
+		}
 		src.after = max(cursor, src.after)
 	}
 	for _, row := range rows {

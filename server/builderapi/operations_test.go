@@ -326,6 +326,25 @@ func TestResumeByRunID(t *testing.T) {
 	}
 }
 
+// A resume whose Last-Event-ID is beyond the thread's log (the thread was
+// deleted and made again, or the id is another deployment's) ends with the
+// operation's error event saying so, instead of waiting for events that
+// will never come.
+func TestResumeFromACursorAheadOfTheLog(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	body := `{"description":"Send welcome email to new customers","thread_id":"th-c","run_id":"gen-2"}`
+	post(t, s, "/generate", body, nil)
+	_, rest, _ := post(t, s, "/generate", body, map[string]string{"Last-Event-ID": "99999"})
+	if len(rest) == 0 {
+		t.Fatal("no events")
+	}
+	end := rest[len(rest)-1].ev
+	if !strings.HasSuffix(end.Type, "_ERROR") || end.Success == nil || *end.Success || end.Error == nil ||
+		!strings.Contains(end.Error.Message, "cursor_ahead") || !strings.Contains(end.Error.FixSuggestions[0], "no Last-Event-ID") {
+		t.Fatalf("the stream ends with %+v; want an error event naming the cursor", end)
+	}
+}
+
 // /validate answers the ValidationResult of a recorded n8n workflow and of
 // a broken one.
 func TestValidateEndpoint(t *testing.T) {
