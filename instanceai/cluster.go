@@ -223,6 +223,7 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 		c.outbound, c.outBytes = nil, 0
 		failing := c.failing
 		c.mu.Unlock()
+		batch = c.coalesce(batch)
 		for i := range batch {
 			m := &batch[i]
 			if failing || !c.send(ctx, m) {
@@ -240,6 +241,34 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 		case <-retry.C:
 		}
 	}
+}
+
+// maxCoalesced bounds a message that coalesce makes of several, on a bus
+// with no payload limit of its own.
+const maxCoalesced = 256 << 10
+
+// coalesce merges adjacent messages of frames of one thread, as far as the
+// bus's payload limit allows: a burst the writer published in many passes
+// goes out in few publishes, in the same order.
+func (c *Cluster) coalesce(batch []busMessage) []busMessage {
+	limit := c.bus.MaxPayload()
+	if limit <= 0 {
+		limit = maxCoalesced
+	}
+	out := batch[:0]
+	size := 0
+	for _, m := range batch {
+		if n := len(out); n > 0 && len(m.Frames) > 0 && len(out[n-1].Frames) > 0 && out[n-1].Thread == m.Thread {
+			if add := m.size() - envelope - len(m.Thread); size+add <= limit {
+				out[n-1].Frames = append(out[n-1].Frames, m.Frames...)
+				size += add
+				continue
+			}
+		}
+		out = append(out, m)
+		size = m.size()
+	}
+	return out
 }
 
 func (c *Cluster) markDirty(threadID string) {
