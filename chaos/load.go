@@ -77,6 +77,7 @@ type load struct {
 	j       *journal
 
 	stopping chan struct{}
+	haltOnce sync.Once
 	wg       sync.WaitGroup
 
 	mu       sync.Mutex
@@ -95,10 +96,18 @@ func startLoad(ctx context.Context, cl *Cluster, threads []string, seed uint64, 
 	return l
 }
 
-// stop ends the load: no new chat starts; a run waiting for a
-// confirmation is answered first, so nothing is left suspended.
+// halt starts no more chats; the chats under way go on (a confirmation
+// is still answered, so nothing is left suspended).
+func (l *load) halt() {
+	l.haltOnce.Do(func() {
+		l.j.printf("no new chats from now on")
+		close(l.stopping)
+	})
+}
+
+// stop halts the load and waits for the chats under way.
 func (l *load) stop() {
-	close(l.stopping)
+	l.halt()
 	l.wg.Wait()
 }
 

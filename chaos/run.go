@@ -147,26 +147,32 @@ func runScenario(ctx context.Context, cfg *Config, sc *Scenario, bus string) (ro
 	}()
 	sleep(ctx, cfg.Warmup)
 
-	e := &env{ctx: ctx, cfg: cfg, cl: cl, rng: rng, j: j}
+	e := &env{ctx: ctx, cfg: cfg, cl: cl, rng: rng, j: j, halt: ld.halt}
 	var faults []check.Fault
 	until := time.Now().Add(cfg.Duration)
-	for len(faults) == 0 || time.Now().Before(until) {
+	took := sc.nominal(cfg)
+	for !e.final {
 		if ctx.Err() != nil {
 			return row, ctx.Err()
 		}
+		// The last injection is the one the load's time ends in.
+		e.final = !time.Now().Add(took + cfg.Recovery).Before(until)
+		began := time.Now()
 		fs, err := sc.inject(e)
 		faults = append(faults, fs...)
 		if err != nil {
 			return row, err
 		}
-		sleep(ctx, cfg.Recovery)
+		took = time.Since(began)
+		if !e.final {
+			sleep(ctx, cfg.Recovery)
+		}
 	}
 	cl.HealAll()
-	cfg.progress("%s on %s: %d faults; stopping the load", sc.Name, bus, len(faults))
-	j.printf("stopping the load")
+	cfg.progress("%s on %s: %d faults; waiting for the chats under way", sc.Name, bus, len(faults))
 	ld.stop()
 	loadStopped = true
-	j.printf("load stopped")
+	j.printf("the chats under way are over")
 	for _, in := range cl.Instances {
 		if !in.Running() {
 			if err := in.Start(ctx); err != nil {

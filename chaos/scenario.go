@@ -18,17 +18,26 @@ type Scenario struct {
 	// inject injects the fault once, holds it, heals it and returns what
 	// it did.
 	inject func(e *env) ([]check.Fault, error)
+	// nominal is about how long one injection takes.
+	nominal func(c *Config) time.Duration
 }
 
+func pastLease(c *Config) time.Duration    { return c.Lease + c.PastLease }
+func restartAfter(c *Config) time.Duration { return c.RestartAfter }
+func busHold(c *Config) time.Duration      { return c.BusHold }
+func busAllHold(c *Config) time.Duration   { return c.BusAllHold }
+func rollTime(c *Config) time.Duration     { return time.Duration(c.Instances) * 3 * time.Second }
+
 var scenarios = []*Scenario{
-	{Name: "kill9", Doc: "kill -9 the instance that owns the most active runs; start it again (a new instance id) after RestartAfter", inject: kill9},
-	{Name: "sigstop", Doc: "SIGSTOP the instance that owns the most active runs for the lease plus PastLease, then SIGCONT", inject: sigstop},
-	{Name: "pg-freeze", Doc: "freeze an owner's PostgreSQL link (nothing forwarded, nothing closed) for the lease plus PastLease, then heal", inject: pgFreeze},
-	{Name: "pg-reset", Doc: "cut an owner's PostgreSQL link (every connection reset, new ones refused) for the lease plus PastLease, then heal", inject: pgReset},
-	{Name: "bus-cut-one", Doc: "cut an owner's bus link for BusHold, then heal", inject: busCutOne},
-	{Name: "bus-cut-all", Doc: "cut every instance's bus link for BusAllHold, then heal", inject: busCutAll},
-	{Name: "owner-bus-freeze", Doc: "freeze the bus link of an instance that owns an active run, mid-run, for BusHold, then heal", inject: ownerBusFreeze},
-	{Name: "rolling", Doc: "SIGTERM each instance in turn, wait for its exit, start it again, under load", inject: rolling},
+	{Name: "kill9", Doc: "kill -9 the instance that owns the most active runs; start it again (a new instance id) after RestartAfter", inject: kill9, nominal: restartAfter},
+	{Name: "sigstop", Doc: "SIGSTOP the instance that owns the most active runs for the lease plus PastLease, then SIGCONT", inject: sigstop, nominal: pastLease},
+	{Name: "pg-freeze", Doc: "freeze an owner's PostgreSQL link (nothing forwarded, nothing closed) for the lease plus PastLease, then heal", inject: pgFreeze, nominal: pastLease},
+	{Name: "pg-reset", Doc: "cut an owner's PostgreSQL link (every connection reset, new ones refused) for the lease plus PastLease, then heal", inject: pgReset, nominal: pastLease},
+	{Name: "bus-cut-one", Doc: "cut an owner's bus link for BusHold, then heal", inject: busCutOne, nominal: busHold},
+	{Name: "bus-cut-all", Doc: "cut every instance's bus link for BusAllHold, then heal", inject: busCutAll, nominal: busAllHold},
+	{Name: "owner-bus-freeze", Doc: "freeze the bus link of an instance that owns an active run, mid-run, for BusHold, then heal", inject: ownerBusFreeze, nominal: busHold},
+	{Name: "owner-bus-reset", Doc: "reset the bus connections of an instance that owns active runs (an RST, reconnecting at once) every 200 to 800 ms for BusHold", inject: ownerBusReset, nominal: busHold},
+	{Name: "rolling", Doc: "SIGTERM each instance in turn, wait for its exit, start it again, under load", inject: rolling, nominal: rollTime},
 }
 
 // Scenarios lists the scenarios.
@@ -59,6 +68,13 @@ type env struct {
 	cl  *Cluster
 	rng *rand.Rand
 	j   *journal
+	// final is set for the scenario's last injection: halfway through it
+	// halt is called, which stops new chats, so that the runs under way
+	// end while the fault holds and nothing later repairs what their
+	// clients missed, as when a user reads the last reply of a
+	// conversation.
+	final bool
+	halt  func()
 }
 
 // owner returns the instance that owns the most active runs, waiting a
@@ -108,13 +124,23 @@ func (e *env) fault(kind string, ins ...*Instance) check.Fault {
 
 func (e *env) hold(d time.Duration) { sleep(e.ctx, d) }
 
+// holdFault holds a fault for d; in the final injection the load is
+// halted halfway.
+func (e *env) holdFault(d time.Duration) {
+	if !e.final {
+		e.hold(d)
+		return
+	}
+	e.hold(d / 2)
+	e.halt()
+	e.hold(d - d/2)
+}
+
 // healed ends the record of a fault.
 func (e *env) healed(f *check.Fault) {
 	f.End = time.Now()
 	e.j.printf("fault %s on %v healed after %v", f.Kind, f.Instances, f.End.Sub(f.Start).Round(time.Millisecond))
 }
-
-func (e *env) pastLease() time.Duration { return e.cfg.Lease + e.cfg.PastLease }
 
 func kill9(e *env) ([]check.Fault, error) {
 	in := e.owner()
@@ -122,7 +148,7 @@ func kill9(e *env) ([]check.Fault, error) {
 	if err := in.Kill9(); err != nil {
 		return nil, err
 	}
-	e.hold(e.cfg.RestartAfter)
+	e.holdFault(e.cfg.RestartAfter)
 	if err := in.Start(e.ctx); err != nil {
 		return nil, err
 	}
@@ -136,7 +162,7 @@ func sigstop(e *env) ([]check.Fault, error) {
 	if err := in.Stop(); err != nil {
 		return nil, err
 	}
-	e.hold(e.pastLease())
+	e.holdFault(pastLease(e.cfg))
 	in.Continue()
 	e.healed(&f)
 	return []check.Fault{f}, nil
@@ -146,7 +172,7 @@ func pgFreeze(e *env) ([]check.Fault, error) {
 	in := e.owner()
 	f := e.fault("pg-freeze", in)
 	in.PG.Freeze()
-	e.hold(e.pastLease())
+	e.holdFault(pastLease(e.cfg))
 	in.PG.Heal()
 	e.healed(&f)
 	return []check.Fault{f}, nil
@@ -156,7 +182,7 @@ func pgReset(e *env) ([]check.Fault, error) {
 	in := e.owner()
 	f := e.fault("pg-reset", in)
 	in.PG.Cut()
-	e.hold(e.pastLease())
+	e.holdFault(pastLease(e.cfg))
 	in.PG.Heal()
 	e.healed(&f)
 	return []check.Fault{f}, nil
@@ -166,7 +192,7 @@ func busCutOne(e *env) ([]check.Fault, error) {
 	in := e.owner()
 	f := e.fault("bus-cut-one", in)
 	in.Bus.Cut()
-	e.hold(e.cfg.BusHold)
+	e.holdFault(e.cfg.BusHold)
 	in.Bus.Heal()
 	e.healed(&f)
 	return []check.Fault{f}, nil
@@ -177,7 +203,7 @@ func busCutAll(e *env) ([]check.Fault, error) {
 	for _, in := range e.cl.Instances {
 		in.Bus.Cut()
 	}
-	e.hold(e.cfg.BusAllHold)
+	e.holdFault(e.cfg.BusAllHold)
 	for _, in := range e.cl.Instances {
 		in.Bus.Heal()
 	}
@@ -189,8 +215,28 @@ func ownerBusFreeze(e *env) ([]check.Fault, error) {
 	in := e.owner()
 	f := e.fault("owner-bus-freeze", in)
 	in.Bus.Freeze()
-	e.hold(e.cfg.BusHold)
+	e.holdFault(e.cfg.BusHold)
 	in.Bus.Heal()
+	e.healed(&f)
+	return []check.Fault{f}, nil
+}
+
+// ownerBusReset resets the owner's bus link again and again: each reset
+// loses what was in flight on it, and the link comes back at once, so the
+// owner is never seen to be cut off for long.
+func ownerBusReset(e *env) ([]check.Fault, error) {
+	in := e.owner()
+	f := e.fault("owner-bus-reset", in)
+	end := time.Now().Add(e.cfg.BusHold)
+	halted := !e.final
+	for time.Now().Before(end) && e.ctx.Err() == nil {
+		in.Bus.Reset()
+		e.hold(jitter(e.rng, 200*time.Millisecond, 800*time.Millisecond))
+		if !halted && time.Until(end) < e.cfg.BusHold/2 {
+			e.halt()
+			halted = true
+		}
+	}
 	e.healed(&f)
 	return []check.Fault{f}, nil
 }
@@ -204,7 +250,10 @@ func rolling(e *env) ([]check.Fault, error) {
 	if shutdown == 0 {
 		shutdown = 10 * time.Second
 	}
-	for _, in := range e.cl.Instances {
+	for i, in := range e.cl.Instances {
+		if e.final && i == len(e.cl.Instances)-1 {
+			e.halt()
+		}
 		f := e.fault("rolling", in)
 		if err := in.Terminate(drain + shutdown + 10*time.Second); err != nil {
 			return nil, fmt.Errorf("SIGTERM instance %d: %w", in.Index, err)
