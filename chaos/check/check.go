@@ -391,23 +391,13 @@ func judgeCancel(c Cancel, f *runFacts) (Anomaly, bool) {
 			stamped.Format(timeFormat), fin.Seq)}, true
 }
 
-// echoes reports whether a row is the stored copy of an ending the
-// connection was sent without an id.
-func echoes(r *Row, idless []string) bool {
-	if r.Event.Type != instanceai.TypeRunFinish && r.Event.Type != instanceai.TypeError {
-		return false
-	}
-	h := EventHash(&r.Event)
-	for _, d := range idless {
-		if d == r.Data {
-			return true
-		}
-		var ev instanceai.Event
-		if ev.UnmarshalJSON([]byte(d)) == nil && EventHash(&ev) == h {
-			return true
-		}
-	}
-	return false
+// echoes reports whether a row may be the stored copy of an ending the
+// connection was sent without an id: the stream does not send again the
+// error and run-finish it stores for a run whose run-finish went out live
+// on that connection (README, "Storage outages").
+func echoes(r *Row, endedLive []string) bool {
+	return (r.Event.Type == instanceai.TypeRunFinish || r.Event.Type == instanceai.TypeError) &&
+		slices.Contains(endedLive, r.Event.RunID)
 }
 
 // judgeIDs checks each connection's ids against its cursor and the log.
@@ -437,7 +427,7 @@ func judgeIDs(c *Client, rows []Row) []Anomaly {
 			first := int64(0)
 			for s := prev + 1; s < fr.ID; s++ {
 				r := bySeq[s]
-				if r != nil && (instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced || echoes(r, conn.Idless)) {
+				if r != nil && (instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced || echoes(r, conn.EndedLive)) {
 					continue
 				}
 				if first == 0 {

@@ -299,9 +299,26 @@ func TestCleanBackgroundAndOutageEcho(t *testing.T) {
 	for _, r := range b.rows {
 		feed(c2, withID(r))
 	}
-	res := Check(Input{Log: b.log(), Clients: []*Client{c, c2}})
+	// One that joined between the live error and the live run-finish:
+	// the stream skips the stored echo of both.
+	c3 := NewClient(thread, "c3")
+	c3.Connect("a", epoch)
+	feed(c3, withID(start), withID(spawn), withID(fin), withID(call), withID(result), withID(done), withID(start2), idless[1])
+	after := b.store(runStart("r4"))
+	afterEnd := b.store(runFinish("r4", instanceai.RunCompleted, ""))
+	feed(c3, withID(after), withID(afterEnd))
+	res := Check(Input{Log: b.log(), Clients: []*Client{c, c2, c3}})
 	expect(t, res, "")
-	_ = echo
+
+	// A connection that did not have the ending live must be sent it.
+	c4 := NewClient(thread, "c4")
+	c4.Connect("a", epoch)
+	feed(c4, withID(start), withID(spawn), withID(fin), withID(call), withID(result), withID(done), withID(start2), withID(after), withID(afterEnd))
+	res = Check(Input{Log: b.log(), Clients: []*Client{c4}})
+	expect(t, res, "id-gap×1")
+	if a := res.Anomalies[0]; a.Seq != echo[0].Seq || !strings.Contains(a.Detail, "(error)") {
+		t.Fatalf("gap evidence: %s", a)
+	}
 }
 
 // Each kind of anomaly the log alone shows.

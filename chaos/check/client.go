@@ -81,10 +81,10 @@ type Conn struct {
 	Cursor int64 `json:"cursor"`
 	// Frames are the frames it was sent with an id, in order.
 	Frames []IDFrame `json:"frames,omitempty"`
-	// Idless holds the data of the run-finish and error frames it was sent
-	// without an id (a run that could not be stored ended live): their
-	// stored echo is not sent again on this connection.
-	Idless []string `json:"idless,omitempty"`
+	// EndedLive holds the runs whose run-finish it was sent without an id
+	// (a run that could not be stored ended live): the stored echo of
+	// their ending is not sent again on this connection.
+	EndedLive []string `json:"endedLive,omitempty"`
 	// Bad holds frames that could not be read as the protocol's.
 	Bad []string `json:"bad,omitempty"`
 	// End says why the connection ended ("" while open).
@@ -241,8 +241,8 @@ func (c *Client) Frame(f ssestream.Frame) {
 	if f.HasID {
 		c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Hash: EventHash(&ev), Type: string(ev.Type)})
 		c.cursor = id
-	} else if ev.Type == instanceai.TypeRunFinish || ev.Type == instanceai.TypeError {
-		c.cur.Idless = append(c.cur.Idless, f.Data)
+	} else if ev.Type == instanceai.TypeRunFinish {
+		c.cur.EndedLive = append(c.cur.EndedLive, ev.RunID)
 	}
 	c.fold(ev)
 }
@@ -372,13 +372,13 @@ func clip(s string, n int) string {
 func (c *Client) Pending(rows []Row) *Row {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var idless []string
+	var endedLive []string
 	if c.cur != nil {
-		idless = c.cur.Idless
+		endedLive = c.cur.EndedLive
 	}
 	for i := range rows {
 		r := &rows[i]
-		if r.Seq <= c.cursor || instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced || echoes(r, idless) {
+		if r.Seq <= c.cursor || instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced || echoes(r, endedLive) {
 			continue
 		}
 		return r
