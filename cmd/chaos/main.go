@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,9 @@ func envOr(key, fallback string) string {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	short := fs.Bool("short", false, "start from the short version's settings (as the test runs them) instead of the long one's")
+	// -short picks the defaults of every other flag, so it is looked for
+	// before they are defined.
+	fs.Bool("short", false, "start from the short version's settings (as the test runs them) instead of the long one's")
 	preset := chaos.Long()
 	for _, a := range args {
 		if a == "-short" || a == "--short" || a == "-short=true" || a == "--short=true" {
@@ -60,7 +63,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", "text", "report format: text or json")
 	perKind := fs.Int("show", 5, "anomalies shown per kind and scenario in the text report (0 = all)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	_ = short
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,6 +75,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *format != "text" && *format != "json" {
 		fmt.Fprintf(stderr, "chaos: -format %q: use text or json\n", *format)
 		return 2
+	}
+	// Names are checked before the build, which takes a while.
+	for _, name := range cfg.Scenarios {
+		if !slices.Contains(chaos.ScenarioNames(), name) {
+			fmt.Fprintf(stderr, "chaos: unknown scenario %q; the scenarios are %s\n", name, strings.Join(chaos.ScenarioNames(), ", "))
+			return 2
+		}
+	}
+	for _, bus := range cfg.Buses {
+		if bus != "redis" && bus != "postgres" {
+			fmt.Fprintf(stderr, "chaos: unknown bus %q; the buses are redis, postgres\n", bus)
+			return 2
+		}
 	}
 	if !*quiet {
 		cfg.Progress = stderr
