@@ -55,7 +55,7 @@ const (
 	IDGap            Kind = "id-gap"                 // a connection skipped a stored event
 	IDDuplicate      Kind = "id-duplicate"           // a connection was sent an id again, or out of order
 	IDMismatch       Kind = "id-mismatch"            // the frame of an id is not the log's row of that seq
-	ResetFrame       Kind = "reset-frame"            // a reset frame from a store that never evicts
+	ResetFrame       Kind = "reset-frame"            // a reset frame, though the store never evicts and every cursor is the cluster's
 	BadFrame         Kind = "bad-frame"              // a frame that is not the protocol's
 	TextMismatch     Kind = "text-mismatch"          // a client's text of a segment differs from the log's
 	TextLost         Kind = "text-lost"              // a client was shown text of a run that ended in a crash or outage and the log lacks it
@@ -415,7 +415,8 @@ func judgeIDs(c *Client, rows []Row) []Anomaly {
 		prev := conn.Cursor
 		for _, fr := range conn.Frames {
 			if fr.Reset {
-				add(ResetFrame, fr.ID, "%s: reset frame with id %d after id %d; PostgreSQL never evicts", where, fr.ID, prev)
+				add(ResetFrame, fr.ID, "%s: reset frame (reason %q) with id %d after id %d; the log is PostgreSQL's, which never evicts, and every cursor is one the cluster gave",
+					where, fr.Type, fr.ID, prev)
 				prev = fr.ID
 				continue
 			}

@@ -385,12 +385,16 @@ func TestIDAnomalies(t *testing.T) {
 	reset.Connect("a", epoch)
 	feed(reset, ssestream.Frame{ID: "6", HasID: true, Event: "reset", HasData: true,
 		Data: `{"reason":"events_evicted","threadId":"th","lastEventId":0,"nextEventId":7}`}, withID(s2.start))
+	ahead := NewClient(thread, "ahead")
+	ahead.Connect("a", epoch)
+	feed(ahead, withID(s.start), ssestream.Frame{ID: "0", HasID: true, Event: "reset", HasData: true,
+		Data: `{"reason":"cursor_ahead","threadId":"th","lastEventId":1,"nextEventId":1}`}, withID(s.start))
 	bad := NewClient(thread, "bad")
 	bad.Connect("a", epoch)
 	feed(bad, ssestream.Frame{Data: "{not json", HasData: true}, ssestream.Frame{Event: "surprise", Data: "{}", HasData: true})
 
-	res := Check(Input{Log: b.log(), Clients: []*Client{gap, dup, mismatch, reset, bad}})
-	expect(t, res, "id-gap×1 id-duplicate×1 id-mismatch×1 reset-frame×1 bad-frame×2")
+	res := Check(Input{Log: b.log(), Clients: []*Client{gap, dup, mismatch, reset, ahead, bad}})
+	expect(t, res, "id-gap×1 id-duplicate×1 id-mismatch×1 reset-frame×2 bad-frame×2")
 	for _, a := range res.Anomalies {
 		if a.Kind == IDGap && (a.Client != "gap" || a.Seq != 3 || !strings.Contains(a.Detail, "skipped 3 (tool-call)")) {
 			t.Fatalf("gap evidence: %s", a)

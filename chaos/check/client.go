@@ -92,7 +92,8 @@ type Conn struct {
 }
 
 // IDFrame is a frame sent with an id: the id, and a hash of its event
-// (0 for a reset frame) to compare with the log's row.
+// (0 for a reset frame) to compare with the log's row. Type is the event's
+// type, or a reset frame's reason.
 type IDFrame struct {
 	ID    int64  `json:"id"`
 	Reset bool   `json:"reset,omitempty"`
@@ -183,8 +184,10 @@ func (c *Client) Frame(f ssestream.Frame) {
 	}
 	var id int64
 	if f.HasID {
+		// A reset frame's id may be 0: it moves the cursor back to the
+		// start of the log.
 		v, err := strconv.ParseInt(f.ID, 10, 64)
-		if err != nil || v <= 0 {
+		if err != nil || v < 0 || (v == 0 && f.Event != instanceai.ResetFrameType) {
 			c.bad("id %q is not a positive integer", f.ID)
 			return
 		}
@@ -197,7 +200,7 @@ func (c *Client) Frame(f ssestream.Frame) {
 			c.bad("reset frame without an id or with data %q", f.Data)
 			return
 		}
-		c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Reset: true})
+		c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Reset: true, Type: r.Reason})
 		c.cursor = id
 		// The client drops what it holds of the thread and takes what
 		// follows as the thread.
