@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps
+.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps chaos
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -49,6 +49,10 @@ bench-growth:
 ## bench-peers-smoke: vet and test the peer benchmark's own module
 bench-peers-smoke:
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## chaos: the fault harness's long version: every scenario on both buses, a minute of load and repeated faults each, with the server's default leases (about 25 minutes; needs TEST_DATABASE_URL and TEST_REDIS_URL as the tests do; CHAOS_FLAGS passes cmd/chaos flags; logs of scenarios with anomalies go to chaos-out/)
+chaos:
+	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 
 ## lint: gofmt and go vet
 lint:

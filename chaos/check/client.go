@@ -1,0 +1,426 @@
+package check
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/ssestream"
+)
+
+// Client is one follower of a thread's event stream, as a browser that
+// keeps its state across reconnects follows it: it folds what it is sent
+// with the agent-run reducer and records, per connection, every id it was
+// sent. Feed it with Connect, Frame and Disconnect; the checker compares
+// what it holds with the log.
+//
+// The fold follows the protocol's client rules (README, "Event stream and
+// replay", "Session restore"):
+//   - stored events and live deltas fold into their run's state (one
+//     state per run, as a chat message shows it);
+//   - a run-sync frame replaces the client's state of its run;
+//   - a reset frame drops everything the client holds of the thread;
+//   - on a new connection, the first delta of a segment the client holds
+//     open text of is that segment's full text so far: it replaces the
+//     open text instead of extending it.
+//
+// A Client is safe for concurrent use: the follower feeds it while the
+// harness asks how far it is.
+type Client struct {
+	// Thread is the thread it follows, Name the client's name in reports.
+	Thread, Name string
+	// Trace, when set before the first frame, keeps every frame the client
+	// is sent (WriteTrace writes them): the evidence behind a text or id
+	// anomaly, at the cost of memory.
+	Trace bool
+
+	mu     sync.Mutex
+	conns  []*Conn
+	cur    *Conn
+	cursor int64
+	runs   map[string]*agenttree.State
+	// held is the length of the open text of each segment, as the client
+	// holds it: what a snapshot delta replaces.
+	held map[segment]int
+	// seen marks the segments that had a delta on the current connection.
+	seen map[segment]bool
+	// dropped counts the reset frames after which the client dropped
+	// its state.
+	dropped int
+	trace   []traced
+}
+
+// traced is one traced frame or connection event.
+type traced struct {
+	at    time.Time
+	conn  int
+	frame ssestream.Frame
+	note  string
+}
+
+// segment names a coalescing segment: a run's agent, a kind of text and a
+// response.
+type segment struct {
+	run, agent, responseID string
+	kind                   string // agenttree.EntryText or EntryReasoning
+}
+
+// Conn is what one connection of a client was sent.
+type Conn struct {
+	// Instance is the instance it connected to, At when.
+	Instance string    `json:"instance"`
+	At       time.Time `json:"at"`
+	// Cursor is the Last-Event-ID it connected with.
+	Cursor int64 `json:"cursor"`
+	// Frames are the frames it was sent with an id, in order.
+	Frames []IDFrame `json:"frames,omitempty"`
+	// EndedLive holds the runs whose run-finish it was sent without an id
+	// (a run that could not be stored ended live): the stored echo of
+	// their ending is not sent again on this connection.
+	EndedLive []string `json:"endedLive,omitempty"`
+	// Bad holds frames that could not be read as the protocol's.
+	Bad []string `json:"bad,omitempty"`
+	// End says why the connection ended ("" while open).
+	End string `json:"end,omitempty"`
+}
+
+// IDFrame is a frame sent with an id: the id, and a hash of its event
+// (0 for a reset frame) to compare with the log's row. Type is the event's
+// type, or a reset frame's reason.
+type IDFrame struct {
+	ID    int64  `json:"id"`
+	Reset bool   `json:"reset,omitempty"`
+	Hash  uint64 `json:"hash,omitempty"`
+	Type  string `json:"type,omitempty"`
+}
+
+// NewClient returns a client of a thread that holds nothing yet.
+func NewClient(thread, name string) *Client {
+	return &Client{Thread: thread, Name: name, runs: map[string]*agenttree.State{}, held: map[segment]int{}}
+}
+
+// Cursor is the id to reconnect with: the last id the client was sent.
+func (c *Client) Cursor() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cursor
+}
+
+// Connect records a new connection to instance, made with the client's
+// cursor.
+func (c *Client) Connect(instance string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.connect(instance, at)
+}
+
+func (c *Client) connect(instance string, at time.Time) {
+	if c.cur != nil && c.cur.End == "" {
+		c.cur.End = "replaced"
+	}
+	c.cur = &Conn{Instance: instance, At: at, Cursor: c.cursor}
+	c.conns = append(c.conns, c.cur)
+	c.seen = map[segment]bool{}
+	if c.Trace {
+		c.trace = append(c.trace, traced{at: time.Now(), conn: len(c.conns),
+			note: fmt.Sprintf("connected to %s with cursor %d", instance, c.cursor)})
+	}
+}
+
+// Disconnect records the end of the current connection.
+func (c *Client) Disconnect(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != nil && c.cur.End == "" {
+		if reason == "" {
+			reason = "closed"
+		}
+		c.cur.End = reason
+		if c.Trace {
+			c.trace = append(c.trace, traced{at: time.Now(), conn: len(c.conns), note: "ended: " + reason})
+		}
+	}
+	c.cur = nil
+}
+
+// Conns returns a copy of the connections' records so far.
+func (c *Client) Conns() []Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Conn, len(c.conns))
+	for i, cn := range c.conns {
+		out[i] = *cn
+		out[i].Frames = append([]IDFrame(nil), cn.Frames...)
+	}
+	return out
+}
+
+// runSyncFrame is the payload of an `event: run-sync` frame.
+type runSyncFrame struct {
+	RunID     string               `json:"runId"`
+	Status    string               `json:"status"`
+	AgentTree *agenttree.AgentNode `json:"agentTree"`
+}
+
+// Frame folds one frame of the current connection. Comments are ignored.
+func (c *Client) Frame(f ssestream.Frame) {
+	if f.IsComment() || (!f.HasData && !f.HasID && f.Event == "") {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		c.connect("", time.Time{}) // frames without Connect: a test's shortcut
+	}
+	if c.Trace {
+		c.trace = append(c.trace, traced{at: time.Now(), conn: len(c.conns), frame: f})
+	}
+	var id int64
+	if f.HasID {
+		// A reset frame's id may be 0: it moves the cursor back to the
+		// start of the log.
+		v, err := strconv.ParseInt(f.ID, 10, 64)
+		if err != nil || v < 0 || (v == 0 && f.Event != instanceai.ResetFrameType) {
+			c.bad("id %q is not a positive integer", f.ID)
+			return
+		}
+		id = v
+	}
+	switch f.Event {
+	case instanceai.ResetFrameType:
+		var r instanceai.Reset
+		if err := json.Unmarshal([]byte(f.Data), &r); err != nil || !f.HasID {
+			c.bad("reset frame without an id or with data %q", f.Data)
+			return
+		}
+		c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Reset: true, Type: r.Reason})
+		c.cursor = id
+		// The client drops what it holds of the thread and takes what
+		// follows as the thread.
+		c.runs = map[string]*agenttree.State{}
+		c.held = map[segment]int{}
+		c.seen = map[segment]bool{}
+		c.dropped++
+		return
+	case "run-sync":
+		var rs runSyncFrame
+		if err := json.Unmarshal([]byte(f.Data), &rs); err != nil || rs.RunID == "" || rs.AgentTree == nil {
+			c.bad("run-sync frame %q", f.Data)
+			return
+		}
+		st := agenttree.StateFromAgentTree(rs.AgentTree)
+		if st == nil {
+			c.bad("run-sync frame with an unusable tree %q", f.Data)
+			return
+		}
+		st.Status = rs.Status
+		c.runs[rs.RunID] = st
+		// The tree holds the open text this connection was just sent (the
+		// snapshot deltas come before it): that is what stays held; any
+		// other segment of the run is closed as far as this server knows.
+		for k := range c.held {
+			if k.run == rs.RunID && !c.seen[k] {
+				delete(c.held, k)
+			}
+		}
+		return
+	case "":
+	default:
+		c.bad("unknown event type %q", f.Event)
+		return
+	}
+	var ev instanceai.Event
+	if err := json.Unmarshal([]byte(f.Data), &ev); err != nil {
+		c.bad("undecodable event %q: %v", clip(f.Data, 200), err)
+		return
+	}
+	if f.HasID {
+		c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Hash: EventHash(&ev), Type: string(ev.Type)})
+		c.cursor = id
+	} else if ev.Type == instanceai.TypeRunFinish {
+		c.cur.EndedLive = append(c.cur.EndedLive, ev.RunID)
+	}
+	c.fold(ev)
+}
+
+func (c *Client) bad(format string, args ...any) {
+	c.cur.Bad = append(c.cur.Bad, fmt.Sprintf(format, args...))
+}
+
+// fold applies one event to its run's state with the client rules.
+func (c *Client) fold(ev instanceai.Event) {
+	if !foldsText(&ev) {
+		return
+	}
+	st := c.runs[ev.RunID]
+	if st == nil {
+		if ev.Type != instanceai.TypeRunStart {
+			return // a run whose start this client never saw, or no run
+		}
+		st = agenttree.New()
+		c.runs[ev.RunID] = st
+	}
+	switch ev.Type {
+	case instanceai.TypeTextDelta, instanceai.TypeReasoningDelta:
+		k := segmentOf(ev)
+		text := ev.Payload.(*instanceai.Text).Text
+		first := !c.seen[k]
+		c.seen[k] = true
+		if first && c.held[k] > 0 && replaceOpen(st, k, c.held[k], text) {
+			c.held[k] = len(text)
+			return
+		}
+		st.Apply(ev)
+		c.held[k] += len(text)
+	case instanceai.TypeTextBlock, instanceai.TypeReasoningBlock:
+		st.Apply(ev)
+		delete(c.held, segmentOf(ev))
+	case instanceai.TypeRunFinish:
+		st.Apply(ev)
+		for k := range c.held {
+			if k.run == ev.RunID {
+				delete(c.held, k)
+			}
+		}
+	default:
+		st.Apply(ev)
+		if instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral {
+			// A structural event of an agent closes its segments: the
+			// writer stored their blocks before it.
+			for k := range c.held {
+				if k.run == ev.RunID && k.agent == ev.AgentID {
+					delete(c.held, k)
+				}
+			}
+		}
+	}
+}
+
+// foldsText reports whether an event takes part in the text comparison.
+// An error event adds its message to the agent's text in the reducer, and
+// a client that was sent a failed run's ending live and replays it from an
+// earlier cursor reads it twice (README, "Storage outages"): error text is
+// left out of the comparison on both sides, and the error events
+// themselves are checked by the id rules.
+func foldsText(ev *instanceai.Event) bool { return ev.Type != instanceai.TypeError }
+
+func segmentOf(ev instanceai.Event) segment {
+	kind := agenttree.EntryText
+	if ev.Type == instanceai.TypeReasoningDelta || ev.Type == instanceai.TypeReasoningBlock {
+		kind = agenttree.EntryReasoning
+	}
+	return segment{run: ev.RunID, agent: ev.AgentID, responseID: ev.ResponseID, kind: kind}
+}
+
+// replaceOpen replaces the last held bytes of a segment's text (the open
+// part, at the end of the agent's text of that kind and of its last
+// timeline entry of that kind) with text. It reports false when the state
+// does not hold the segment where it should, and changes nothing then.
+func replaceOpen(st *agenttree.State, k segment, held int, text string) bool {
+	n := st.FindAgent(k.agent)
+	if n == nil {
+		return false
+	}
+	content := &n.TextContent
+	if k.kind == agenttree.EntryReasoning {
+		content = &n.Reasoning
+	}
+	for i := len(n.Timeline) - 1; i >= 0; i-- {
+		e := &n.Timeline[i]
+		if e.Type != k.kind {
+			continue
+		}
+		if e.ResponseID != k.responseID || len(e.Content) < held || len(*content) < held ||
+			(*content)[len(*content)-held:] != e.Content[len(e.Content)-held:] {
+			return false
+		}
+		e.Content = e.Content[:len(e.Content)-held] + text
+		*content = (*content)[:len(*content)-held] + text
+		return true
+	}
+	return false
+}
+
+// EventHash is a hash of an event's JSON encoding, to tell whether a frame
+// carries the same event as a log row without keeping either.
+func EventHash(ev *instanceai.Event) uint64 {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Pending returns the first row of the log (rows in seq order) that the
+// client still has to be sent, nil when it has everything: every row after
+// its cursor that is not a block (a live connection gets a block's deltas
+// instead) or the stored echo of an ending its connection was sent
+// without an id.
+func (c *Client) Pending(rows []Row) *Row {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var endedLive []string
+	if c.cur != nil {
+		endedLive = c.cur.EndedLive
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Seq <= c.cursor || instanceai.DurabilityOf(r.Event.Type) == instanceai.Coalesced || echoes(r, endedLive) {
+			continue
+		}
+		return r
+	}
+	return nil
+}
+
+// Where describes the client's current connection, for evidence.
+func (c *Client) Where() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return fmt.Sprintf("between connections, cursor %d", c.cursor)
+	}
+	return fmt.Sprintf("connection %d to %s since %s (connected with cursor %d, now at %d)",
+		len(c.conns), c.cur.Instance, c.cur.At.Format(timeFormat), c.cur.Cursor, c.cursor)
+}
+
+// WriteTrace writes the traced frames, one line each: the time, the
+// connection, the id, the event type and the data.
+func (c *Client) WriteTrace(w io.Writer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	bw := bufio.NewWriter(w)
+	for _, t := range c.trace {
+		fmt.Fprintf(bw, "%s conn %d ", t.at.Format(timeFormat), t.conn)
+		if t.note != "" {
+			fmt.Fprintf(bw, "-- %s\n", t.note)
+			continue
+		}
+		id := "-"
+		if t.frame.HasID {
+			id = t.frame.ID
+		}
+		event := t.frame.Event
+		if event == "" {
+			event = "message"
+		}
+		fmt.Fprintf(bw, "id %s %s %s\n", id, event, t.frame.Data)
+	}
+	return bw.Flush()
+}
