@@ -140,22 +140,29 @@ func (m *Runs) closeConfirmation(requestID string) {
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, suspended)
+	token := r.fence.token()
+	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, token, suspended)
 	if err == nil && suspended && m.agentResumes() {
-		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, m.instance); err == nil {
+		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, token); err == nil {
 			r.mu.Lock()
 			r.disowned = true
 			r.mu.Unlock()
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrStaleFence):
+		// Taken by another instance: the run's next write is refused, and
+		// stops it.
+		m.log.Warn("could not record a run's suspension: another instance took the run", "thread", r.ThreadID, "run", r.ID)
+	case err != nil:
 		m.log.Error("could not record a run's suspension", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 }
 
 // retake makes a disowned run this process's again before it goes on or
-// finishes. When another instance took it first, the run is abandoned here
-// and retake reports false.
+// finishes: the take gives it a new token, which what it queued before
+// commits with too. When another instance took it first, the run is
+// abandoned here and retake reports false.
 func (r *Run) retake() bool {
 	r.mu.Lock()
 	disowned := r.disowned
@@ -166,7 +173,15 @@ func (r *Run) retake() bool {
 	m := r.runs
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	r.fence.mu.Lock()
+	token, won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	if won {
+		r.fence.v.Store(token)
+		r.mu.Lock()
+		r.disowned = false
+		r.mu.Unlock()
+	}
+	r.fence.mu.Unlock()
 	if err != nil {
 		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
@@ -174,9 +189,6 @@ func (r *Run) retake() bool {
 		m.abandon(r)
 		return false
 	}
-	r.mu.Lock()
-	r.disowned = false
-	r.mu.Unlock()
 	return true
 }
 
@@ -256,12 +268,12 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		// A process that still waits for it in memory wakes, fails to
 		// retake the run and lets go of it.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
-		won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
+		token, won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
 		if err != nil {
 			return c.RunID, err
 		}
 		if won {
-			return c.RunID, m.resume(&c, a)
+			return c.RunID, m.resume(&c, a, token)
 		}
 		// Another instance took the run first; the stored answer is what
 		// it resumes with.

@@ -5,4 +5,4 @@ const MaxDrainPass = maxDrainPass
 
 // OnRunFinished sets the writer's stored-run-finish callback, which the run
 // registry sets in production.
-func OnRunFinished(w *Writer, f func(threadID, runID string)) { w.onRunFinished(f) }
+func OnRunFinished(w *Writer, f func(threadID, runID string, fence int64)) { w.onRunFinished(f) }

@@ -18,7 +18,7 @@ type renewRace struct {
 	during func()
 }
 
-func (c *renewRace) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
+func (c *renewRace) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.ActiveRun, error) {
 	held, err := c.RunClaims.RenewRuns(ctx, owner, ttl)
 	c.once.Do(c.during)
 	return held, err

@@ -153,7 +153,7 @@ type Runs struct {
 	waiters    map[string]chan Answer       // open confirmations by request id
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).
-	strays map[RunRef]int
+	strays map[heldRow]int
 	// deleting counts the deletions under way per thread: a run does not
 	// start on a thread while one is (see beginDelete).
 	deleting map[string]int
@@ -198,7 +198,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[RunRef]int{}, deleting: map[string]int{}, threads: cfg.Threads}
+		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads}
 	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m
@@ -353,7 +353,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	}
 	r := &Run{
 		ID: id, StartRequest: req,
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), fence: newFence(id, "", 0),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
 	m.active[req.ThreadID] = r
@@ -375,7 +375,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	// abort undoes a start that failed before its run-start was queued.
 	abort := func(err error) {
 		m.release(r)
-		m.releaseClaim(r.ThreadID, r.ID)
+		m.releaseClaim(r.ThreadID, r.ID, r.fence.token())
 		m.wg.Done()
 		cancel(err)
 	}
@@ -390,12 +390,13 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 
 	if tr := req.ToolResult; tr != nil {
 		// The result belongs to the call's own run, so that the log folds
-		// the call and its result into the same agent tree.
+		// the call and its result into the same agent tree; it is written
+		// under the new run's claim, the one that holds the thread now.
 		ev := Event{Type: TypeToolResult, RunID: tr.RunID, AgentID: tr.AgentID, UserID: req.UserID, TS: m.now().UnixMilli(),
 			Payload: &ToolResult{ToolCallID: tr.ToolCallID, Result: tr.ResultJSON()}}
 		err := ev.Validate()
 		if err == nil {
-			err = m.writer.Enqueue(req.ThreadID, ev)
+			err = m.writer.enqueue(req.ThreadID, ev, r.fence)
 		}
 		if err != nil {
 			abort(err)
@@ -502,7 +503,7 @@ func (m *Runs) Gone(threadID, runID string) {
 	r.finished = true
 	r.mu.Unlock()
 	m.release(r)
-	m.releaseClaim(threadID, runID)
+	m.releaseClaim(threadID, runID, r.fence.token())
 	r.cancel(errThreadGone)
 }
 
@@ -655,7 +656,7 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 			// for whichever instance gets the answer.
 			r.cancel(errSuspendedAtShutdown)
 			m.release(r)
-			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, m.instance); err != nil {
+			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, r.fence.token()); err != nil {
 				m.log.Error("could not hand over a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 			}
 			continue
@@ -782,13 +783,17 @@ type Run struct {
 	// deleted is set (under Runs.mu) when a deletion of the thread begins
 	// while the run is registered.
 	deleted bool
+	// fence holds the token of the run's claim (0 until it is claimed),
+	// which its events are written under.
+	fence *fence
 
 	mu        sync.Mutex
 	finished  bool       // the orchestrator's run-finish is queued
 	openTools []openTool // calls without an outcome, in call order
-	// live background agents: their events are accepted after the
-	// orchestrator's run-finish, until their agent-completed.
-	liveAgents map[string]bool
+	// live background agents, with the token holders their events are
+	// written under: their events are accepted after the orchestrator's
+	// run-finish, until their agent-completed.
+	liveAgents map[string]*fence
 	suspended  int      // confirmations being waited for
 	awaiting   []string // their request ids
 	usage      []TokenUsage
@@ -870,11 +875,11 @@ func (r *Run) Emit(ev Event) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.liveAgents[ev.AgentID] {
+	if f := r.liveAgents[ev.AgentID]; f != nil {
 		// A background agent: it outlives the orchestrator's context and
 		// finish, and stops with its own.
 		r.trackTool(&ev)
-		return r.runs.writer.Enqueue(r.ThreadID, ev)
+		return r.runs.writer.enqueue(r.ThreadID, ev, f)
 	}
 	if r.finished {
 		return ErrRunFinished
@@ -883,7 +888,16 @@ func (r *Run) Emit(ev Event) error {
 		return err
 	}
 	r.trackTool(&ev)
-	return r.runs.writer.Enqueue(r.ThreadID, ev)
+	return r.runs.writer.enqueue(r.ThreadID, ev, r.fence)
+}
+
+// holderLocked is the token holder of an agent's events: a live
+// background agent's own, else the run's. r.mu is held.
+func (r *Run) holderLocked(agentID string) *fence {
+	if f := r.liveAgents[agentID]; f != nil {
+		return f
+	}
+	return r.fence
 }
 
 type openTool struct {
@@ -939,7 +953,7 @@ func (r *Run) finish(status, reason string) {
 	}
 	now := r.runs.now().UnixMilli()
 	if status == RunCancelled {
-		r.settleToolsLocked(func(agentID string) bool { return !r.liveAgents[agentID] }, now)
+		r.settleToolsLocked(func(agentID string) bool { return r.liveAgents[agentID] == nil }, now)
 	}
 	// The run leaves the registry in the same step as its run-finish is
 	// queued: a client that sees the run-finish finds the thread free, and
@@ -947,7 +961,7 @@ func (r *Run) finish(status, reason string) {
 	m := r.runs
 	m.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
-		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}})
+		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}}, r.fence)
 	if m.active[r.ThreadID] == r {
 		delete(m.active, r.ThreadID)
 	}
@@ -971,15 +985,17 @@ func (r *Run) settleToolsLocked(match func(agentID string) bool, now int64) {
 			continue
 		}
 		r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
-			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
+			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}}, r.holderLocked(t.agentID))
 		r.observeTool(t, "cancelled")
 	}
 	r.openTools = kept
 }
 
-func (r *Run) enqueueLocked(ev Event) {
+// enqueueLocked queues one of the registry's own events of the run,
+// written under f's token.
+func (r *Run) enqueueLocked(ev Event, f *fence) {
 	ev.RunID, ev.UserID = r.ID, r.UserID
-	if err := r.runs.writer.Enqueue(r.ThreadID, ev); err != nil {
+	if err := r.runs.writer.enqueue(r.ThreadID, ev, f); err != nil {
 		r.runs.log.Error("could not queue event", "thread", r.ThreadID, "run", r.ID, "type", ev.Type, "err", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -65,6 +67,31 @@ func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int
 	}
 	return out, nil
 }
+
+// ErrStaleFence is matched (errors.Is) by every write refused because the
+// fencing token it carries is no longer current: another instance took the
+// claim it names, or the claim was released (see RunClaims).
+var ErrStaleFence = errors.New("fencing token is no longer current")
+
+// StaleFenceError is a write the store refused for stale fencing tokens.
+// It matches ErrStaleFence.
+type StaleFenceError struct {
+	// Tokens are the distinct tokens of the write that no claim holds, in
+	// the order the write gave them.
+	Tokens []int64
+}
+
+func (e *StaleFenceError) Error() string {
+	ts := make([]string, len(e.Tokens))
+	for i, t := range e.Tokens {
+		ts[i] = strconv.FormatInt(t, 10)
+	}
+	return fmt.Sprintf("fencing token %s no longer current: another instance took the claim, or it was released",
+		strings.Join(ts, ", "))
+}
+
+// Is makes the error match ErrStaleFence.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
 
 // threadIDPattern is the thread id rule every surface applies.
 var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)

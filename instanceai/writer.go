@@ -105,9 +105,9 @@ type Writer struct {
 	// none or both rules are off.
 	pieces CheckpointStore
 	// finished is told, after the commit and before the publish, about
-	// each run whose run-finish was just stored (the run registry frees
-	// the thread's claim there).
-	finished func(threadID, runID string)
+	// each run whose run-finish was just stored, with the fencing token it
+	// was stored under (the run registry frees the thread's claim there).
+	finished func(threadID, runID string, fence int64)
 
 	mu      sync.Mutex
 	threads map[string]*threadDrain
@@ -125,7 +125,7 @@ func NewWriter(log EventLog, hub Publisher, cfg WriterConfig) *Writer {
 	return w
 }
 
-func (w *Writer) onRunFinished(f func(threadID, runID string)) { w.finished = f }
+func (w *Writer) onRunFinished(f func(threadID, runID string, fence int64)) { w.finished = f }
 
 // DropRun discards what is queued of a run and everything it enqueues
 // later: another instance took the run over and settled it.
@@ -145,8 +145,14 @@ func (w *Writer) DropRun(threadID, runID string) {
 }
 
 // Enqueue hands an event to the thread's drain. It never blocks on storage.
-// The event must already be valid and stamped.
-func (w *Writer) Enqueue(threadID string, ev Event) error {
+// The event must already be valid and stamped. It is written under no
+// claim's fencing token (see RunClaims): the run registry queues the events
+// of its runs with theirs.
+func (w *Writer) Enqueue(threadID string, ev Event) error { return w.enqueue(threadID, ev, nil) }
+
+// enqueue is Enqueue of an event written under f's token, which is read
+// when the event is committed (nil: no token).
+func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -161,7 +167,7 @@ func (w *Writer) Enqueue(threadID string, ev Event) error {
 		go d.run()
 	}
 	d.mu.Lock()
-	d.queue = append(d.queue, ev)
+	d.queue = append(d.queue, queued{ev: ev, fence: f})
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -227,6 +233,9 @@ type segment struct {
 	firstTS    int64
 	text       []byte
 	order      int
+	// fence is the token holder of the segment's deltas, which its block
+	// and its checkpoint pieces are written under.
+	fence *fence
 
 	// Checkpoint pieces: text[:stored] is in pieces pieces, the first of
 	// them stored with since (see Checkpoint.Since); the rest has waited
@@ -251,6 +260,13 @@ type waiter struct {
 // queue many times over, and costs nothing measurable per event.
 const maxDrainPass = 1024
 
+// queued is an event waiting in a drain, with the holder of the token it
+// is written under (nil: none).
+type queued struct {
+	ev    Event
+	fence *fence
+}
+
 // threadDrain is the ordered drain of one thread.
 type threadDrain struct {
 	w        *Writer
@@ -258,7 +274,7 @@ type threadDrain struct {
 	wake     chan struct{}
 
 	mu       sync.Mutex
-	queue    []Event
+	queue    []queued
 	enqueued int // events taken from the queue so far
 	waiters  []waiter
 	stop     bool
@@ -269,9 +285,9 @@ type threadDrain struct {
 	nextOrder  int
 	failedRuns map[string]bool
 	// endings are the error and run-finish of runs failed by a storage
-	// outage: published live when the run failed, stored once the log
-	// answers again (see storeEndings).
-	endings []Event
+	// outage, with their runs' token holders: published live when the run
+	// failed, stored once the log answers again (see storeEndings).
+	endings []batchItem
 	// committed is the thread's highest seq this drain knows committed (0:
 	// it has not appended yet), the Since of the next first piece.
 	committed int64
@@ -329,7 +345,7 @@ func (d *threadDrain) run() {
 		}
 		var b batchBuilder
 		for i := range batch {
-			d.add(&b, &batch[i])
+			d.add(&b, &batch[i].ev, batch[i].fence)
 		}
 		if (stop && !backlog) || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
 			d.closeWhere(&b, func(*segment) bool { return true })
@@ -431,14 +447,16 @@ type batchBuilder struct {
 type batchItem struct {
 	ev     Event
 	stored bool
+	fence  *fence
 }
 
-func (b *batchBuilder) push(ev Event, stored bool) {
-	b.items = append(b.items, batchItem{ev: ev, stored: stored})
+func (b *batchBuilder) push(ev Event, stored bool, f *fence) {
+	b.items = append(b.items, batchItem{ev: ev, stored: stored, fence: f})
 }
 
-// add applies the coalescing rules of the protocol to one event.
-func (d *threadDrain) add(b *batchBuilder, ev *Event) {
+// add applies the coalescing rules of the protocol to one event, written
+// under f's token.
+func (d *threadDrain) add(b *batchBuilder, ev *Event, f *fence) {
 	if d.failedRuns[ev.RunID] {
 		return
 	}
@@ -456,7 +474,8 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event) {
 			d.segs[key] = seg
 		}
 		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
-		b.push(*ev, false)
+		seg.fence = f
+		b.push(*ev, false, f)
 		return
 	}
 	dur := DurabilityOf(ev.Type)
@@ -468,7 +487,7 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event) {
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID && s.key.agentID == ev.AgentID })
 		}
 	}
-	b.push(*ev, dur.Stored())
+	b.push(*ev, dur.Stored(), f)
 }
 
 // closeWhere closes the matching segments, oldest first and, for one agent,
@@ -518,7 +537,7 @@ func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
 	b.push(Event{
 		Type: typ, RunID: s.key.runID, AgentID: s.key.agentID, UserID: s.userID,
 		ResponseID: s.responseID, TS: s.firstTS, Payload: &Text{Text: string(s.text)},
-	}, true)
+	}, true, s.fence)
 }
 
 // commit persists the stored items in one append (retrying with backoff),
@@ -528,6 +547,7 @@ func (d *threadDrain) commit(items []batchItem) {
 	data := make([][]byte, len(items))
 	var rows []Event
 	var rowData [][]byte
+	var rowFences []*fence
 	for i := range items {
 		b, err := json.Marshal(&items[i].ev)
 		if err != nil {
@@ -541,6 +561,7 @@ func (d *threadDrain) commit(items []batchItem) {
 		if items[i].stored {
 			rows = append(rows, items[i].ev)
 			rowData = append(rowData, b)
+			rowFences = append(rowFences, items[i].fence)
 		}
 	}
 	var first int64
@@ -568,7 +589,7 @@ func (d *threadDrain) commit(items []batchItem) {
 		if d.w.finished != nil {
 			for i := range rows {
 				if rows[i].Type == TypeRunFinish {
-					d.w.finished(d.threadID, rows[i].RunID)
+					d.w.finished(d.threadID, rows[i].RunID, rowFences[i].token())
 				}
 			}
 		}
@@ -673,6 +694,16 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		if !d.dropRun(runID) {
 			continue
 		}
+		// The endings are the run's: its orchestrator's events carry the
+		// run's token holder, which a background agent's event of the run
+		// does not (its own, unless it has none).
+		holder := it.fence
+		for _, other := range items {
+			if other.ev.RunID == runID && other.fence != nil && other.fence.agentID == "" {
+				holder = other.fence
+				break
+			}
+		}
 		agent := OrchestratorAgentID(runID)
 		now := time.Now().UnixMilli()
 		for _, ev := range []Event{
@@ -684,7 +715,7 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		} {
 			if f, ferr := NewFrame(0, &ev); ferr == nil {
 				frames = append(frames, f)
-				d.endings = append(d.endings, ev)
+				d.endings = append(d.endings, batchItem{ev: ev, stored: true, fence: holder})
 			}
 		}
 		if cb := d.w.cfg.OnRunFailed; cb != nil {
@@ -705,9 +736,11 @@ func (d *threadDrain) storeEndings() {
 	if len(d.endings) == 0 {
 		return
 	}
+	events := make([]Event, len(d.endings))
 	data := make([][]byte, len(d.endings))
 	for i := range d.endings {
-		b, err := json.Marshal(&d.endings[i])
+		events[i] = d.endings[i].ev
+		b, err := json.Marshal(&events[i])
 		if err != nil {
 			d.w.cfg.Logger.Error("encode a failed run's ending", "thread", d.threadID, "err", err)
 			d.endings = nil
@@ -715,7 +748,7 @@ func (d *threadDrain) storeEndings() {
 		}
 		data[i] = b
 	}
-	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, d.endings, data)
+	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, events, data)
 	if errors.Is(err, ErrNotFound) {
 		d.endings = nil // the thread was deleted meanwhile
 		return
@@ -723,25 +756,25 @@ func (d *threadDrain) storeEndings() {
 	if err != nil {
 		return
 	}
-	d.committed = max(d.committed, first+int64(len(d.endings))-1)
-	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(d.endings))
+	d.committed = max(d.committed, first+int64(len(events))-1)
+	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(events))
 	if d.w.pieces != nil {
 		// The failed runs' segments never got their blocks: their
 		// pieces are of no more use.
-		for i := range d.endings {
-			if d.endings[i].Type == TypeRunFinish {
+		for i := range events {
+			if events[i].Type == TypeRunFinish {
 				d.deletePieces(func(ctx context.Context) error {
-					return d.w.pieces.DeleteRunCheckpoints(ctx, d.threadID, d.endings[i].RunID, "")
+					return d.w.pieces.DeleteRunCheckpoints(ctx, d.threadID, events[i].RunID, "")
 				})
 			}
 		}
 	}
-	frames := make([]Frame, len(d.endings))
-	for i := range d.endings {
-		frames[i] = EncodedFrame(first+int64(i), &d.endings[i], data[i])
+	frames := make([]Frame, len(events))
+	for i := range events {
+		frames[i] = EncodedFrame(first+int64(i), &events[i], data[i])
 		frames[i].Echo = true
-		if d.endings[i].Type == TypeRunFinish && d.w.finished != nil {
-			d.w.finished(d.threadID, d.endings[i].RunID)
+		if events[i].Type == TypeRunFinish && d.w.finished != nil {
+			d.w.finished(d.threadID, events[i].RunID, d.endings[i].fence.token())
 		}
 	}
 	d.endings = nil

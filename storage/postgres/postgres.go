@@ -177,6 +177,7 @@ var claimsDialect = claims.Dialect{
 		var pe *pq.Error
 		return errors.As(err, &pe) && pe.Code == "23503"
 	},
+	FenceSQL: `nextval('claim_fences')`,
 }
 
 // builderDialect stamps the builder's rows with the database's clock: the

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
 		{"Claims", testClaims},
+		{"StaleHolderChangesNothing", testStaleHolderChangesNothing},
 		{"AgentClaims", testAgentClaims},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
