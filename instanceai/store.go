@@ -93,6 +93,27 @@ func (e *StaleFenceError) Error() string {
 // Is makes the error match ErrStaleFence.
 func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
 
+// FencedAppender is implemented by an EventLog whose appends can be fenced
+// with the tokens of RunClaims and AgentClaims. Every built-in store
+// implements it, and the writer uses it when the log has it.
+//
+// AppendFenced is AppendEncoded, with fences[i] the token of the claim
+// under which events[i] is written: 0 for an event that no claim covers
+// (a rename's thread-title-updated, say). In the same transaction as the
+// append, the store looks for each distinct non-zero token among the
+// thread's claim rows (its active run's and its background agents'): if
+// any is held by none of them, the append stores nothing, takes no seq,
+// and returns a *StaleFenceError naming each such token. The check and the
+// append are one step against the claims: no claim can change between
+// them, so an append that succeeded did so while every token it carried
+// was current, and one that a TakeRun overtook is refused. A missing
+// thread or another owner's is ErrNotFound, whatever the tokens. A fences
+// slice whose length is not the events' is an error and stores nothing.
+// With no non-zero token, AppendFenced is AppendEncoded.
+type FencedAppender interface {
+	AppendFenced(ctx context.Context, threadID string, events []Event, data [][]byte, fences []int64) (firstSeq int64, err error)
+}
+
 // threadIDPattern is the thread id rule every surface applies.
 var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 

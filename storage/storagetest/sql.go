@@ -42,6 +42,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 		{"DeleteRemovesRows", testDeleteRemovesRows},
 		{"ChunkedAppendIsAtomic", testChunkedAppend},
 		{"OneStatementAppendIsAtomic", testOneStatementAppend},
+		{"ChunkedFencedAppend", testChunkedFencedAppend},
 		{"Checkpoints", testCheckpoints},
 	}
 	for _, tc := range tests {
@@ -240,6 +241,44 @@ func testOneStatementAppend(t *testing.T, b SQLBackend) {
 	if n := countRows(t, b.DB, "events"); n != 15 {
 		t.Fatalf("%d rows after appending to a missing thread, want 15", n)
 	}
+}
+
+// testChunkedFencedAppend: a fenced batch larger than one INSERT (written
+// in a transaction of several statements) checks its tokens as one
+// statement does: a stale token stores no chunk and leaves the counter,
+// and a take racing the appends is never overtaken.
+func testChunkedFencedAppend(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	b.SetMaxRows(4)
+	fa := fencedAppender(t, b.Store)
+	ensure(t, b, "t", "o")
+	row, err := b.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences := func(f int64) []int64 {
+		out := make([]int64, 10)
+		for i := range out {
+			out[i] = f
+		}
+		return out
+	}
+	if first, err := appendFenced(fa, "t", 0, fences(row.Fence)...); err != nil || first != 1 {
+		t.Fatalf("chunked append under the current token = %d, %v; want 1", first, err)
+	}
+	if _, won, err := b.TakeRun(ctx, "t", "r", "inst_b", time.Minute); err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	_, err = appendFenced(fa, "t", 10, fences(row.Fence)...)
+	wantStale(t, "chunked append under the taken token", err, row.Fence)
+	if n := countRows(t, b.DB, "events"); n != 10 {
+		t.Fatalf("%d rows after the refused append, want 10", n)
+	}
+	var last int64
+	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 10 {
+		t.Fatalf("last_seq after the refused append = %d, %v; want 10", last, err)
+	}
+	checkFencedAppendRacesTake(t, b.Store, 10, 3)
 }
 
 // testCheckpoints: pieces come back by segment and piece whatever order
