@@ -186,7 +186,7 @@ func (r *Run) retake() bool {
 		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 	if !won {
-		m.abandon(r)
+		m.abandon(r, "another instance took the suspended run before it could go on")
 		return false
 	}
 	return true

@@ -135,6 +135,14 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	if err != nil {
 		return false, err
 	}
+	agents, err := m.fenceAgents(ctx, ref, rows)
+	// Whatever happens from here, the rows go once what was queued is
+	// stored: kept, they would be renewed by this instance's heartbeat
+	// for no agent.
+	defer m.releaseAgents(ref.ThreadID, agents)
+	if err != nil {
+		return false, err
+	}
 	for _, ev := range append(blocks, settleInterrupted(ref.RunID, rows, m.now().UnixMilli())...) {
 		if err := ev.Validate(); err != nil {
 			return false, fmt.Errorf("run %s: %w", ref.RunID, err)
@@ -157,6 +165,51 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	}
 	m.log.Info("settled a run whose process is gone", "thread", ref.ThreadID, "run", ref.RunID)
 	return true, nil
+}
+
+// fenceAgents claims the rows of the run's background agents that the log
+// shows at work (spawned, not completed), before the run's settlement
+// completes them: an instance that still runs one (cut off from the
+// database past its lease) then holds a stale token for it, and nothing
+// it writes lands after the settlement. It returns the rows it claimed,
+// with their tokens, to release once the settlement is stored.
+func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent) (map[AgentRef]int64, error) {
+	if m.agentsDB == nil {
+		return nil, nil
+	}
+	w := openWorkOf(rows)
+	taken := map[AgentRef]int64{}
+	for agent := range w.spawned {
+		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
+		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease)
+		if errors.Is(err, ErrNotFound) {
+			return taken, nil // the thread is gone: nothing to settle
+		}
+		if err != nil {
+			return taken, fmt.Errorf("claim agent %s of run %s: %w", agent, ref.RunID, err)
+		}
+		taken[a] = token
+	}
+	return taken, nil
+}
+
+// releaseAgents releases the agents' rows that a settlement took (see
+// fenceAgents), once what the thread has queued is stored.
+func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
+	if len(agents) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	if err := m.writer.Sync(ctx, threadID); err != nil {
+		m.log.Warn("releasing settled agents' rows before their settlement is stored", "thread", threadID, "err", err)
+	}
+	for agent, token := range agents {
+		err := m.agentsDB.ReleaseAgent(ctx, agent, token)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
+			m.log.Error("could not release a settled agent's row", "thread", threadID, "agent", agent.AgentID, "err", err)
+		}
+	}
 }
 
 // Maintain keeps this instance's claims alive and settles the runs of dead
@@ -249,7 +302,7 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	m.mu.Unlock()
 	for _, r := range suspects {
 		if m.taken(hctx, r) {
-			m.abandon(r)
+			m.abandon(r, "its row holds another instance's claim (its lease ran out here)")
 		}
 	}
 	for _, row := range strays {
@@ -314,28 +367,76 @@ func (m *Runs) renewAgents(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	for _, t := range lost {
-		m.stopTaken(t)
+		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
 	}
 }
 
-// stopTaken stops a background agent whose row another instance took,
-// writing nothing more of it.
-func (m *Runs) stopTaken(t *BackgroundTask) {
-	m.log.Warn("another instance settled this background agent (its lease ran out here); stopping it without writing",
-		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID)
+// stopTaken stops a background agent whose claim another instance took,
+// writing nothing more of it; why says how this process found out.
+func (m *Runs) stopTaken(t *BackgroundTask, why string) {
+	m.log.Warn("another instance settled this background agent; stopping it without writing",
+		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
 	t.cancel(errLeaseLost)
+	m.writer.dropFence(t.ThreadID, t.fence)
 }
 
-// abandon stops a run another instance took over, writing nothing more.
-func (m *Runs) abandon(r *Run) {
-	m.log.Warn("another instance took over this run (its lease ran out here); stopping it without writing",
-		"thread", r.ThreadID, "run", r.ID)
+// abandon stops a live run another instance took over, writing nothing
+// more of it, and the background agents that write under the run's claim
+// (those that could not claim a row of their own); why says how this
+// process found out. A run no longer live is left alone.
+func (m *Runs) abandon(r *Run, why string) {
+	m.mu.Lock()
+	live := m.active[r.ThreadID] == r
+	if live {
+		delete(m.active, r.ThreadID)
+	}
+	var tasks []*BackgroundTask
+	for _, t := range m.background[r.ThreadID] {
+		if t.RunID == r.ID && t.fence == r.fence {
+			tasks = append(tasks, t)
+		}
+	}
+	m.mu.Unlock()
+	if !live {
+		return
+	}
+	m.log.Warn("another instance took over this run; stopping it without writing", "thread", r.ThreadID, "run", r.ID, "why", why)
 	r.cancel(errLeaseLost)
 	r.mu.Lock()
 	r.finished = true
 	r.mu.Unlock()
-	m.release(r)
-	m.writer.DropRun(r.ThreadID, r.ID)
+	for _, t := range tasks {
+		t.cancel(errLeaseLost)
+	}
+	m.writer.dropFence(r.ThreadID, r.fence)
+}
+
+// Fenced stops what the log refused to store for a stale fencing token:
+// another instance took the claim of the run (agentID "") or of its
+// background agent agentID, and settles it. The run or the agent stops at
+// once, writing nothing more; the writer has dropped its events. A
+// settlement of this process refused so (a third instance was quicker) has
+// nothing live to stop.
+func (m *Runs) Fenced(threadID, runID, agentID string) {
+	const why = "the database refused its events for a stale fencing token (its lease ran out here)"
+	m.mu.Lock()
+	r := m.active[threadID]
+	var task *BackgroundTask
+	for _, t := range m.background[threadID] {
+		if t.RunID == runID && t.AgentID == agentID {
+			task = t
+		}
+	}
+	m.mu.Unlock()
+	switch {
+	case agentID == "" && r != nil && r.ID == runID:
+		m.abandon(r, why)
+	case task != nil:
+		m.stopTaken(task, why)
+	default:
+		m.log.Warn("another instance settled this run first; its events from here were dropped",
+			"thread", threadID, "run", runID, "agent", agentID)
+	}
 }
 
 // SweepExpired settles the runs whose owner's lease ran out, which no other

@@ -79,7 +79,10 @@ type RunsConfig struct {
 	Index RunIndex
 	// Claims keeps each thread's active-run row (the store, so that the
 	// rule holds across processes); nil means Confirmations when it is
-	// one, else a table in this process's memory.
+	// one, else a table in this process's memory. The writer's appends
+	// carry the claims' fencing tokens unless they come from that table,
+	// whose tokens the log does not know: explicit claims must be the
+	// log's.
 	Claims RunClaims
 	// Instance names this process among those sharing the database (a
 	// random id when empty).
@@ -177,6 +180,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Claims == nil {
 		cfg.Claims, _ = cfg.Confirmations.(RunClaims)
 	}
+	writer.useFences(cfg.Claims != nil)
 	if cfg.Claims == nil {
 		cfg.Claims = NewLocalClaims()
 	}
