@@ -76,8 +76,14 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}()
 	if err := m.confirms.AddConfirmation(ctx, Confirmation{
 		RequestID: req.RequestID, ThreadID: r.ThreadID, RunID: r.ID, AgentID: agentID, ToolCallID: req.ToolCallID,
-		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(),
+		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(), Fence: m.fenceOf(r, agentID),
 	}); err != nil {
+		if errors.Is(err, ErrStaleFence) {
+			// Another instance took the run (or this agent) and settles
+			// it: the request was not stored, and nothing more is written.
+			m.Fenced(r.ThreadID, r.ID, r.liveAgentID(agentID))
+			return Answer{}, errLeaseLost
+		}
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
 	// The suspension is stored before the request goes out: a client that
@@ -120,6 +126,29 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		}
 		return Answer{}, cause
 	}
+}
+
+// fenceOf is the token a confirmation of the run's agent is stored under:
+// a live background agent's claim's, else the run's; none when the
+// registry's claims are not the store's.
+func (m *Runs) fenceOf(r *Run, agentID string) int64 {
+	if !m.fenced {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holderLocked(agentID).token()
+}
+
+// liveAgentID is agentID when it is a live background agent of the run
+// with a claim of its own, else "" (the run's claim covers it).
+func (r *Run) liveAgentID(agentID string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.liveAgents[agentID]; f != nil && f != r.fence {
+		return agentID
+	}
+	return ""
 }
 
 // closeConfirmation marks an unanswered confirmation as cancelled, so that

@@ -410,3 +410,108 @@ func encoded(t *testing.T, e instanceai.Event) []byte {
 	}
 	return b
 }
+
+// A checkpoint piece refused for its claim's stale token stops the claim
+// as a refused append does: the piece is not stored, the claim is reported
+// once, and its open segment and later events go nowhere; the pieces
+// stored before stay, for the taker's settlement.
+func TestRefusedCheckpointStopsTheClaim(t *testing.T) {
+	for _, st := range checkpointStores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := openCheckpointStore(t, st.spec(t))
+			cs := store.(instanceai.CheckpointStore)
+			claim, err := store.ClaimThread(ctx, "t", "r", "inst-a", -time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reports fencedReports
+			w := instanceai.NewWriter(store, instanceai.NewHub(0), instanceai.WriterConfig{
+				IdleFlush: time.Hour, CheckpointBytes: 10, CheckpointInterval: -1, OnRunFenced: reports.report})
+			defer w.Close(ctx)
+			run := instanceai.NewFence("r", "", claim.Fence)
+			emit := func(e instanceai.Event) {
+				t.Helper()
+				e.RunID, e.AgentID, e.UserID, e.TS = "r", instanceai.OrchestratorAgentID("r"), "u", 1
+				if err := instanceai.EnqueueFenced(w, "t", e, run); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Sync(ctx, "t"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			emit(instanceai.Event{Type: instanceai.TypeRunStart, Payload: &instanceai.RunStart{MessageID: "m"}})
+			emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "stored in a piece"}})
+			if pieces, err := cs.RunCheckpoints(ctx, "t", "r"); err != nil || len(pieces) != 1 {
+				t.Fatalf("pieces before the take: %+v, %v; want one", pieces, err)
+			}
+			if _, won, err := store.TakeRun(ctx, "t", "r", "inst-b", time.Minute); err != nil || !won {
+				t.Fatalf("TakeRun = %v, %v", won, err)
+			}
+			emit(instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: "resp", Payload: &instanceai.Text{Text: "refused in its piece"}})
+			if got := reports.get(); !slices.Equal(got, []string{"t/r/"}) {
+				t.Fatalf("OnRunFenced calls = %v, want the run's claim once", got)
+			}
+			emit(instanceai.Event{Type: instanceai.TypeToolCall, Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "x", Args: []byte(`{}`)}})
+			emit(instanceai.Event{Type: instanceai.TypeRunFinish, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}})
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pieces, err := cs.RunCheckpoints(ctx, "t", "r")
+			if err != nil || len(pieces) != 1 || pieces[0].Text != "stored in a piece" {
+				t.Fatalf("pieces after the refusal: %+v, %v; want the one stored before the take", pieces, err)
+			}
+			rows, err := store.ReadAfter(ctx, "t", 0, 0)
+			if err != nil || len(rows) != 1 || rows[0].Event.Type != instanceai.TypeRunStart {
+				t.Fatalf("the log holds %+v, %v; want the run-start only", rows, err)
+			}
+			if got := reports.get(); len(got) != 1 {
+				t.Fatalf("OnRunFenced calls = %v, want one", got)
+			}
+		})
+	}
+}
+
+// A confirmation request of a run another instance took is refused: it is
+// not stored, the run stops here without a run-finish, and Confirm
+// returns at once.
+func TestConfirmationOfATakenRunIsRefused(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	taken := make(chan struct{})
+	confirmed := make(chan error, 1)
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		<-taken
+		_, err := run.Confirm(ctx, "", instanceai.ConfirmationRequest{RequestID: "cr1", ToolCallID: "c1", ToolName: "tool",
+			Args: []byte(`{}`), Severity: instanceai.SeverityWarning, Message: "Go on?"})
+		confirmed <- err
+		return err
+	})
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond}, "th")
+	run := a.start("th", "work")
+	a.sync("th")
+	waitUntil(t, "inst-a's lease ran out", func() bool {
+		row, err := store.ActiveRun(ctx, "th")
+		return err == nil && row.Free(time.Now())
+	})
+	if _, won, err := store.TakeRun(ctx, "th", run.ID, "inst-b", time.Minute); err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	close(taken)
+	select {
+	case err := <-confirmed:
+		if err == nil || !strings.Contains(err.Error(), "taken over by another instance") {
+			t.Fatalf("Confirm = %v, want the lease lost", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Confirm waited for an answer to a request it could not store")
+	}
+	a.settle(run)
+	if _, err := store.GetConfirmation(ctx, "cr1"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("the refused request: %v, want ErrNotFound", err)
+	}
+	a.expectLog("th", run.ID, "run-start @orch")
+	if a.core.Runs.Active("th") != nil {
+		t.Fatal("the taken run is still active here")
+	}
+}

@@ -146,6 +146,9 @@ type Runs struct {
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
+	// fenced is set when the claims are the store's, so that writes carry
+	// their tokens (see RunsConfig.Claims).
+	fenced   bool
 	instance string
 	lease    time.Duration
 	control  Controller
@@ -180,7 +183,8 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Claims == nil {
 		cfg.Claims, _ = cfg.Confirmations.(RunClaims)
 	}
-	writer.useFences(cfg.Claims != nil)
+	fenced := cfg.Claims != nil
+	writer.useFences(fenced)
 	if cfg.Claims == nil {
 		cfg.Claims = NewLocalClaims()
 	}
@@ -199,7 +203,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Threads == nil {
 		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
 	}
-	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
+	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
 		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads}

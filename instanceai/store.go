@@ -269,6 +269,11 @@ type Confirmation struct {
 	AgentID    string
 	ToolCallID string
 	OwnerID    string
+	// Fence, when not 0, is the fencing token of the claim the request is
+	// made under (see RunClaims): AddConfirmation stores nothing and
+	// returns a *StaleFenceError unless a claim row of the thread holds
+	// it. It is checked, not stored: read back, it is 0.
+	Fence int64
 	// Request is the confirmation-request payload as sent.
 	Request json.RawMessage
 	Status  string
@@ -280,6 +285,8 @@ type Confirmation struct {
 
 // ConfirmationStore keeps confirmation requests so they survive a restart.
 type ConfirmationStore interface {
+	// AddConfirmation stores a pending request. The thread must exist
+	// (ErrNotFound otherwise); a request with a stale Fence is refused.
 	AddConfirmation(ctx context.Context, c Confirmation) error
 	// GetConfirmation returns ErrNotFound for an unknown request id.
 	GetConfirmation(ctx context.Context, requestID string) (Confirmation, error)

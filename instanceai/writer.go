@@ -954,7 +954,8 @@ const (
 // checkpoint stores, as a piece, the text of each open segment that the
 // checkpoint rules say has waited enough. A piece that cannot be stored is
 // tried again at the next pass: until then a crash loses that text, as it
-// always did before pieces.
+// always did before pieces. A piece is written under its segment's claim:
+// refused for a stale token, it stops the claim as a refused append does.
 func (d *threadDrain) checkpoint(now time.Time) {
 	if d.w.pieces == nil || now.Before(d.pieceRetry) {
 		return
@@ -985,12 +986,27 @@ func (d *threadDrain) checkpoint(now time.Time) {
 			}
 			s.since = d.committed
 		}
+		var token int64
+		if d.w.fencedLog() != nil {
+			token = s.fence.token()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
 		err := d.w.pieces.AddCheckpoint(ctx, d.threadID, Checkpoint{
 			RunID: s.key.runID, AgentID: s.key.agentID, Kind: s.key.kind, ResponseID: s.responseID,
 			UserID: s.userID, TS: s.firstTS, Since: s.since, Piece: s.pieces, Text: string(s.text[s.stored:]),
+			Fence: token,
 		})
 		cancel()
+		if errors.Is(err, ErrStaleFence) {
+			// Unless a retake moved the token on meanwhile (the piece then
+			// goes at the next pass), the claim is another instance's.
+			if s.fence.settled() == token {
+				d.w.cfg.Logger.Info("dropping events the log refused: another instance took their claim",
+					"thread", d.threadID, "run", s.key.runID, "tokens", []int64{token})
+				d.stopStale(s.fence)
+			}
+			continue
+		}
 		if err != nil {
 			d.pieceFailed(now, err)
 			return

@@ -301,3 +301,56 @@ func testDeleteDuringFencedAppends(t *testing.T, s instanceai.Store) {
 		}
 	}
 }
+
+// testFencedConfirmations: a confirmation request stored under a token is
+// stored only while a claim row of its thread holds the token; refused, it
+// leaves nothing. The token is checked, not kept.
+func testFencedConfirmations(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "t", "owner")
+	row, err := s.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(id string, fence int64) instanceai.Confirmation {
+		c := newConfirmation("t", id, time.Time{})
+		c.RunID, c.Fence = "r", fence
+		return c
+	}
+	if err := s.AddConfirmation(ctx, request("c1", row.Fence)); err != nil {
+		t.Fatalf("a request under the current token: %v", err)
+	}
+	if c, err := s.GetConfirmation(ctx, "c1"); err != nil || c.Fence != 0 {
+		t.Fatalf("read back: %+v, %v; want it stored, token 0", c, err)
+	}
+	taken, won, err := s.TakeRun(ctx, "t", "r", "inst_b", time.Minute)
+	if err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	wantStale(t, "a request under the taken token", s.AddConfirmation(ctx, request("c2", row.Fence)), row.Fence)
+	if _, err := s.GetConfirmation(ctx, "c2"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("the refused request: %v, want ErrNotFound", err)
+	}
+	if err := s.AddConfirmation(ctx, request("c2", taken)); err != nil {
+		t.Fatalf("the request under the taker's token: %v", err)
+	}
+	if err := s.AddConfirmation(ctx, request("c3", 0)); err != nil {
+		t.Fatalf("a request under no token: %v", err)
+	}
+	agent, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst_a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddConfirmation(ctx, request("c4", agent)); err != nil {
+		t.Fatalf("a request under a background agent's token: %v", err)
+	}
+	pending, err := s.PendingConfirmations(ctx, "t")
+	if err != nil || !slices.Equal(requestIDs(pending), []string{"c1", "c2", "c3", "c4"}) {
+		t.Fatalf("pending = %v, %v; want c1..c4", requestIDs(pending), err)
+	}
+	missing := request("c5", row.Fence)
+	missing.ThreadID = "missing"
+	if err := s.AddConfirmation(ctx, missing); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("a request under a stale token in a missing thread: %v, want ErrNotFound", err)
+	}
+}

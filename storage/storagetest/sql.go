@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func RunSQL(t *testing.T, open SQLOpener) {
 		{"OneStatementAppendIsAtomic", testOneStatementAppend},
 		{"ChunkedFencedAppend", testChunkedFencedAppend},
 		{"Checkpoints", testCheckpoints},
+		{"FencedCheckpoints", testFencedCheckpoints},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -352,5 +354,42 @@ func testCheckpoints(t *testing.T, b SQLBackend) {
 	}
 	if n := countRows(t, b.DB, "segment_checkpoints"); n != 0 {
 		t.Fatalf("%d pieces left after deleting the run's", n)
+	}
+}
+
+// testFencedCheckpoints: a piece stored under a token is stored only while
+// a claim row of its thread holds the token. Refused, it leaves nothing,
+// even where the same piece was stored before under the token; a missing
+// thread is ErrNotFound first.
+func testFencedCheckpoints(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	cs := b.Store.(instanceai.CheckpointStore)
+	ensure(t, b, "t", "alice")
+	row, err := b.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := func(n int, fence int64) instanceai.Checkpoint {
+		return instanceai.Checkpoint{RunID: "r", AgentID: "a", Kind: instanceai.TypeTextDelta, ResponseID: "resp", UserID: "alice",
+			TS: 1700000000000, Since: 3, Piece: n, Text: fmt.Sprint("piece ", n), Fence: fence}
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece(0, row.Fence)); err != nil {
+		t.Fatalf("a piece under the current token: %v", err)
+	}
+	taken, won, err := b.TakeRun(ctx, "t", "r", "inst_b", time.Minute)
+	if err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	wantStale(t, "a piece under the taken token", cs.AddCheckpoint(ctx, "t", piece(1, row.Fence)), row.Fence)
+	wantStale(t, "a piece stored before, again under the taken token", cs.AddCheckpoint(ctx, "t", piece(0, row.Fence)), row.Fence)
+	if err := cs.AddCheckpoint(ctx, "missing", piece(1, row.Fence)); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("a piece of a missing thread under a stale token: %v, want ErrNotFound", err)
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece(1, taken)); err != nil {
+		t.Fatalf("a piece under the taker's token: %v", err)
+	}
+	got, err := cs.RunCheckpoints(ctx, "t", "r")
+	if err != nil || len(got) != 2 || got[0] != piece(0, 0) || got[1] != piece(1, 0) {
+		t.Fatalf("pieces = %+v, %v; want pieces 0 and 1, read back with token 0", got, err)
 	}
 }

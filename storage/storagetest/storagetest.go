@@ -62,6 +62,7 @@ func Run(t *testing.T, open Opener) {
 		{"FencedAppends", testFencedAppends},
 		{"FencedAppendRacesTake", testFencedAppendRacesTake},
 		{"DeleteDuringFencedAppends", testDeleteDuringFencedAppends},
+		{"FencedConfirmations", testFencedConfirmations},
 		{"AgentClaims", testAgentClaims},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
