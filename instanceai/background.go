@@ -28,8 +28,9 @@ type BackgroundTask struct {
 	// claims: from then on the heartbeat expects to renew it.
 	claimed bool
 	// fence holds the token the agent's events are written under: its
-	// row's, or its run's when it could not claim one. Set (under Runs.mu)
-	// before the agent goes live.
+	// row's, or, when it could not claim one, its run's until the run's
+	// finish and none from then on (see Run.unshareClaimLocked). Set and
+	// changed under Runs.mu and its run's lock.
 	fence *fence
 }
 
@@ -154,7 +155,7 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 // claimAgent records in the claims that this instance runs the agent, so
 // that should it die, a live instance settles the agent, and gives the
 // agent the token holder its events are written under: its row's, or else
-// runFence, its run's.
+// runFence, its run's (which the agent stops sharing at the run's finish).
 func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 	if m.agentsDB == nil {
 		m.mu.Lock()

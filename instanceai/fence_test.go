@@ -515,3 +515,63 @@ func TestConfirmationOfATakenRunIsRefused(t *testing.T) {
 		t.Fatal("the taken run is still active here")
 	}
 }
+
+// noAgentRows is a store whose background agents cannot claim rows.
+type noAgentRows struct{ *memory.Store }
+
+func (noAgentRows) ClaimAgent(context.Context, instanceai.AgentRef, string, time.Duration) (int64, error) {
+	return 0, errors.New("database is down")
+}
+
+// A background agent that could not claim a row of its own writes under
+// its run's claim while the run lives, and under none once the run's
+// run-finish gave its row up: it works on after the finish, and its
+// events and its agent-completed are stored.
+func TestAnAgentWithoutARowOutlivesItsRunsClaim(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	step := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			<-step
+			return "done", a.Emit(toolCall("after"))
+		})
+		return err
+	})
+	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{IdleFlush: time.Hour})
+	t.Cleanup(func() { _ = writer.Close(ctx) })
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Claims: noAgentRows{store}, Confirmations: store, Index: store,
+		Instance: "inst", Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	run, err := runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-run.Done()
+	if err := writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActiveRun(ctx, "th"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("the run's row after its run-finish: %v, want it released", err)
+	}
+	close(step)
+	waitUntil(t, "the helper completed", func() bool { return len(runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	if err := writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.ReadAfter(ctx, "th", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, r := range rows {
+		types = append(types, string(r.Event.Type))
+	}
+	want := []string{"run-start", "agent-spawned", "run-finish", "tool-call", "agent-completed"}
+	if !slices.Equal(types, want) {
+		t.Fatalf("log = %v, want %v", types, want)
+	}
+}

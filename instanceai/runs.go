@@ -973,11 +973,30 @@ func (r *Run) finish(status, reason string) {
 	if m.active[r.ThreadID] == r {
 		delete(m.active, r.ThreadID)
 	}
+	r.unshareClaimLocked()
 	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
 	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
 		"took", time.Since(r.started).Round(time.Millisecond))
+}
+
+// unshareClaimLocked gives the run's live background agents that write
+// under the run's claim (they could not claim a row of their own) a holder
+// of their own with no token: the run's row goes once its run-finish is
+// stored, and their later events, refused under its token, would be lost.
+// What they queued before commits with or before the run-finish, under the
+// run's token. Nothing is left to fence them with from here. r.mu and
+// Runs.mu are held.
+func (r *Run) unshareClaimLocked() {
+	for _, t := range r.runs.background[r.ThreadID] {
+		if t.RunID == r.ID && t.fence == r.fence {
+			t.fence = newFence(r.ID, t.AgentID, 0)
+			if r.liveAgents[t.AgentID] != nil {
+				r.liveAgents[t.AgentID] = t.fence
+			}
+		}
+	}
 }
 
 // settleToolsLocked ends the open tool calls of the matching agents with a
