@@ -156,8 +156,9 @@ type Thread struct {
 // where the last successful one ended. (A database connection lost during
 // COMMIT is the exception every database has: the commit may have happened
 // without the store learning of it.) The writer retries a failed append,
-// except one that failed with ErrNotFound: the runs of such a batch are
-// stopped, and nothing more of them is written.
+// except one that failed with ErrNotFound, or with ErrStaleFence (see
+// FencedAppender): the runs of such a batch (or the runs and agents of the
+// stale tokens) are stopped, and nothing more of them is written.
 //
 // Ownership. An append stores events that carry a user only in a thread
 // that user owns; another owner's thread refuses them as a missing one

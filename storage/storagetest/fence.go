@@ -174,15 +174,16 @@ func checkStream(t *testing.T, s instanceai.Store, thread string, n int) {
 const fenceRaceRounds = 10
 
 func testFencedAppendRacesTake(t *testing.T, s instanceai.Store) {
-	checkFencedAppendRacesTake(t, s, 1, fenceRaceRounds)
+	checkFencedAppendRacesTake(t, s, s, 1, fenceRaceRounds)
 }
 
-// checkFencedAppendRacesTake races appenders, which append batches of
+// checkFencedAppendRacesTake races appenders on s, which append batches of
 // batch events under one token in a loop, against another instance's take
-// of the token's row: once TakeRun has returned, every append under the
-// old token that succeeded is in the log before the next seq read then,
-// and no later one succeeds. Each round has a thread of its own.
-func checkFencedAppendRacesTake(t *testing.T, s instanceai.Store, batch, rounds int) {
+// of the token's row on taker (s itself, or another pool on its
+// database): once TakeRun has returned, every append under the old token
+// that succeeded is in the log before the next seq read then, and no later
+// one succeeds. Each round has a thread of its own.
+func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, rounds int) {
 	ctx := context.Background()
 	fa := fencedAppender(t, s)
 	const appenders = 4
@@ -227,11 +228,11 @@ func checkFencedAppendRacesTake(t *testing.T, s instanceai.Store, batch, rounds 
 		case <-finished:
 			t.Fatalf("round %d: the appenders stopped before any append landed", round)
 		}
-		_, won, err := s.TakeRun(ctx, thread, "r", "inst_b", time.Minute)
+		_, won, err := taker.TakeRun(ctx, thread, "r", "inst_b", time.Minute)
 		if err != nil || !won {
 			t.Fatalf("round %d: TakeRun = %v, %v", round, won, err)
 		}
-		next, err := s.NextSeq(ctx, thread)
+		next, err := taker.NextSeq(ctx, thread)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -280,7 +280,7 @@ func testChunkedFencedAppend(t *testing.T, b SQLBackend) {
 	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 10 {
 		t.Fatalf("last_seq after the refused append = %d, %v; want 10", last, err)
 	}
-	checkFencedAppendRacesTake(t, b.Store, 10, 3)
+	checkFencedAppendRacesTake(t, b.Store, b.Store, 10, 3)
 }
 
 // testCheckpoints: pieces come back by segment and piece whatever order

@@ -145,6 +145,8 @@ func RunTwoPools(t *testing.T, openA, openB Opener) {
 	checkConcurrentAnswers(t, []instanceai.Store{a, b}, "shared", 3, 8)
 
 	checkClaimsAcrossStores(t, []instanceai.Store{a, b}, "shared")
+	// One instance appends under its token while the other takes its run.
+	checkFencedAppendRacesTake(t, a, b, 1, fenceRaceRounds)
 
 	// What one pool deletes, the other no longer sees.
 	if err := a.DeleteThread(ctx, "shared"); err != nil {
