@@ -167,8 +167,10 @@ func TestWriterDropsTheEventsOfATakenClaim(t *testing.T) {
 		t.Fatalf("OnRunFenced calls = %v, want one", got)
 	}
 	var published []string
+	nctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
 	for {
-		frames, err := sub.Next(ctx)
+		frames, err := sub.Next(nctx)
 		if err != nil || len(frames) == 0 {
 			break
 		}
@@ -223,7 +225,9 @@ func TestKeptEndingRefusedAfterATakeover(t *testing.T) {
 	if err := instanceai.EnqueueFenced(e.writer, "t", call("r", "orch", "c1"), run); err != nil {
 		t.Fatal(err)
 	}
-	live, err := sub.Next(ctx)
+	nctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	live, err := sub.Next(nctx)
 	if err != nil || len(live) != 2 || live[1].Event.Type != instanceai.TypeRunFinish || live[1].Seq != 0 {
 		t.Fatalf("published live %+v, %v; want the id-less error and run-finish", live, err)
 	}
@@ -285,11 +289,13 @@ func TestARunTakenOverStopsAtItsNextWrite(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()
 	step := make(chan struct{})
+	emitted := make(chan struct{})
 	stopped := make(chan error, 1)
 	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
 		if err := run.Emit(toolCall("c1")); err != nil {
 			return err
 		}
+		close(emitted)
 		select {
 		case <-step:
 		case <-ctx.Done():
@@ -302,6 +308,7 @@ func TestARunTakenOverStopsAtItsNextWrite(t *testing.T) {
 	})
 	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond}, "th")
 	run := a.start("th", "work")
+	<-emitted
 	a.sync("th")
 	waitUntil(t, "inst-a's lease ran out", func() bool {
 		row, err := store.ActiveRun(ctx, "th")
