@@ -48,9 +48,9 @@ func TestClusterFencesAnInstanceCutOffPastItsLease(t *testing.T) {
 				t.Fatalf("create thread: %d", code)
 			}
 			onA := a.stream(thread, "")
-			defer onA.Close()
 			runID := a.chat(thread, "long 3000")
 			onA.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			onA.Close()
 
 			switch cut {
 			case "freeze":
@@ -61,8 +61,8 @@ func TestClusterFencesAnInstanceCutOffPastItsLease(t *testing.T) {
 			cutAt := time.Now()
 			// B settles the run once A's lease has run out.
 			onB := b.stream(thread, "")
-			defer onB.Close()
 			frames := onB.Until(wait, servertest.IsRunFinish(runID))
+			onB.Close()
 			settled := frames[len(frames)-1]
 			if p := settled.Decoded.Payload.(*instanceai.RunFinish); settled.ID == "" || p.Status != instanceai.RunInterrupted || p.Reason != instanceai.ReasonCrashed {
 				t.Fatalf("B ended the run with %+v (id %q), want its stored interrupted/crash_interrupted", p, settled.ID)
