@@ -110,6 +110,12 @@ func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence
 // thread or another owner's is ErrNotFound, whatever the tokens. A fences
 // slice whose length is not the events' is an error and stores nothing.
 // With no non-zero token, AppendFenced is AppendEncoded.
+//
+// A take waits for the append under the token that is in flight. Appends
+// under one token are expected from one appender at a time, as the
+// writer's drain of a thread makes them: on PostgreSQL, appends under one
+// token that overlap without end could keep a take waiting as long, since
+// a row's shared lock lets new holders in while a writer waits for it.
 type FencedAppender interface {
 	AppendFenced(ctx context.Context, threadID string, events []Event, data [][]byte, fences []int64) (firstSeq int64, err error)
 }
