@@ -27,6 +27,11 @@ type BackgroundTask struct {
 	// claimed is set (under Runs.mu) once the agent holds its row in the
 	// claims: from then on the heartbeat expects to renew it.
 	claimed bool
+	// fence holds the token the agent's events are written under: its
+	// row's, or, when it could not claim one, its run's until the run's
+	// finish and none from then on (see Run.unshareClaimLocked). Set and
+	// changed under Runs.mu and its run's lock.
+	fence *fence
 }
 
 func (t *BackgroundTask) ref() AgentRef {
@@ -71,24 +76,24 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 		ThreadID: r.ThreadID, StartedAt: r.runs.now().UnixMilli(), cancel: cancel, done: make(chan struct{})}
 
 	// agent-spawned goes out as the orchestrator's event (it must not
-	// follow a finish), and only then does the new agent become live.
+	// follow a finish), and only then does the new agent become live,
+	// with the token of the row it claims.
 	if err := r.Emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}); err != nil {
 		cancel(err)
 		return nil, err
 	}
-	r.mu.Lock()
-	if r.liveAgents == nil {
-		r.liveAgents = map[string]bool{}
-	}
-	r.liveAgents[agentID] = true
-	r.mu.Unlock()
-
 	m := r.runs
 	m.mu.Lock()
 	m.background[r.ThreadID] = append(m.background[r.ThreadID], task)
 	m.wg.Add(1)
 	m.mu.Unlock()
-	m.claimAgent(task)
+	m.claimAgent(task, r.fence)
+	r.mu.Lock()
+	if r.liveAgents == nil {
+		r.liveAgents = map[string]*fence{}
+	}
+	r.liveAgents[agentID] = task.fence
+	r.mu.Unlock()
 
 	agent := &SubAgent{ID: agentID, run: r, task: task}
 	go m.executeBackground(ctx, r, agent, spec.Role, work)
@@ -125,7 +130,7 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	}
 	delete(r.liveAgents, agent.ID)
 	if !lost {
-		r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed})
+		r.enqueueLocked(Event{Type: TypeAgentCompleted, AgentID: agent.ID, TS: now, Payload: completed}, agent.task.fence)
 	}
 	r.mu.Unlock()
 	agent.task.cancel(nil)
@@ -148,23 +153,33 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 }
 
 // claimAgent records in the claims that this instance runs the agent, so
-// that should it die, a live instance settles the agent.
-func (m *Runs) claimAgent(t *BackgroundTask) {
+// that should it die, a live instance settles the agent, and gives the
+// agent the token holder its events are written under: its row's, or else
+// runFence, its run's (which the agent stops sharing at the run's finish).
+func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 	if m.agentsDB == nil {
+		m.mu.Lock()
+		t.fence = runFence
+		m.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	if err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease); err != nil {
+	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease)
+	if err != nil {
 		// A thread deleted meanwhile has the agent stopped by its delete;
-		// otherwise the agent works on, unrecorded.
+		// otherwise the agent works on, unrecorded, under its run's token.
 		if !errors.Is(err, ErrNotFound) {
 			m.log.Error("could not record a background agent; a crash would leave it open", "thread", t.ThreadID,
 				"run", t.RunID, "agent", t.AgentID, "err", err)
 		}
+		m.mu.Lock()
+		t.fence = runFence
+		m.mu.Unlock()
 		return
 	}
 	m.mu.Lock()
+	t.fence = newFence(t.RunID, t.AgentID, token)
 	t.claimed = true
 	m.mu.Unlock()
 }
@@ -192,7 +207,9 @@ func (m *Runs) releaseAgent(t *BackgroundTask) {
 	if !claimed {
 		return
 	}
-	if err := m.agentsDB.ReleaseAgent(ctx, t.ref()); err != nil && !errors.Is(err, ErrNotFound) {
+	// A row taken meanwhile is the taker's to release.
+	err := m.agentsDB.ReleaseAgent(ctx, t.ref(), t.fence.token())
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 		m.log.Error("could not release a background agent's row", "thread", t.ThreadID, "agent", t.AgentID, "err", err)
 	}
 }

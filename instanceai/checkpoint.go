@@ -33,6 +33,11 @@ type Checkpoint struct {
 	// Piece numbers the pieces of one segment from 0, in text order.
 	Piece int
 	Text  string
+	// Fence, when not 0, is the fencing token of the claim the segment's
+	// text is written under (see RunClaims): AddCheckpoint stores nothing
+	// and returns a *StaleFenceError unless a claim row of the thread
+	// holds it. It is checked, not stored: read back, it is 0.
+	Fence int64
 }
 
 // CheckpointStore keeps the pieces of open segments. It is optional: a
@@ -40,8 +45,9 @@ type Checkpoint struct {
 // keeps a segment's text only in its block.
 type CheckpointStore interface {
 	// AddCheckpoint stores a piece. The thread must exist and, when the
-	// piece carries a user, be that user's (ErrNotFound otherwise), as for
-	// appends; storing a piece again is not an error.
+	// piece carries a user, be that user's (ErrNotFound otherwise), and a
+	// piece with a stale Fence is refused, as for appends; storing a piece
+	// again is not an error.
 	AddCheckpoint(ctx context.Context, threadID string, c Checkpoint) error
 	// DeleteCheckpoints removes the pieces of one segment: the run's,
 	// agent's and kind's whose first piece has since. A missing thread or

@@ -24,6 +24,10 @@ type ActiveRun struct {
 	// LeaseExpires is when the owner's claim ends unless its heartbeat
 	// renews it; after that any instance may take the run and settle it.
 	LeaseExpires time.Time
+	// Fence is the fencing token of the row's current claim (see
+	// RunClaims). 0 is no live holder's: a row claimed before tokens
+	// existed has it.
+	Fence int64
 }
 
 // Free reports whether an instance other than its owner may take the run
@@ -36,28 +40,51 @@ func (a ActiveRun) Free(now time.Time) bool {
 // row once the run's run-finish is in the log; until then the row stands,
 // also across a crash, so that the sweep of a live instance finds and
 // settles it when its lease runs out.
+//
+// Fencing. Every claim of a row, ClaimThread and a TakeRun that wins,
+// stores a fresh fencing token in it and returns it: an int64 the database
+// hands out from one counter, larger than every token it handed out before
+// (on either claims table), never 0. The token names that claim. It is
+// current while the row holds it, and stale for good once the row is taken
+// again or released: a leaseholder cut off from the database past its
+// lease holds a stale token, whatever it still believes. The holder passes
+// its token with every write for the run (FencedAppender,
+// Checkpoint.Fence, Confirmation.Fence), and the store checks it in the
+// same transaction as the write: a write with a stale token stores
+// nothing. SuspendRun, DisownRun and ReleaseRun act only on the row of the
+// caller's run that holds the caller's token; otherwise they change
+// nothing and return an error that matches ErrStaleFence, so that a stale
+// holder cannot change or delete its successor's row. DisownRun keeps the
+// token: a run that waits for a person without an owner is still the
+// holder's until another instance takes it.
+//
+// Atomicity. Each method is one atomic step against every write of the
+// thread, from any process on the database: once TakeRun (or ReleaseRun)
+// has returned, no write with the old token succeeds, and a write with it
+// that succeeded before is visible to every read made after the return.
 type RunClaims interface {
 	// ClaimThread makes runID the thread's active run, owned by owner for
-	// ttl. A thread that has an active run already gives ErrRunActive and
-	// that run's row.
+	// ttl, with a fresh token (the returned row's Fence). A thread that
+	// has an active run already gives ErrRunActive and that run's row.
 	ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (ActiveRun, error)
 	// ActiveRun returns the thread's row, ErrNotFound when it has none.
 	ActiveRun(ctx context.Context, threadID string) (ActiveRun, error)
-	// TakeRun gives the run's row to owner for ttl if it is free (no owner,
-	// or a lease that expired): a conditional update, so of several
-	// instances that try at once exactly one wins. It reports whether this
-	// call won.
-	TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (bool, error)
+	// TakeRun gives the run's row to owner for ttl, with a fresh token, if
+	// it is free (no owner, or a lease that expired): a conditional
+	// update, so of several instances that try at once exactly one wins.
+	// It reports whether this call won and, if it did, the new token.
+	TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (fence int64, won bool, err error)
 	// SuspendRun sets whether the run waits for a confirmation.
-	SuspendRun(ctx context.Context, threadID, runID string, suspended bool) error
-	// DisownRun clears the owner of the run's row if it is owner: the run
-	// stays active, waiting for whichever instance takes it.
-	DisownRun(ctx context.Context, threadID, runID, owner string) error
-	// ReleaseRun deletes the run's row, if it is the thread's.
-	ReleaseRun(ctx context.Context, threadID, runID string) error
+	SuspendRun(ctx context.Context, threadID, runID string, fence int64, suspended bool) error
+	// DisownRun clears the owner of the run's row: the run stays active,
+	// with its token, waiting for whichever instance takes it.
+	DisownRun(ctx context.Context, threadID, runID string, fence int64) error
+	// ReleaseRun deletes the run's row.
+	ReleaseRun(ctx context.Context, threadID, runID string, fence int64) error
 	// RenewRuns extends the leases of owner's rows to now+ttl and returns
-	// the runs owner still holds.
-	RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]RunRef, error)
+	// those rows, with their tokens: a run whose token is not among them
+	// is no longer owner's.
+	RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]ActiveRun, error)
 	// ExpiredRuns returns the rows that have an owner whose lease ran out.
 	ExpiredRuns(ctx context.Context) ([]ActiveRun, error)
 }
@@ -73,6 +100,9 @@ type AgentClaim struct {
 	AgentRef
 	Owner        string
 	LeaseExpires time.Time
+	// Fence is the fencing token of the row's current claim (see
+	// AgentClaims).
+	Fence int64
 }
 
 // AgentClaims keeps one row per background agent at work. A background
@@ -82,29 +112,39 @@ type AgentClaim struct {
 // leaving it working forever in the log) and leaves alone the agents whose
 // instance renews their lease. A row goes once the agent's agent-completed
 // is stored, and with its thread.
+//
+// Rows are fenced as RunClaims' are, with tokens from the same counter:
+// ClaimAgent and a TakeAgent that wins store a fresh token in the row and
+// return it, the agent's writes carry it, and ReleaseAgent with a token the
+// row no longer holds changes nothing and returns an error that matches
+// ErrStaleFence.
 type AgentClaims interface {
-	// ClaimAgent makes owner the agent's runner for ttl (ErrNotFound for a
-	// thread that does not exist).
-	ClaimAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) error
+	// ClaimAgent makes owner the agent's runner for ttl, with a fresh
+	// token, which it returns (ErrNotFound for a thread that does not
+	// exist).
+	ClaimAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) (fence int64, err error)
 	// ReleaseAgent deletes the agent's row.
-	ReleaseAgent(ctx context.Context, ref AgentRef) error
+	ReleaseAgent(ctx context.Context, ref AgentRef, fence int64) error
 	// RenewAgents extends the leases of owner's rows to now+ttl and returns
-	// the agents owner still holds.
-	RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]AgentRef, error)
+	// those rows, with their tokens.
+	RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]AgentClaim, error)
 	// ExpiredAgents returns the rows whose lease ran out.
 	ExpiredAgents(ctx context.Context) ([]AgentClaim, error)
-	// TakeAgent gives an expired row to owner for ttl: a conditional
-	// update, so of several instances that try at once exactly one wins.
-	// It reports whether this call won.
-	TakeAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) (bool, error)
+	// TakeAgent gives an expired row to owner for ttl, with a fresh token:
+	// a conditional update, so of several instances that try at once
+	// exactly one wins. It reports whether this call won and, if it did,
+	// the new token.
+	TakeAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) (fence int64, won bool, err error)
 }
 
 // LocalClaims is RunClaims and AgentClaims in one process's memory: for
 // the memory store, and for a run registry built without a store (tests).
+// Its tokens come from a counter of its own.
 type LocalClaims struct {
 	mu     sync.Mutex
 	rows   map[string]ActiveRun // by thread id
 	agents map[AgentRef]AgentClaim
+	fences int64 // the last token handed out
 	now    func() time.Time
 }
 
@@ -118,6 +158,40 @@ func NewLocalClaims() *LocalClaims {
 	return &LocalClaims{rows: map[string]ActiveRun{}, agents: map[AgentRef]AgentClaim{}, now: time.Now}
 }
 
+// nextFence hands out a fresh token; l.mu is held.
+func (l *LocalClaims) nextFence() int64 {
+	l.fences++
+	return l.fences
+}
+
+// StaleFences returns the tokens among fences that no row of the thread
+// holds, each once, in the order given; 0 is never stale (it stands for a
+// write no claim covers). The memory store checks its appends with it.
+func (l *LocalClaims) StaleFences(threadID string, fences []int64) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var stale []int64
+	for _, f := range fences {
+		if f == 0 || slices.Contains(stale, f) || l.holdsLocked(threadID, f) {
+			continue
+		}
+		stale = append(stale, f)
+	}
+	return stale
+}
+
+func (l *LocalClaims) holdsLocked(threadID string, fence int64) bool {
+	if row, ok := l.rows[threadID]; ok && row.Fence == fence {
+		return true
+	}
+	for ref, row := range l.agents {
+		if ref.ThreadID == threadID && row.Fence == fence {
+			return true
+		}
+	}
+	return false
+}
+
 // ClaimThread implements RunClaims.
 func (l *LocalClaims) ClaimThread(_ context.Context, threadID, runID, owner string, ttl time.Duration) (ActiveRun, error) {
 	l.mu.Lock()
@@ -125,7 +199,7 @@ func (l *LocalClaims) ClaimThread(_ context.Context, threadID, runID, owner stri
 	if row, ok := l.rows[threadID]; ok {
 		return row, ErrRunActive
 	}
-	row := ActiveRun{ThreadID: threadID, RunID: runID, Owner: owner, LeaseExpires: l.now().Add(ttl)}
+	row := ActiveRun{ThreadID: threadID, RunID: runID, Owner: owner, LeaseExpires: l.now().Add(ttl), Fence: l.nextFence()}
 	l.rows[threadID] = row
 	return row, nil
 }
@@ -142,51 +216,51 @@ func (l *LocalClaims) ActiveRun(_ context.Context, threadID string) (ActiveRun, 
 }
 
 // TakeRun implements RunClaims.
-func (l *LocalClaims) TakeRun(_ context.Context, threadID, runID, owner string, ttl time.Duration) (bool, error) {
+func (l *LocalClaims) TakeRun(_ context.Context, threadID, runID, owner string, ttl time.Duration) (int64, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	row, ok := l.rows[threadID]
 	now := l.now()
 	if !ok || row.RunID != runID || !row.Free(now) {
-		return false, nil
+		return 0, false, nil
 	}
-	row.Owner, row.LeaseExpires = owner, now.Add(ttl)
+	row.Owner, row.LeaseExpires, row.Fence = owner, now.Add(ttl), l.nextFence()
 	l.rows[threadID] = row
-	return true, nil
+	return row.Fence, true, nil
 }
 
 // SuspendRun implements RunClaims.
-func (l *LocalClaims) SuspendRun(_ context.Context, threadID, runID string, suspended bool) error {
-	l.update(threadID, runID, func(r *ActiveRun) { r.Suspended = suspended })
-	return nil
+func (l *LocalClaims) SuspendRun(_ context.Context, threadID, runID string, fence int64, suspended bool) error {
+	return l.update(threadID, runID, fence, func(r *ActiveRun) { r.Suspended = suspended })
 }
 
 // DisownRun implements RunClaims.
-func (l *LocalClaims) DisownRun(_ context.Context, threadID, runID, owner string) error {
-	l.update(threadID, runID, func(r *ActiveRun) {
-		if r.Owner == owner {
-			r.Owner = ""
-		}
-	})
+func (l *LocalClaims) DisownRun(_ context.Context, threadID, runID string, fence int64) error {
+	return l.update(threadID, runID, fence, func(r *ActiveRun) { r.Owner = "" })
+}
+
+// update changes the run's row if it holds fence.
+func (l *LocalClaims) update(threadID, runID string, fence int64, f func(*ActiveRun)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	row, ok := l.rows[threadID]
+	if !ok || row.RunID != runID || row.Fence != fence {
+		return &StaleFenceError{Tokens: []int64{fence}}
+	}
+	f(&row)
+	l.rows[threadID] = row
 	return nil
 }
 
-func (l *LocalClaims) update(threadID, runID string, f func(*ActiveRun)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if row, ok := l.rows[threadID]; ok && row.RunID == runID {
-		f(&row)
-		l.rows[threadID] = row
-	}
-}
-
 // ReleaseRun implements RunClaims.
-func (l *LocalClaims) ReleaseRun(_ context.Context, threadID, runID string) error {
+func (l *LocalClaims) ReleaseRun(_ context.Context, threadID, runID string, fence int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if row, ok := l.rows[threadID]; ok && row.RunID == runID {
-		delete(l.rows, threadID)
+	row, ok := l.rows[threadID]
+	if !ok || row.RunID != runID || row.Fence != fence {
+		return &StaleFenceError{Tokens: []int64{fence}}
 	}
+	delete(l.rows, threadID)
 	return nil
 }
 
@@ -204,32 +278,36 @@ func (l *LocalClaims) ForgetThread(threadID string) {
 }
 
 // ClaimAgent implements AgentClaims.
-func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) error {
+func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.agents[ref] = AgentClaim{AgentRef: ref, Owner: owner, LeaseExpires: l.now().Add(ttl)}
-	return nil
+	row := AgentClaim{AgentRef: ref, Owner: owner, LeaseExpires: l.now().Add(ttl), Fence: l.nextFence()}
+	l.agents[ref] = row
+	return row.Fence, nil
 }
 
 // ReleaseAgent implements AgentClaims.
-func (l *LocalClaims) ReleaseAgent(_ context.Context, ref AgentRef) error {
+func (l *LocalClaims) ReleaseAgent(_ context.Context, ref AgentRef, fence int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if row, ok := l.agents[ref]; !ok || row.Fence != fence {
+		return &StaleFenceError{Tokens: []int64{fence}}
+	}
 	delete(l.agents, ref)
 	return nil
 }
 
 // RenewAgents implements AgentClaims.
-func (l *LocalClaims) RenewAgents(_ context.Context, owner string, ttl time.Duration) ([]AgentRef, error) {
+func (l *LocalClaims) RenewAgents(_ context.Context, owner string, ttl time.Duration) ([]AgentClaim, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []AgentRef
+	var out []AgentClaim
 	until := l.now().Add(ttl)
 	for ref, row := range l.agents {
 		if row.Owner == owner {
 			row.LeaseExpires = until
 			l.agents[ref] = row
-			out = append(out, ref)
+			out = append(out, row)
 		}
 	}
 	return out, nil
@@ -251,30 +329,30 @@ func (l *LocalClaims) ExpiredAgents(context.Context) ([]AgentClaim, error) {
 }
 
 // TakeAgent implements AgentClaims.
-func (l *LocalClaims) TakeAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) (bool, error) {
+func (l *LocalClaims) TakeAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) (int64, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	row, ok := l.agents[ref]
 	now := l.now()
 	if !ok || !now.After(row.LeaseExpires) {
-		return false, nil
+		return 0, false, nil
 	}
-	row.Owner, row.LeaseExpires = owner, now.Add(ttl)
+	row.Owner, row.LeaseExpires, row.Fence = owner, now.Add(ttl), l.nextFence()
 	l.agents[ref] = row
-	return true, nil
+	return row.Fence, true, nil
 }
 
 // RenewRuns implements RunClaims.
-func (l *LocalClaims) RenewRuns(_ context.Context, owner string, ttl time.Duration) ([]RunRef, error) {
+func (l *LocalClaims) RenewRuns(_ context.Context, owner string, ttl time.Duration) ([]ActiveRun, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []RunRef
+	var out []ActiveRun
 	until := l.now().Add(ttl)
 	for id, row := range l.rows {
 		if row.Owner == owner {
 			row.LeaseExpires = until
 			l.rows[id] = row
-			out = append(out, RunRef{ThreadID: row.ThreadID, RunID: row.RunID})
+			out = append(out, row)
 		}
 	}
 	return out, nil

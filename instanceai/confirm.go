@@ -76,8 +76,14 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}()
 	if err := m.confirms.AddConfirmation(ctx, Confirmation{
 		RequestID: req.RequestID, ThreadID: r.ThreadID, RunID: r.ID, AgentID: agentID, ToolCallID: req.ToolCallID,
-		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(),
+		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(), Fence: m.fenceOf(r, agentID),
 	}); err != nil {
+		if errors.Is(err, ErrStaleFence) {
+			// Another instance took the run (or this agent) and settles
+			// it: the request was not stored, and nothing more is written.
+			m.Fenced(r.ThreadID, r.ID, r.liveAgentID(agentID))
+			return Answer{}, errLeaseLost
+		}
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
 	// The suspension is stored before the request goes out: a client that
@@ -122,6 +128,29 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	}
 }
 
+// fenceOf is the token a confirmation of the run's agent is stored under:
+// a live background agent's claim's, else the run's; none when the
+// registry's claims are not the store's.
+func (m *Runs) fenceOf(r *Run, agentID string) int64 {
+	if !m.fenced {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holderLocked(agentID).token()
+}
+
+// liveAgentID is agentID when it is a live background agent of the run
+// with a claim of its own, else "" (the run's claim covers it).
+func (r *Run) liveAgentID(agentID string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.liveAgents[agentID]; f != nil && f != r.fence {
+		return agentID
+	}
+	return ""
+}
+
 // closeConfirmation marks an unanswered confirmation as cancelled, so that
 // it is not reported as pending once its run is gone.
 func (m *Runs) closeConfirmation(requestID string) {
@@ -140,22 +169,29 @@ func (m *Runs) closeConfirmation(requestID string) {
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, suspended)
+	token := r.fence.token()
+	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, token, suspended)
 	if err == nil && suspended && m.agentResumes() {
-		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, m.instance); err == nil {
+		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, token); err == nil {
 			r.mu.Lock()
 			r.disowned = true
 			r.mu.Unlock()
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrStaleFence):
+		// Taken by another instance: the run's next write is refused, and
+		// stops it.
+		m.log.Warn("could not record a run's suspension: another instance took the run", "thread", r.ThreadID, "run", r.ID)
+	case err != nil:
 		m.log.Error("could not record a run's suspension", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 }
 
 // retake makes a disowned run this process's again before it goes on or
-// finishes. When another instance took it first, the run is abandoned here
-// and retake reports false.
+// finishes: the take gives it a new token, which what it queued before
+// commits with too. When another instance took it first, the run is
+// abandoned here and retake reports false.
 func (r *Run) retake() bool {
 	r.mu.Lock()
 	disowned := r.disowned
@@ -166,17 +202,22 @@ func (r *Run) retake() bool {
 	m := r.runs
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	r.fence.mu.Lock()
+	token, won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	if won {
+		r.fence.v.Store(token)
+		r.mu.Lock()
+		r.disowned = false
+		r.mu.Unlock()
+	}
+	r.fence.mu.Unlock()
 	if err != nil {
 		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 	if !won {
-		m.abandon(r)
+		m.abandon(r, "another instance took the suspended run before it could go on")
 		return false
 	}
-	r.mu.Lock()
-	r.disowned = false
-	r.mu.Unlock()
 	return true
 }
 
@@ -256,12 +297,12 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		// A process that still waits for it in memory wakes, fails to
 		// retake the run and lets go of it.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
-		won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
+		token, won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
 		if err != nil {
 			return c.RunID, err
 		}
 		if won {
-			return c.RunID, m.resume(&c, a)
+			return c.RunID, m.resume(&c, a, token)
 		}
 		// Another instance took the run first; the stored answer is what
 		// it resumes with.

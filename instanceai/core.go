@@ -87,6 +87,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	// registry: the writer reports it, the registry is built after it.
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
 	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
+	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.Runs.Fenced(threadID, runID, agentID) }
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})

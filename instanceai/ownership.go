@@ -25,14 +25,16 @@ const strayBeats = 2
 // instance settled it, so nothing more of it may be written from here.
 var errLeaseLost = errors.New("run was taken over by another instance")
 
-// claim makes r the thread's active run in the claims table. When another
-// run holds the thread, it returns that run and ErrRunActive.
+// claim makes r the thread's active run in the claims table, with the
+// claim's token in r's holder. When another run holds the thread, it
+// returns that run and ErrRunActive.
 func (m *Runs) claim(r *Run) (*Run, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		row, err := m.claims.ClaimThread(ctx, r.ThreadID, r.ID, m.instance, m.lease)
 		if err == nil {
+			r.fence.v.Store(row.Fence)
 			return nil, nil
 		}
 		if !errors.Is(err, ErrRunActive) {
@@ -50,18 +52,23 @@ func (m *Runs) claim(r *Run) (*Run, error) {
 	}
 }
 
-// releaseClaim deletes the run's row.
-func (m *Runs) releaseClaim(threadID, runID string) {
+// releaseClaim deletes the run's row, if it still holds fence: a row
+// another instance took meanwhile is that instance's to release.
+func (m *Runs) releaseClaim(threadID, runID string, fence int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	if err := m.claims.ReleaseRun(ctx, threadID, runID); err != nil && !errors.Is(err, ErrNotFound) {
+	err := m.claims.ReleaseRun(ctx, threadID, runID, fence)
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 		m.log.Error("could not release a finished run's claim", "thread", threadID, "run", runID, "err", err)
 	}
 }
 
-// runFinished is the writer's word that a run's run-finish is in the log:
-// the thread is free for the next run, on any instance.
-func (m *Runs) runFinished(threadID, runID string) { m.releaseClaim(threadID, runID) }
+// runFinished is the writer's word that a run's run-finish is in the log,
+// stored under fence: the thread is free for the next run, on any
+// instance.
+func (m *Runs) runFinished(threadID, runID string, fence int64) {
+	m.releaseClaim(threadID, runID, fence)
+}
 
 // waitReleased waits until row's run no longer holds its thread, or ctx
 // ends.
@@ -87,7 +94,7 @@ func (m *Runs) waitReleased(ctx context.Context, row ActiveRun) {
 // its waiting call settled when it was suspended on a confirmation,
 // interrupted like a crashed run otherwise.
 func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) error {
-	won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 	if err != nil || !won {
 		return err
 	}
@@ -98,31 +105,41 @@ func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) err
 		}
 		for i := range pending {
 			if pending[i].RunID == row.RunID {
-				return m.finishSuspended(&pending[i], reason)
+				return m.finishSuspended(&pending[i], reason, token)
 			}
 		}
 	}
-	_, err = m.settleRun(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID})
+	_, err = m.settleRun(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, token)
 	return err
 }
 
-// settleRun ends a run this instance has claimed and no process runs: its
-// open tool calls are interrupted, its background agents completed with an
-// error, and run-finish{interrupted, crash_interrupted} follows. A run that
-// finished meanwhile only has its row released. It reports whether it
-// settled the run.
-func (m *Runs) settleRun(ctx context.Context, ref RunRef) (bool, error) {
+// settleRun ends a run this instance has claimed, with token fence (0:
+// the run holds no row), and no process runs: its open tool calls are
+// interrupted, its background agents completed with an error, and
+// run-finish{interrupted, crash_interrupted} follows, written under the
+// token. A run that finished meanwhile only has its row released. It
+// reports whether it settled the run.
+func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, error) {
 	rows, err := m.index.RunEvents(ctx, ref.ThreadID, ref.RunID)
 	if err != nil {
 		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
 	for _, ev := range rows {
 		if ev.Event.Type == TypeRunFinish {
-			m.releaseClaim(ref.ThreadID, ref.RunID)
+			m.releaseClaim(ref.ThreadID, ref.RunID, fence)
 			return false, nil
 		}
 	}
+	holder := newFence(ref.RunID, "", fence)
 	blocks, pieces, err := m.openText(ctx, ref, rows, "")
+	if err != nil {
+		return false, err
+	}
+	agents, err := m.fenceAgents(ctx, ref, rows)
+	// Whatever happens from here, the rows go once what was queued is
+	// stored: kept, they would be renewed by this instance's heartbeat
+	// for no agent.
+	defer m.releaseAgents(ref.ThreadID, agents)
 	if err != nil {
 		return false, err
 	}
@@ -130,7 +147,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef) (bool, error) {
 		if err := ev.Validate(); err != nil {
 			return false, fmt.Errorf("run %s: %w", ref.RunID, err)
 		}
-		if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
+		if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
 			return false, err
 		}
 	}
@@ -148,6 +165,51 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef) (bool, error) {
 	}
 	m.log.Info("settled a run whose process is gone", "thread", ref.ThreadID, "run", ref.RunID)
 	return true, nil
+}
+
+// fenceAgents claims the rows of the run's background agents that the log
+// shows at work (spawned, not completed), before the run's settlement
+// completes them: an instance that still runs one (cut off from the
+// database past its lease) then holds a stale token for it, and nothing
+// it writes lands after the settlement. It returns the rows it claimed,
+// with their tokens, to release once the settlement is stored.
+func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent) (map[AgentRef]int64, error) {
+	if m.agentsDB == nil {
+		return nil, nil
+	}
+	w := openWorkOf(rows)
+	taken := map[AgentRef]int64{}
+	for agent := range w.spawned {
+		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
+		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease)
+		if errors.Is(err, ErrNotFound) {
+			return taken, nil // the thread is gone: nothing to settle
+		}
+		if err != nil {
+			return taken, fmt.Errorf("claim agent %s of run %s: %w", agent, ref.RunID, err)
+		}
+		taken[a] = token
+	}
+	return taken, nil
+}
+
+// releaseAgents releases the agents' rows that a settlement took (see
+// fenceAgents), once what the thread has queued is stored.
+func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
+	if len(agents) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	if err := m.writer.Sync(ctx, threadID); err != nil {
+		m.log.Warn("releasing settled agents' rows before their settlement is stored", "thread", threadID, "err", err)
+	}
+	for agent, token := range agents {
+		err := m.agentsDB.ReleaseAgent(ctx, agent, token)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
+			m.log.Error("could not release a settled agent's row", "thread", threadID, "agent", agent.AgentID, "err", err)
+		}
+	}
 }
 
 // Maintain keeps this instance's claims alive and settles the runs of dead
@@ -169,11 +231,17 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// heartbeat renews this instance's leases. A live run whose row is no
-// longer ours was taken by another instance, which believed us dead: it is
-// abandoned without writing anything more. A row we own with no live run
-// behind it (its run failed to store its finish) is disowned, so that the
-// sweep settles it.
+// heldRow is a run's row as one claim of it: its run and its token.
+type heldRow struct {
+	RunRef
+	fence int64
+}
+
+// heartbeat renews this instance's leases. A live run whose row no longer
+// holds its token was taken by another instance, which believed us dead:
+// it is abandoned without writing anything more. A row we own with no live
+// run behind it (its run failed to store its finish) is disowned, so that
+// the sweep settles it.
 func (m *Runs) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
 	defer cancel()
@@ -181,10 +249,10 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	// Only runs whose claim was stored before the renewal can be judged
 	// by it: a run claimed while it ran is simply not in its answer.
 	m.mu.Lock()
-	before := make(map[*Run]bool, len(m.active))
+	before := make([]*Run, 0, len(m.active))
 	for _, r := range m.active {
 		if r.claimed {
-			before[r] = true
+			before = append(before, r)
 		}
 	}
 	m.mu.Unlock()
@@ -195,54 +263,79 @@ func (m *Runs) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	holds := make(map[RunRef]bool, len(held))
-	for _, ref := range held {
-		holds[ref] = true
+	holds := make(map[heldRow]bool, len(held))
+	for _, row := range held {
+		holds[heldRow{RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Fence}] = true
 	}
-	m.mu.Lock()
-	var unheld []*Run
-	for thread, r := range m.active {
-		if before[r] && !holds[RunRef{ThreadID: thread, RunID: r.ID}] {
-			unheld = append(unheld, r)
-		}
-	}
-	var strays []RunRef
-	for ref := range m.strays {
-		if !holds[ref] {
-			delete(m.strays, ref)
-		}
-	}
-	for ref := range holds {
-		if r := m.active[ref.ThreadID]; r != nil && r.ID == ref.RunID {
-			delete(m.strays, ref)
-			continue
-		}
-		m.strays[ref]++
-		if m.strays[ref] >= strayBeats {
-			delete(m.strays, ref)
-			strays = append(strays, ref)
-		}
-	}
-	m.mu.Unlock()
-	for _, r := range unheld {
-		// A run waiting for a person holds no row on purpose.
+	// A run not renewed under its token may have been taken, or may only
+	// look so: it was disowned to wait for a person (its row then has no
+	// owner, and keeps its token until another instance takes it, which
+	// its retake finds out), or it changed hands within this process
+	// while the renewal ran. The suspects' rows are read to tell.
+	var suspects []*Run
+	for _, r := range before {
 		r.mu.Lock()
 		disowned := r.disowned
 		r.mu.Unlock()
-		if !disowned {
-			m.abandon(r)
+		if !disowned && !holds[heldRow{RunRef{ThreadID: r.ThreadID, RunID: r.ID}, r.fence.token()}] {
+			suspects = append(suspects, r)
 		}
 	}
-	for _, ref := range strays {
-		if err := m.claims.DisownRun(hctx, ref.ThreadID, ref.RunID, m.instance); err != nil {
-			m.log.Warn("could not disown a run without a process", "thread", ref.ThreadID, "run", ref.RunID, "err", err)
+	m.mu.Lock()
+	var strays []heldRow
+	for row := range m.strays {
+		if !holds[row] {
+			delete(m.strays, row)
+		}
+	}
+	for row := range holds {
+		if r := m.active[row.ThreadID]; r != nil && r.ID == row.RunID {
+			delete(m.strays, row)
+			continue
+		}
+		m.strays[row]++
+		if m.strays[row] >= strayBeats {
+			delete(m.strays, row)
+			strays = append(strays, row)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range suspects {
+		if m.taken(hctx, r) {
+			m.abandon(r, "its row holds another instance's claim (its lease ran out here)")
+		}
+	}
+	for _, row := range strays {
+		if err := m.claims.DisownRun(hctx, row.ThreadID, row.RunID, row.fence); err != nil && !errors.Is(err, ErrStaleFence) {
+			m.log.Warn("could not disown a run without a process", "thread", row.ThreadID, "run", row.RunID, "err", err)
 		}
 	}
 }
 
+// taken reports whether another instance took the claim of r, a live run
+// of this process: the thread's row no longer holds r's token. The token
+// is read once no retake of r is under way. A row that cannot be read is
+// not judged, and neither is a run that left the registry meanwhile (its
+// own row goes once its run-finish is stored).
+func (m *Runs) taken(ctx context.Context, r *Run) bool {
+	r.fence.mu.Lock()
+	row, err := m.claims.ActiveRun(ctx, r.ThreadID)
+	token := r.fence.v.Load()
+	r.fence.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return false
+	}
+	if err == nil && row.RunID == r.ID && row.Fence == token {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active[r.ThreadID] == r
+}
+
 // renewAgents renews the leases of this instance's background agents. An
-// agent whose row is no longer ours was settled by another instance, which
-// believed us dead: it stops without writing anything more.
+// agent whose row no longer holds its token was settled by another
+// instance, which believed us dead: it stops without writing anything more.
 func (m *Runs) renewAgents(ctx context.Context) {
 	if m.agentsDB == nil {
 		return
@@ -268,28 +361,82 @@ func (m *Runs) renewAgents(ctx context.Context) {
 	var lost []*BackgroundTask
 	for _, t := range before {
 		// An agent released meanwhile holds no row on purpose.
-		if t.claimed && !slices.Contains(held, t.ref()) {
+		if t.claimed && !slices.ContainsFunc(held, func(c AgentClaim) bool { return c.AgentRef == t.ref() && c.Fence == t.fence.token() }) {
 			lost = append(lost, t)
 		}
 	}
 	m.mu.Unlock()
 	for _, t := range lost {
-		m.log.Warn("another instance settled this background agent (its lease ran out here); stopping it without writing",
-			"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID)
-		t.cancel(errLeaseLost)
+		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
 	}
 }
 
-// abandon stops a run another instance took over, writing nothing more.
-func (m *Runs) abandon(r *Run) {
-	m.log.Warn("another instance took over this run (its lease ran out here); stopping it without writing",
-		"thread", r.ThreadID, "run", r.ID)
+// stopTaken stops a background agent whose claim another instance took,
+// writing nothing more of it; why says how this process found out.
+func (m *Runs) stopTaken(t *BackgroundTask, why string) {
+	m.log.Warn("another instance settled this background agent; stopping it without writing",
+		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
+	t.cancel(errLeaseLost)
+	m.writer.dropFence(t.ThreadID, t.fence)
+}
+
+// abandon stops a live run another instance took over, writing nothing
+// more of it, and the background agents that write under the run's claim
+// (those that could not claim a row of their own); why says how this
+// process found out. A run no longer live is left alone.
+func (m *Runs) abandon(r *Run, why string) {
+	m.mu.Lock()
+	live := m.active[r.ThreadID] == r
+	if live {
+		delete(m.active, r.ThreadID)
+	}
+	var tasks []*BackgroundTask
+	for _, t := range m.background[r.ThreadID] {
+		if t.RunID == r.ID && t.fence == r.fence {
+			tasks = append(tasks, t)
+		}
+	}
+	m.mu.Unlock()
+	if !live {
+		return
+	}
+	m.log.Warn("another instance took over this run; stopping it without writing", "thread", r.ThreadID, "run", r.ID, "why", why)
 	r.cancel(errLeaseLost)
 	r.mu.Lock()
 	r.finished = true
 	r.mu.Unlock()
-	m.release(r)
-	m.writer.DropRun(r.ThreadID, r.ID)
+	for _, t := range tasks {
+		t.cancel(errLeaseLost)
+	}
+	m.writer.dropFence(r.ThreadID, r.fence)
+}
+
+// Fenced stops what the log refused to store for a stale fencing token:
+// another instance took the claim of the run (agentID "") or of its
+// background agent agentID, and settles it. The run or the agent stops at
+// once, writing nothing more; the writer has dropped its events. A
+// settlement of this process refused so (a third instance was quicker) has
+// nothing live to stop.
+func (m *Runs) Fenced(threadID, runID, agentID string) {
+	const why = "the database refused its events for a stale fencing token (its lease ran out here)"
+	m.mu.Lock()
+	r := m.active[threadID]
+	var task *BackgroundTask
+	for _, t := range m.background[threadID] {
+		if t.RunID == runID && t.AgentID == agentID {
+			task = t
+		}
+	}
+	m.mu.Unlock()
+	switch {
+	case agentID == "" && r != nil && r.ID == runID:
+		m.abandon(r, why)
+	case task != nil:
+		m.stopTaken(task, why)
+	default:
+		m.log.Warn("another instance settled this run first; its events from here were dropped",
+			"thread", threadID, "run", runID, "agent", agentID)
+	}
 }
 
 // SweepExpired settles the runs whose owner's lease ran out, which no other
@@ -318,14 +465,14 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+		token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 		if err != nil {
 			return n, err
 		}
 		if !won {
 			continue
 		}
-		settled, err := m.settleRun(ctx, ref)
+		settled, err := m.settleRun(ctx, ref, token)
 		if err != nil {
 			return n, err
 		}
@@ -362,11 +509,11 @@ func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (bool, error) 
 	if err := json.Unmarshal(c.Answer, &a); err != nil {
 		return false, fmt.Errorf("stored answer of %s: %w", requestID, err)
 	}
-	won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 	if err != nil || !won {
 		return false, err
 	}
-	if err := m.resume(&c, a); err != nil {
+	if err := m.resume(&c, a, token); err != nil {
 		return false, err
 	}
 	m.log.Info("resumed a run answered while its process was gone", "thread", row.ThreadID, "run", row.RunID)

@@ -3,6 +3,7 @@ package instanceai_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,15 +13,18 @@ import (
 
 // renewRace runs during once, right after a renewal answered: a run
 // claimed then is missing from that answer through no fault of its own.
+// It counts the renewals that answered.
 type renewRace struct {
 	instanceai.RunClaims
-	once   sync.Once
-	during func()
+	once     sync.Once
+	during   func()
+	renewals atomic.Int64
 }
 
-func (c *renewRace) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
+func (c *renewRace) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.ActiveRun, error) {
 	held, err := c.RunClaims.RenewRuns(ctx, owner, ttl)
 	c.once.Do(c.during)
+	c.renewals.Add(1)
 	return held, err
 }
 
@@ -58,7 +62,9 @@ func TestHeartbeatSparesARunClaimedDuringTheRenewal(t *testing.T) {
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { runs.Maintain(mctx, 10*time.Millisecond); close(done) }()
-	time.Sleep(100 * time.Millisecond) // several beats
+	// The beat whose renewal missed the run judged it once the next one
+	// began; the one after that renewed it.
+	waitUntil(t, "two renewals after the one the run was claimed during", func() bool { return claims.renewals.Load() >= 3 })
 	stop()
 	<-done
 	if second == nil {

@@ -79,7 +79,10 @@ type RunsConfig struct {
 	Index RunIndex
 	// Claims keeps each thread's active-run row (the store, so that the
 	// rule holds across processes); nil means Confirmations when it is
-	// one, else a table in this process's memory.
+	// one, else a table in this process's memory. The writer's appends
+	// carry the claims' fencing tokens unless they come from that table,
+	// whose tokens the log does not know: explicit claims must be the
+	// log's.
 	Claims RunClaims
 	// Instance names this process among those sharing the database (a
 	// random id when empty).
@@ -143,6 +146,9 @@ type Runs struct {
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
+	// fenced is set when the claims are the store's, so that writes carry
+	// their tokens (see RunsConfig.Claims).
+	fenced   bool
 	instance string
 	lease    time.Duration
 	control  Controller
@@ -153,7 +159,7 @@ type Runs struct {
 	waiters    map[string]chan Answer       // open confirmations by request id
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).
-	strays map[RunRef]int
+	strays map[heldRow]int
 	// deleting counts the deletions under way per thread: a run does not
 	// start on a thread while one is (see beginDelete).
 	deleting map[string]int
@@ -177,6 +183,8 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Claims == nil {
 		cfg.Claims, _ = cfg.Confirmations.(RunClaims)
 	}
+	fenced := cfg.Claims != nil
+	writer.useFences(fenced)
 	if cfg.Claims == nil {
 		cfg.Claims = NewLocalClaims()
 	}
@@ -195,10 +203,10 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Threads == nil {
 		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
 	}
-	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer,
+	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[RunRef]int{}, deleting: map[string]int{}, threads: cfg.Threads}
+		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads}
 	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m
@@ -353,7 +361,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	}
 	r := &Run{
 		ID: id, StartRequest: req,
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(),
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), fence: newFence(id, "", 0),
 	}
 	r.AgentID = OrchestratorAgentID(r.ID)
 	m.active[req.ThreadID] = r
@@ -375,7 +383,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	// abort undoes a start that failed before its run-start was queued.
 	abort := func(err error) {
 		m.release(r)
-		m.releaseClaim(r.ThreadID, r.ID)
+		m.releaseClaim(r.ThreadID, r.ID, r.fence.token())
 		m.wg.Done()
 		cancel(err)
 	}
@@ -390,12 +398,13 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 
 	if tr := req.ToolResult; tr != nil {
 		// The result belongs to the call's own run, so that the log folds
-		// the call and its result into the same agent tree.
+		// the call and its result into the same agent tree; it is written
+		// under the new run's claim, the one that holds the thread now.
 		ev := Event{Type: TypeToolResult, RunID: tr.RunID, AgentID: tr.AgentID, UserID: req.UserID, TS: m.now().UnixMilli(),
 			Payload: &ToolResult{ToolCallID: tr.ToolCallID, Result: tr.ResultJSON()}}
 		err := ev.Validate()
 		if err == nil {
-			err = m.writer.Enqueue(req.ThreadID, ev)
+			err = m.writer.enqueue(req.ThreadID, ev, r.fence)
 		}
 		if err != nil {
 			abort(err)
@@ -502,7 +511,7 @@ func (m *Runs) Gone(threadID, runID string) {
 	r.finished = true
 	r.mu.Unlock()
 	m.release(r)
-	m.releaseClaim(threadID, runID)
+	m.releaseClaim(threadID, runID, r.fence.token())
 	r.cancel(errThreadGone)
 }
 
@@ -655,7 +664,7 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 			// for whichever instance gets the answer.
 			r.cancel(errSuspendedAtShutdown)
 			m.release(r)
-			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, m.instance); err != nil {
+			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, r.fence.token()); err != nil {
 				m.log.Error("could not hand over a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 			}
 			continue
@@ -782,13 +791,17 @@ type Run struct {
 	// deleted is set (under Runs.mu) when a deletion of the thread begins
 	// while the run is registered.
 	deleted bool
+	// fence holds the token of the run's claim (0 until it is claimed),
+	// which its events are written under.
+	fence *fence
 
 	mu        sync.Mutex
 	finished  bool       // the orchestrator's run-finish is queued
 	openTools []openTool // calls without an outcome, in call order
-	// live background agents: their events are accepted after the
-	// orchestrator's run-finish, until their agent-completed.
-	liveAgents map[string]bool
+	// live background agents, with the token holders their events are
+	// written under: their events are accepted after the orchestrator's
+	// run-finish, until their agent-completed.
+	liveAgents map[string]*fence
 	suspended  int      // confirmations being waited for
 	awaiting   []string // their request ids
 	usage      []TokenUsage
@@ -870,11 +883,11 @@ func (r *Run) Emit(ev Event) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.liveAgents[ev.AgentID] {
+	if f := r.liveAgents[ev.AgentID]; f != nil {
 		// A background agent: it outlives the orchestrator's context and
 		// finish, and stops with its own.
 		r.trackTool(&ev)
-		return r.runs.writer.Enqueue(r.ThreadID, ev)
+		return r.runs.writer.enqueue(r.ThreadID, ev, f)
 	}
 	if r.finished {
 		return ErrRunFinished
@@ -883,7 +896,16 @@ func (r *Run) Emit(ev Event) error {
 		return err
 	}
 	r.trackTool(&ev)
-	return r.runs.writer.Enqueue(r.ThreadID, ev)
+	return r.runs.writer.enqueue(r.ThreadID, ev, r.fence)
+}
+
+// holderLocked is the token holder of an agent's events: a live
+// background agent's own, else the run's. r.mu is held.
+func (r *Run) holderLocked(agentID string) *fence {
+	if f := r.liveAgents[agentID]; f != nil {
+		return f
+	}
+	return r.fence
 }
 
 type openTool struct {
@@ -939,7 +961,7 @@ func (r *Run) finish(status, reason string) {
 	}
 	now := r.runs.now().UnixMilli()
 	if status == RunCancelled {
-		r.settleToolsLocked(func(agentID string) bool { return !r.liveAgents[agentID] }, now)
+		r.settleToolsLocked(func(agentID string) bool { return r.liveAgents[agentID] == nil }, now)
 	}
 	// The run leaves the registry in the same step as its run-finish is
 	// queued: a client that sees the run-finish finds the thread free, and
@@ -947,15 +969,34 @@ func (r *Run) finish(status, reason string) {
 	m := r.runs
 	m.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
-		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}})
+		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}}, r.fence)
 	if m.active[r.ThreadID] == r {
 		delete(m.active, r.ThreadID)
 	}
+	r.unshareClaimLocked()
 	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
 	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
 		"took", time.Since(r.started).Round(time.Millisecond))
+}
+
+// unshareClaimLocked gives the run's live background agents that write
+// under the run's claim (they could not claim a row of their own) a holder
+// of their own with no token: the run's row goes once its run-finish is
+// stored, and their later events, refused under its token, would be lost.
+// What they queued before commits with or before the run-finish, under the
+// run's token. Nothing is left to fence them with from here. r.mu and
+// Runs.mu are held.
+func (r *Run) unshareClaimLocked() {
+	for _, t := range r.runs.background[r.ThreadID] {
+		if t.RunID == r.ID && t.fence == r.fence {
+			t.fence = newFence(r.ID, t.AgentID, 0)
+			if r.liveAgents[t.AgentID] != nil {
+				r.liveAgents[t.AgentID] = t.fence
+			}
+		}
+	}
 }
 
 // settleToolsLocked ends the open tool calls of the matching agents with a
@@ -971,15 +1012,17 @@ func (r *Run) settleToolsLocked(match func(agentID string) bool, now int64) {
 			continue
 		}
 		r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
-			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}})
+			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}}, r.holderLocked(t.agentID))
 		r.observeTool(t, "cancelled")
 	}
 	r.openTools = kept
 }
 
-func (r *Run) enqueueLocked(ev Event) {
+// enqueueLocked queues one of the registry's own events of the run,
+// written under f's token.
+func (r *Run) enqueueLocked(ev Event, f *fence) {
 	ev.RunID, ev.UserID = r.ID, r.UserID
-	if err := r.runs.writer.Enqueue(r.ThreadID, ev); err != nil {
+	if err := r.runs.writer.enqueue(r.ThreadID, ev, f); err != nil {
 		r.runs.log.Error("could not queue event", "thread", r.ThreadID, "run", r.ID, "type", ev.Type, "err", err)
 	}
 }

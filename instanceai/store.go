@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -69,6 +71,58 @@ func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int
 	return out, nil
 }
 
+// ErrStaleFence is matched (errors.Is) by every write refused because the
+// fencing token it carries is no longer current: another instance took the
+// claim it names, or the claim was released (see RunClaims).
+var ErrStaleFence = errors.New("fencing token is no longer current")
+
+// StaleFenceError is a write the store refused for stale fencing tokens.
+// It matches ErrStaleFence.
+type StaleFenceError struct {
+	// Tokens are the distinct tokens of the write that no claim holds, in
+	// the order the write gave them.
+	Tokens []int64
+}
+
+func (e *StaleFenceError) Error() string {
+	ts := make([]string, len(e.Tokens))
+	for i, t := range e.Tokens {
+		ts[i] = strconv.FormatInt(t, 10)
+	}
+	return fmt.Sprintf("fencing token %s no longer current: another instance took the claim, or it was released",
+		strings.Join(ts, ", "))
+}
+
+// Is makes the error match ErrStaleFence.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// FencedAppender is implemented by an EventLog whose appends can be fenced
+// with the tokens of RunClaims and AgentClaims. Every built-in store
+// implements it, and the writer uses it when the log has it.
+//
+// AppendFenced is AppendEncoded, with fences[i] the token of the claim
+// under which events[i] is written: 0 for an event that no claim covers
+// (a rename's thread-title-updated, say). In the same transaction as the
+// append, the store looks for each distinct non-zero token among the
+// thread's claim rows (its active run's and its background agents'): if
+// any is held by none of them, the append stores nothing, takes no seq,
+// and returns a *StaleFenceError naming each such token. The check and the
+// append are one step against the claims: no claim can change between
+// them, so an append that succeeded did so while every token it carried
+// was current, and one that a TakeRun overtook is refused. A missing
+// thread or another owner's is ErrNotFound, whatever the tokens. A fences
+// slice whose length is not the events' is an error and stores nothing.
+// With no non-zero token, AppendFenced is AppendEncoded.
+//
+// A take waits for the append under the token that is in flight. Appends
+// under one token are expected from one appender at a time, as the
+// writer's drain of a thread makes them: on PostgreSQL, appends under one
+// token that overlap without end could keep a take waiting as long, since
+// a row's shared lock lets new holders in while a writer waits for it.
+type FencedAppender interface {
+	AppendFenced(ctx context.Context, threadID string, events []Event, data [][]byte, fences []int64) (firstSeq int64, err error)
+}
+
 // threadIDPattern is the thread id rule every surface applies.
 var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
@@ -111,8 +165,9 @@ type Thread struct {
 // where the last successful one ended. (A database connection lost during
 // COMMIT is the exception every database has: the commit may have happened
 // without the store learning of it.) The writer retries a failed append,
-// except one that failed with ErrNotFound: the runs of such a batch are
-// stopped, and nothing more of them is written.
+// except one that failed with ErrNotFound, or with ErrStaleFence (see
+// FencedAppender): the runs of such a batch (or the runs and agents of the
+// stale tokens) are stopped, and nothing more of them is written.
 //
 // Ownership. An append stores events that carry a user only in a thread
 // that user owns; another owner's thread refuses them as a missing one
@@ -224,6 +279,11 @@ type Confirmation struct {
 	AgentID    string
 	ToolCallID string
 	OwnerID    string
+	// Fence, when not 0, is the fencing token of the claim the request is
+	// made under (see RunClaims): AddConfirmation stores nothing and
+	// returns a *StaleFenceError unless a claim row of the thread holds
+	// it. It is checked, not stored: read back, it is 0.
+	Fence int64
 	// Request is the confirmation-request payload as sent.
 	Request json.RawMessage
 	Status  string
@@ -235,6 +295,8 @@ type Confirmation struct {
 
 // ConfirmationStore keeps confirmation requests so they survive a restart.
 type ConfirmationStore interface {
+	// AddConfirmation stores a pending request. The thread must exist
+	// (ErrNotFound otherwise); a request with a stale Fence is refused.
 	AddConfirmation(ctx context.Context, c Confirmation) error
 	// GetConfirmation returns ErrNotFound for an unknown request id.
 	GetConfirmation(ctx context.Context, requestID string) (Confirmation, error)

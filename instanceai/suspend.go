@@ -22,8 +22,8 @@ var errSuspendedAtShutdown = errors.New("suspended across a shutdown")
 
 // resume continues, in this process, a suspended run that no live process
 // runs (its process shut down or died) with the answer. The caller has
-// taken the run's claim.
-func (m *Runs) resume(c *Confirmation, a Answer) error {
+// taken the run's claim, whose token is fence.
+func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	resumer, ok := m.agent.(Resumer)
 	if !ok {
 		return ErrConfirmationClosed
@@ -39,7 +39,7 @@ func (m *Runs) resume(c *Confirmation, a Answer) error {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true,
+		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true, fence: newFence(c.RunID, "", fence),
 		// The call awaiting the answer is in flight again: a cancel settles it.
 		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}
 	m.active[c.ThreadID] = r
@@ -50,15 +50,16 @@ func (m *Runs) resume(c *Confirmation, a Answer) error {
 }
 
 // finishSuspended ends a run suspended across a restart that is cancelled
-// before anyone answered: its waiting call gets a cancelled result, then
-// run-finish{cancelled}.
-func (m *Runs) finishSuspended(c *Confirmation, reason string) error {
+// before anyone answered, whose claim the caller took with token fence:
+// its waiting call gets a cancelled result, then run-finish{cancelled}.
+func (m *Runs) finishSuspended(c *Confirmation, reason string, fence int64) error {
 	m.closeConfirmation(c.RequestID)
 	var req ConfirmationRequest
 	if err := json.Unmarshal(c.Request, &req); err != nil {
 		return fmt.Errorf("stored confirmation %s: %w", c.RequestID, err)
 	}
 	now := m.now().UnixMilli()
+	holder := newFence(c.RunID, "", fence)
 	result, _ := json.Marshal(map[string]string{"status": "cancelled", "message": "The run was cancelled before this tool finished."})
 	for _, ev := range []Event{
 		{Type: TypeToolResult, RunID: c.RunID, AgentID: c.AgentID, UserID: c.OwnerID, TS: now,
@@ -66,7 +67,7 @@ func (m *Runs) finishSuspended(c *Confirmation, reason string) error {
 		{Type: TypeRunFinish, RunID: c.RunID, AgentID: OrchestratorAgentID(c.RunID), UserID: c.OwnerID, TS: now,
 			Payload: &RunFinish{Status: RunCancelled, Reason: reason}},
 	} {
-		if err := m.writer.Enqueue(c.ThreadID, ev); err != nil {
+		if err := m.writer.enqueue(c.ThreadID, ev, holder); err != nil {
 			return err
 		}
 	}

@@ -38,14 +38,14 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 		if m.isLive(ref) {
 			continue
 		}
-		mine, err := m.claimForSweep(ctx, ref)
+		token, mine, err := m.claimForSweep(ctx, ref)
 		if err != nil {
 			return settled, fmt.Errorf("sweep: %w", err)
 		}
 		if !mine {
 			continue
 		}
-		done, err := m.settleRun(ctx, ref)
+		done, err := m.settleRun(ctx, ref, token)
 		if err != nil {
 			return settled, fmt.Errorf("sweep: %w", err)
 		}
@@ -86,14 +86,14 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 		if m.isLiveAgent(row.AgentRef) {
 			continue
 		}
-		won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
+		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
 		}
 		if !won {
 			continue
 		}
-		settled, err := m.settleAgent(ctx, row.AgentRef)
+		settled, err := m.settleAgent(ctx, row.AgentRef, token)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
 		}
@@ -105,11 +105,12 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 }
 
 // settleAgent settles one background agent this instance has taken the
-// row of, and releases the row once the settlement is stored. It reports
-// whether it wrote anything.
-func (m *Runs) settleAgent(ctx context.Context, ref AgentRef) (bool, error) {
+// row of, with token fence, and releases the row once the settlement is
+// stored. It reports whether it wrote anything.
+func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64) (bool, error) {
 	release := func() error {
-		if err := m.agentsDB.ReleaseAgent(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
+		err := m.agentsDB.ReleaseAgent(ctx, ref, fence)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 			return err
 		}
 		return nil
@@ -142,11 +143,12 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef) (bool, error) {
 		}
 	}
 	events = append(events, interruptedAgent(ref.RunID, ref.AgentID, role, w.userID, now))
+	holder := newFence(ref.RunID, ref.AgentID, fence)
 	for _, ev := range events {
 		if err := ev.Validate(); err != nil {
 			return false, fmt.Errorf("agent %s: %w", ref.AgentID, err)
 		}
-		if err := m.writer.Enqueue(ref.ThreadID, ev); err != nil {
+		if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
 			return false, err
 		}
 	}
@@ -176,42 +178,45 @@ func (m *Runs) isLiveAgent(ref AgentRef) bool {
 
 // claimForSweep decides whether an unfinished run is dead and, if so, makes
 // it this instance's to settle, so that no other sweeper settles it too.
-func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (bool, error) {
+// It returns the token of the claim it took, 0 for a run that holds no
+// row.
+func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine bool, err error) {
 	row, err := m.claims.ActiveRun(ctx, ref.ThreadID)
 	switch {
 	case err == nil && row.RunID == ref.RunID:
 		if row.Suspended && m.agentResumes() {
-			return false, nil // waiting for a person
+			return 0, false, nil // waiting for a person
 		}
 		if !row.Free(m.now()) {
-			return false, nil // its instance is alive
+			return 0, false, nil // its instance is alive
 		}
 		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
 	case err == nil:
 		// The thread's row is another run's, so this one holds nothing: no
 		// process can be running it.
-		return true, nil
+		return 0, true, nil
 	case !errors.Is(err, ErrNotFound):
-		return false, err
+		return 0, false, err
 	}
 	// No row at all: a run written before runs were claimed. Claim it now.
-	if _, err := m.claims.ClaimThread(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease); err != nil {
+	row, err = m.claims.ClaimThread(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+	if err != nil {
 		if errors.Is(err, ErrRunActive) {
-			return false, nil
+			return 0, false, nil
 		}
-		return false, err
+		return 0, false, err
 	}
 	if m.agentResumes() {
 		// Suspended on a confirmation: keep it so, owned by nobody.
 		if c, err := m.pendingOf(ctx, ref); err != nil {
-			return false, err
+			return 0, false, err
 		} else if c != nil {
-			err := errors.Join(m.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, true),
-				m.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, m.instance))
-			return false, err
+			err := errors.Join(m.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, row.Fence, true),
+				m.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, row.Fence))
+			return 0, false, err
 		}
 	}
-	return true, nil
+	return row.Fence, true, nil
 }
 
 // pendingOf returns the run's pending confirmation, if any.

@@ -189,7 +189,7 @@ func leaveOrphanedAgent(t *testing.T, store *memory.Store, thread, runID, agentI
 		{Type: instanceai.TypeToolCall, AgentID: agentID, Payload: &instanceai.ToolCall{ToolCallID: "bg2", ToolName: "tool", Args: json.RawMessage(`{}`)}},
 	}
 	appendRun(t, store, thread, runID, events)
-	if err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond); err != nil {
+	if _, err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,7 +304,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	}
 	bg := st.BackgroundTasks[0]
 	ref := instanceai.AgentRef{ThreadID: "th", RunID: bg.RunID, AgentID: bg.AgentID}
-	if err := store.ClaimAgent(ctx, ref, "inst-b", time.Minute); err != nil {
+	if _, err := store.ClaimAgent(ctx, ref, "inst-b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	before := len(a.rows("th"))
@@ -313,7 +313,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	if after := len(a.rows("th")); after != before {
 		t.Fatalf("the agent wrote %d events after its row was taken", after-before)
 	}
-	if refs, err := store.RenewAgents(ctx, "inst-b", time.Minute); err != nil || len(refs) != 1 || refs[0] != ref {
+	if refs, err := store.RenewAgents(ctx, "inst-b", time.Minute); err != nil || len(refs) != 1 || refs[0].AgentRef != ref {
 		t.Fatalf("the taker's row = %+v, %v; want it left to the taker", refs, err)
 	}
 }

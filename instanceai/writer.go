@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,7 +37,14 @@ type WriterConfig struct {
 	// the thread was deleted, or taken by another user, under the run. The
 	// registry stops such a run at once; nothing more of it is written.
 	OnRunGone func(threadID, runID string)
-	Logger    *slog.Logger
+	// OnRunFenced is told, once, about each claim whose fencing token the
+	// log refused as stale (see FencedAppender): another instance took
+	// the run (agentID "") or its background agent agentID, and settles
+	// it. The writer has dropped what it held under that claim, and drops
+	// whatever is queued under it later; the registry stops the run or the
+	// agent.
+	OnRunFenced func(threadID, runID, agentID string)
+	Logger      *slog.Logger
 	// Observer is told about each commit and published event (nil: none).
 	Observer Observer
 	// CheckpointBytes stores the text of an open segment in a checkpoint
@@ -111,9 +119,14 @@ type Writer struct {
 	// none or both rules are off.
 	pieces CheckpointStore
 	// finished is told, after the commit and before the publish, about
-	// each run whose run-finish was just stored (the run registry frees
-	// the thread's claim there).
-	finished func(threadID, runID string)
+	// each run whose run-finish was just stored, with the fencing token it
+	// was stored under (the run registry frees the thread's claim there).
+	finished func(threadID, runID string, fence int64)
+	// fenced is the log's FencedAppender (nil: it has none), used unless
+	// unfenced is set: the run registry sets it when its claims are not
+	// the log's, whose tokens the log would not know.
+	fenced   FencedAppender
+	unfenced atomic.Bool
 
 	mu      sync.Mutex
 	threads map[string]*threadDrain
@@ -125,17 +138,31 @@ type Writer struct {
 func NewWriter(log EventLog, hub Publisher, cfg WriterConfig) *Writer {
 	cfg.defaults()
 	w := &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
+	w.fenced, _ = log.(FencedAppender)
 	if cs, ok := log.(CheckpointStore); ok && (cfg.CheckpointBytes > 0 || cfg.CheckpointInterval > 0) {
 		w.pieces = cs
 	}
 	return w
 }
 
-func (w *Writer) onRunFinished(f func(threadID, runID string)) { w.finished = f }
+func (w *Writer) onRunFinished(f func(threadID, runID string, fence int64)) { w.finished = f }
 
-// DropRun discards what is queued of a run and everything it enqueues
-// later: another instance took the run over and settled it.
-func (w *Writer) DropRun(threadID, runID string) {
+// useFences says whether appends carry the tokens of the run registry's
+// claims, which they can only when the claims are kept by the log itself.
+func (w *Writer) useFences(on bool) { w.unfenced.Store(!on) }
+
+// fencedLog is the log's FencedAppender when appends carry tokens.
+func (w *Writer) fencedLog() FencedAppender {
+	if w.unfenced.Load() {
+		return nil
+	}
+	return w.fenced
+}
+
+// dropFence discards what is queued under f's claim, and everything
+// queued under it later: another instance took the claim over and settles
+// its run (or agent).
+func (w *Writer) dropFence(threadID string, f *fence) {
 	w.mu.Lock()
 	d := w.threads[threadID]
 	w.mu.Unlock()
@@ -143,16 +170,19 @@ func (w *Writer) DropRun(threadID, runID string) {
 		return
 	}
 	d.mu.Lock()
-	if d.drop == nil {
-		d.drop = map[string]bool{}
-	}
-	d.drop[runID] = true
+	d.drop = append(d.drop, f)
 	d.mu.Unlock()
 }
 
 // Enqueue hands an event to the thread's drain. It never blocks on storage.
-// The event must already be valid and stamped.
-func (w *Writer) Enqueue(threadID string, ev Event) error {
+// The event must already be valid and stamped. It is written under no
+// claim's fencing token (see RunClaims): the run registry queues the events
+// of its runs with theirs.
+func (w *Writer) Enqueue(threadID string, ev Event) error { return w.enqueue(threadID, ev, nil) }
+
+// enqueue is Enqueue of an event written under f's token, which is read
+// when the event is committed (nil: no token).
+func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -167,7 +197,7 @@ func (w *Writer) Enqueue(threadID string, ev Event) error {
 		go d.run()
 	}
 	d.mu.Lock()
-	d.queue = append(d.queue, ev)
+	d.queue = append(d.queue, queued{ev: ev, fence: f})
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -233,6 +263,9 @@ type segment struct {
 	firstTS    int64
 	text       []byte
 	order      int
+	// fence is the token holder of the segment's deltas, which its block
+	// and its checkpoint pieces are written under.
+	fence *fence
 
 	// Checkpoint pieces: text[:stored] is in pieces pieces, the first of
 	// them stored with since (see Checkpoint.Since); the rest has waited
@@ -257,6 +290,13 @@ type waiter struct {
 // queue many times over, and costs nothing measurable per event.
 const maxDrainPass = 1024
 
+// queued is an event waiting in a drain, with the holder of the token it
+// is written under (nil: none).
+type queued struct {
+	ev    Event
+	fence *fence
+}
+
 // threadDrain is the ordered drain of one thread.
 type threadDrain struct {
 	w        *Writer
@@ -264,20 +304,23 @@ type threadDrain struct {
 	wake     chan struct{}
 
 	mu       sync.Mutex
-	queue    []Event
+	queue    []queued
 	enqueued int // events taken from the queue so far
 	waiters  []waiter
 	stop     bool
-	drop     map[string]bool // runs to discard, from DropRun
+	drop     []*fence // claims to discard, from dropFence
 
 	// Owned by the drain goroutine.
 	segs       map[segKey]*segment
 	nextOrder  int
 	failedRuns map[string]bool
+	// stale are the claims whose events are dropped: the log refused
+	// their token, or the registry found them taken (dropFence).
+	stale map[*fence]bool
 	// endings are the error and run-finish of runs failed by a storage
-	// outage: published live when the run failed, stored once the log
-	// answers again (see storeEndings).
-	endings []Event
+	// outage, with their runs' token holders: published live when the run
+	// failed, stored once the log answers again (see storeEndings).
+	endings []batchItem
 	// committed is the thread's highest seq this drain knows committed (0:
 	// it has not appended yet), the Since of the next first piece and the
 	// After of the deltas it publishes.
@@ -329,8 +372,8 @@ func (d *threadDrain) run() {
 		drop := d.drop
 		d.drop = nil
 		d.mu.Unlock()
-		for runID := range drop {
-			d.dropRun(runID)
+		for _, f := range drop {
+			d.dropStale(f)
 		}
 
 		now := time.Now()
@@ -339,7 +382,7 @@ func (d *threadDrain) run() {
 		}
 		var b batchBuilder
 		for i := range batch {
-			d.add(&b, &batch[i])
+			d.add(&b, &batch[i].ev, batch[i].fence)
 		}
 		if (stop && !backlog) || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
 			d.closeWhere(&b, func(*segment) bool { return true })
@@ -441,17 +484,19 @@ type batchBuilder struct {
 type batchItem struct {
 	ev     Event
 	stored bool
+	fence  *fence
 	// offset is a delta's byte offset in its segment's text.
 	offset int64
 }
 
-func (b *batchBuilder) push(ev Event, stored bool) {
-	b.items = append(b.items, batchItem{ev: ev, stored: stored})
+func (b *batchBuilder) push(ev Event, stored bool, f *fence) {
+	b.items = append(b.items, batchItem{ev: ev, stored: stored, fence: f})
 }
 
-// add applies the coalescing rules of the protocol to one event.
-func (d *threadDrain) add(b *batchBuilder, ev *Event) {
-	if d.failedRuns[ev.RunID] {
+// add applies the coalescing rules of the protocol to one event, written
+// under f's token.
+func (d *threadDrain) add(b *batchBuilder, ev *Event, f *fence) {
+	if d.failedRuns[ev.RunID] || d.stale[f] {
 		return
 	}
 	switch ev.Type {
@@ -467,9 +512,10 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event) {
 			d.nextOrder++
 			d.segs[key] = seg
 		}
-		b.push(*ev, false)
+		b.push(*ev, false, f)
 		b.items[len(b.items)-1].offset = int64(len(seg.text))
 		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
+		seg.fence = f
 		return
 	}
 	dur := DurabilityOf(ev.Type)
@@ -481,7 +527,7 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event) {
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID && s.key.agentID == ev.AgentID })
 		}
 	}
-	b.push(*ev, dur.Stored())
+	b.push(*ev, dur.Stored(), f)
 }
 
 // closeWhere closes the matching segments, oldest first and, for one agent,
@@ -531,7 +577,7 @@ func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
 	b.push(Event{
 		Type: typ, RunID: s.key.runID, AgentID: s.key.agentID, UserID: s.userID,
 		ResponseID: s.responseID, TS: s.firstTS, Payload: &Text{Text: string(s.text)},
-	}, true)
+	}, true, s.fence)
 }
 
 // commit persists the stored items in one append (retrying with backoff),
@@ -541,6 +587,7 @@ func (d *threadDrain) commit(items []batchItem) {
 	data := make([][]byte, len(items))
 	var rows []Event
 	var rowData [][]byte
+	var rowFences []*fence
 	for i := range items {
 		b, err := json.Marshal(&items[i].ev)
 		if err != nil {
@@ -554,14 +601,21 @@ func (d *threadDrain) commit(items []batchItem) {
 		if items[i].stored {
 			rows = append(rows, items[i].ev)
 			rowData = append(rowData, b)
+			rowFences = append(rowFences, items[i].fence)
 		}
 	}
-	var first int64
-	obs := d.w.cfg.Observer
 	if len(rows) > 0 {
 		start := time.Now()
-		var err error
-		first, err = d.appendWithRetry(rows, rowData)
+		first, tokens, err := d.appendWithRetry(rows, rowData, rowFences)
+		var stale *StaleFenceError
+		if errors.As(err, &stale) {
+			if rest, ok := d.refused(items, rowFences, tokens, stale.Tokens); ok {
+				if len(rest) > 0 {
+					d.commit(rest)
+				}
+				return
+			}
+		}
 		if errors.Is(err, ErrNotFound) && len(usersOf(items)) > 1 {
 			// The log stores a user's events only in that user's thread: a
 			// batch that mixes the events of a run whose thread was deleted
@@ -577,21 +631,30 @@ func (d *threadDrain) commit(items []batchItem) {
 			return
 		}
 		d.committed = max(d.committed, first+int64(len(rows))-1)
-		obs.BatchCommitted(len(rows), time.Since(start))
+		d.w.cfg.Observer.BatchCommitted(len(rows), time.Since(start))
 		if d.w.finished != nil {
 			for i := range rows {
 				if rows[i].Type == TypeRunFinish {
-					d.w.finished(d.threadID, rows[i].RunID)
+					d.w.finished(d.threadID, rows[i].RunID, tokens[i])
 				}
 			}
 		}
+		d.publish(items, data, first)
+		return
 	}
+	d.publish(items, data, 0)
+}
+
+// publish sends a committed batch's frames, in order, the stored ones
+// with their seqs from first on.
+func (d *threadDrain) publish(items []batchItem, data [][]byte, first int64) {
+	obs := d.w.cfg.Observer
 	frames := make([]Frame, 0, len(items))
 	seq := first
 	// after is the highest seq committed before the next frame: every
 	// seq before this batch's first is (seqs follow commit order).
 	after := d.committed
-	if len(rows) > 0 {
+	if first > 0 {
 		after = first - 1
 	} else if hasDelta(items) {
 		if after == 0 {
@@ -664,26 +727,110 @@ func usersOf(items []batchItem) []string {
 	return users
 }
 
-func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte) (int64, error) {
+// appendWithRetry appends rows, each under its holder's token, retrying
+// failures with backoff but for a missing thread and a stale token, which
+// no retry mends. It returns the tokens of its last try.
+func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte, holders []*fence) (first int64, tokens []int64, err error) {
 	backoff := d.w.cfg.RetryBackoff
-	var err error
 	for attempt := 0; attempt <= d.w.cfg.Retries; attempt++ {
 		if attempt > 0 {
 			time.Sleep(backoff)
 			backoff = min(backoff*2, d.w.cfg.MaxBackoff)
 		}
-		var first int64
-		first, err = d.w.log.AppendEncoded(context.Background(), d.threadID, rows, data)
-		if err == nil {
-			return first, nil
-		}
-		if errors.Is(err, ErrNotFound) {
-			return 0, err // the thread was deleted: nothing to retry
+		first, tokens, err = d.appendOnce(rows, data, holders)
+		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrStaleFence) {
+			return first, tokens, err
 		}
 		d.w.cfg.Logger.Warn("append failed, retrying", "thread", d.threadID, "rows", len(rows),
 			"attempt", attempt+1, "err", err)
 	}
-	return 0, err
+	return 0, tokens, err
+}
+
+// appendOnce appends rows, each under its holder's token as it is now,
+// and returns those tokens: a holder's token is read when its events are
+// committed, since a run that takes its claim again moves it on.
+func (d *threadDrain) appendOnce(rows []Event, data [][]byte, holders []*fence) (int64, []int64, error) {
+	tokens := make([]int64, len(holders))
+	fenced := false
+	for i, h := range holders {
+		tokens[i] = h.token()
+		fenced = fenced || tokens[i] != 0
+	}
+	if fa := d.w.fencedLog(); fa != nil && fenced {
+		first, err := fa.AppendFenced(context.Background(), d.threadID, rows, data, tokens)
+		return first, tokens, err
+	}
+	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, rows, data)
+	return first, tokens, err
+}
+
+// refused handles an append the log refused for the stale tokens stale.
+// The claims behind them were taken by another instance, which settles
+// their runs: every event queued under them, in this batch or later, is
+// dropped, published to nobody, with their open segments, and each claim
+// is reported once (OnRunFenced). A holder whose token moved on since the
+// try (a suspended run took its claim again) is not stopped: its events
+// go again with the new token. It returns the rest of the batch, to be
+// committed at once; ok is false when no holder of the batch had a stale
+// token, which no log refuses.
+func (d *threadDrain) refused(items []batchItem, holders []*fence, tokens, stale []int64) (rest []batchItem, ok bool) {
+	judged := map[*fence]bool{}
+	for i, h := range holders {
+		if h == nil || judged[h] || !slices.Contains(stale, tokens[i]) {
+			continue
+		}
+		judged[h] = true
+		ok = true
+		if h.settled() == tokens[i] {
+			d.stopStale(h)
+		}
+	}
+	if !ok {
+		return nil, false
+	}
+	dropped := 0
+	for _, it := range items {
+		if d.stale[it.fence] {
+			dropped++
+			continue
+		}
+		rest = append(rest, it)
+	}
+	d.w.cfg.Logger.Info("dropping events the log refused: another instance took their claim", "thread", d.threadID,
+		"events", dropped, "tokens", stale)
+	return rest, true
+}
+
+// stopStale drops f's claim, refused by the log, and reports it once.
+func (d *threadDrain) stopStale(f *fence) {
+	if !d.dropStale(f) {
+		return
+	}
+	if cb := d.w.cfg.OnRunFenced; cb != nil {
+		cb(d.threadID, f.runID, f.agentID)
+	}
+}
+
+// dropStale discards f's claim's open segments, with their checkpoint
+// state, and every later event of it. The pieces of its segments stay in
+// the store: they are the taker's, which reads them to settle the run. It
+// reports whether the claim was not dropped already.
+func (d *threadDrain) dropStale(f *fence) bool {
+	if d.stale[f] {
+		return false
+	}
+	if d.stale == nil {
+		d.stale = map[*fence]bool{}
+	}
+	d.stale[f] = true
+	for k, s := range d.segs {
+		if s.fence == f {
+			delete(d.segs, k)
+		}
+	}
+	d.closing = slices.DeleteFunc(d.closing, func(s *segment) bool { return s.fence == f })
+	return true
 }
 
 // dropRun discards the run's open segments and every later event of it.
@@ -736,6 +883,16 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		if !d.dropRun(runID) {
 			continue
 		}
+		// The endings are the run's: its orchestrator's events carry the
+		// run's token holder, which a background agent's event of the run
+		// does not (its own, unless it has none).
+		holder := it.fence
+		for _, other := range items {
+			if other.ev.RunID == runID && other.fence != nil && other.fence.agentID == "" {
+				holder = other.fence
+				break
+			}
+		}
 		agent := OrchestratorAgentID(runID)
 		now := time.Now().UnixMilli()
 		for _, ev := range []Event{
@@ -747,7 +904,7 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		} {
 			if f, ferr := NewFrame(0, &ev); ferr == nil {
 				frames = append(frames, f)
-				d.endings = append(d.endings, ev)
+				d.endings = append(d.endings, batchItem{ev: ev, stored: true, fence: holder})
 			}
 		}
 		if cb := d.w.cfg.OnRunFailed; cb != nil {
@@ -762,15 +919,21 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 // which comes within MaxBackoff. Their frames are published as echoes: a
 // connection that had them live when the runs failed only moves its cursor
 // past the rows, one that joined since is sent them, and replay and session
-// restore read the same events from the log. The stored run-finish releases the run's claim
-// as any run-finish does.
+// restore read the same events from the log. The stored run-finish releases
+// the run's claim as any run-finish does. Each ending is written under its
+// run's token: if another instance took the run meanwhile (the outage
+// outlasted its lease) and settled it, the log refuses the ending, which
+// is dropped; the log then ends the run with that settlement.
 func (d *threadDrain) storeEndings() {
 	if len(d.endings) == 0 {
 		return
 	}
+	events := make([]Event, len(d.endings))
 	data := make([][]byte, len(d.endings))
+	holders := make([]*fence, len(d.endings))
 	for i := range d.endings {
-		b, err := json.Marshal(&d.endings[i])
+		events[i], holders[i] = d.endings[i].ev, d.endings[i].fence
+		b, err := json.Marshal(&events[i])
 		if err != nil {
 			d.w.cfg.Logger.Error("encode a failed run's ending", "thread", d.threadID, "err", err)
 			d.endings = nil
@@ -778,37 +941,67 @@ func (d *threadDrain) storeEndings() {
 		}
 		data[i] = b
 	}
-	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, d.endings, data)
+	first, tokens, err := d.appendOnce(events, data, holders)
 	if errors.Is(err, ErrNotFound) {
 		d.endings = nil // the thread was deleted meanwhile
+		return
+	}
+	var stale *StaleFenceError
+	if errors.As(err, &stale) {
+		d.settledElsewhere(tokens, stale.Tokens)
 		return
 	}
 	if err != nil {
 		return
 	}
-	d.committed = max(d.committed, first+int64(len(d.endings))-1)
-	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(d.endings))
+	d.committed = max(d.committed, first+int64(len(events))-1)
+	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(events))
 	if d.w.pieces != nil {
 		// The failed runs' segments never got their blocks: their
 		// pieces are of no more use.
-		for i := range d.endings {
-			if d.endings[i].Type == TypeRunFinish {
+		for i := range events {
+			if events[i].Type == TypeRunFinish {
 				d.deletePieces(func(ctx context.Context) error {
-					return d.w.pieces.DeleteRunCheckpoints(ctx, d.threadID, d.endings[i].RunID, "")
+					return d.w.pieces.DeleteRunCheckpoints(ctx, d.threadID, events[i].RunID, "")
 				})
 			}
 		}
 	}
-	frames := make([]Frame, len(d.endings))
-	for i := range d.endings {
-		frames[i] = EncodedFrame(first+int64(i), &d.endings[i], data[i])
+	frames := make([]Frame, len(events))
+	for i := range events {
+		frames[i] = EncodedFrame(first+int64(i), &events[i], data[i])
 		frames[i].Echo = true
-		if d.endings[i].Type == TypeRunFinish && d.w.finished != nil {
-			d.w.finished(d.threadID, d.endings[i].RunID)
+		if events[i].Type == TypeRunFinish && d.w.finished != nil {
+			d.w.finished(d.threadID, events[i].RunID, tokens[i])
 		}
 	}
 	d.endings = nil
 	d.w.hub.Publish(d.threadID, frames)
+}
+
+// settledElsewhere drops the kept endings that the log refused for their
+// stale tokens (tokens are those the try used): another instance settled
+// their runs while the outage kept the endings here. Each run is logged
+// once. The others are tried again at once.
+func (d *threadDrain) settledElsewhere(tokens, stale []int64) {
+	var kept []batchItem
+	var dropped []string
+	for i, e := range d.endings {
+		if !slices.Contains(stale, tokens[i]) {
+			kept = append(kept, e)
+			continue
+		}
+		if !slices.Contains(dropped, e.ev.RunID) {
+			dropped = append(dropped, e.ev.RunID)
+			d.w.cfg.Logger.Warn("another instance settled this run while the storage outage kept its ending here; dropping the ending",
+				"thread", d.threadID, "run", e.ev.RunID)
+		}
+	}
+	if len(dropped) == 0 {
+		return // no ending had a stale token: tried again at the next pass
+	}
+	d.endings = kept
+	d.storeEndings()
 }
 
 // pieceTimeout bounds one checkpoint statement, so that a database that
@@ -824,7 +1017,8 @@ const (
 // checkpoint stores, as a piece, the text of each open segment that the
 // checkpoint rules say has waited enough. A piece that cannot be stored is
 // tried again at the next pass: until then a crash loses that text, as it
-// always did before pieces.
+// always did before pieces. A piece is written under its segment's claim:
+// refused for a stale token, it stops the claim as a refused append does.
 func (d *threadDrain) checkpoint(now time.Time) {
 	if d.w.pieces == nil || now.Before(d.pieceRetry) {
 		return
@@ -855,12 +1049,27 @@ func (d *threadDrain) checkpoint(now time.Time) {
 			}
 			s.since = d.committed
 		}
+		var token int64
+		if d.w.fencedLog() != nil {
+			token = s.fence.token()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
 		err := d.w.pieces.AddCheckpoint(ctx, d.threadID, Checkpoint{
 			RunID: s.key.runID, AgentID: s.key.agentID, Kind: s.key.kind, ResponseID: s.responseID,
 			UserID: s.userID, TS: s.firstTS, Since: s.since, Piece: s.pieces, Text: string(s.text[s.stored:]),
+			Fence: token,
 		})
 		cancel()
+		if errors.Is(err, ErrStaleFence) {
+			// Unless a retake moved the token on meanwhile (the piece then
+			// goes at the next pass), the claim is another instance's.
+			if s.fence.settled() == token {
+				d.w.cfg.Logger.Info("dropping events the log refused: another instance took their claim",
+					"thread", d.threadID, "run", s.key.runID, "tokens", []int64{token})
+				d.stopStale(s.fence)
+			}
+			continue
+		}
 		if err != nil {
 			d.pieceFailed(now, err)
 			return

@@ -290,7 +290,7 @@ func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var finished atomic.Int32
-	instanceai.OnRunFinished(e.writer, func(thread, run string) {
+	instanceai.OnRunFinished(e.writer, func(thread, run string, _ int64) {
 		if thread == "t" && run == "r" {
 			finished.Add(1)
 		}

@@ -10,7 +10,10 @@ import (
 // Proxy forwards TCP connections to a server, and can make the ones it
 // holds go silent: what a network partition does, unlike a server-side
 // kill, is tell neither end. Transports' tests use it to check that a
-// listener notices a dead connection by itself.
+// listener notices a dead connection by itself. It can also stall the
+// link (Freeze: nothing moves, nothing is lost, until Thaw) and break it
+// with a reset (Reset: every connection ends with a TCP RST, until
+// Restore).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -18,6 +21,11 @@ type Proxy struct {
 	mu     sync.Mutex
 	pairs  []*pair
 	refuse bool
+	// reset makes a refused connection end with RST rather than FIN.
+	reset bool
+	// thawed is closed while the link flows; Freeze replaces it with an
+	// open channel, which Thaw closes.
+	thawed chan struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -35,7 +43,9 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target}
+	thawed := make(chan struct{})
+	close(thawed)
+	p := &Proxy{ln: ln, target: target, thawed: thawed}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
@@ -66,11 +76,65 @@ func (p *Proxy) CutOff() {
 	}
 }
 
-// Restore ends CutOff: new connections are forwarded again.
+// Restore ends CutOff and Reset: new connections are forwarded again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.refuse = false
+	p.refuse, p.reset = false, false
 	p.mu.Unlock()
+}
+
+// Freeze stalls the link without closing anything: the proxy stops
+// forwarding on every connection it holds, and on those it accepts until
+// Thaw, keeping what either end sends. Neither end learns anything, as on
+// a network that stops delivering; Thaw delivers what was kept, in order.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default: // frozen already
+	}
+}
+
+// Thaw ends Freeze: everything kept is delivered, and the link flows.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
+}
+
+// flowing returns a channel that is closed while the link is not frozen.
+func (p *Proxy) flowing() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.thawed
+}
+
+// Reset ends every connection the proxy holds with a TCP reset to both
+// ends, what a middlebox that drops a link's state does, and resets each
+// new one as soon as it is accepted, until Restore.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse, p.reset = true, true
+	for _, pr := range p.pairs {
+		abort(pr.client)
+		abort(pr.server)
+	}
+}
+
+// abort closes c with a TCP reset: no lingering, so the kernel sends RST
+// instead of FIN.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 func (p *Proxy) accept() {
@@ -80,10 +144,14 @@ func (p *Proxy) accept() {
 			return // closed
 		}
 		p.mu.Lock()
-		refuse := p.refuse
+		refuse, reset := p.refuse, p.reset
 		p.mu.Unlock()
 		if refuse {
-			_ = c.Close()
+			if reset {
+				abort(c)
+			} else {
+				_ = c.Close()
+			}
 			continue
 		}
 		s, err := net.Dial("tcp", p.target)
@@ -101,14 +169,16 @@ func (p *Proxy) accept() {
 		}
 		p.pairs = append(p.pairs, pr)
 		p.mu.Unlock()
-		p.wg.Go(func() { pr.pipe(s, c) })
-		p.wg.Go(func() { pr.pipe(c, s) })
+		p.wg.Go(func() { pr.pipe(s, c, p.flowing) })
+		p.wg.Go(func() { pr.pipe(c, s, p.flowing) })
 	}
 }
 
 // pipe copies from src to dst until either fails, dropping what it reads
-// while the pair is silent; then it closes both.
-func (pr *pair) pipe(dst, src net.Conn) {
+// while the pair is silent and holding it while the link is frozen (it
+// reads no more meanwhile, so the sender's buffers fill as on a stalled
+// network); then it closes both.
+func (pr *pair) pipe(dst, src net.Conn, flowing func() <-chan struct{}) {
 	defer func() {
 		_ = pr.client.Close()
 		_ = pr.server.Close()
@@ -117,6 +187,7 @@ func (pr *pair) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !pr.silent.Load() {
+			<-flowing()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -129,6 +200,7 @@ func (pr *pair) pipe(dst, src net.Conn) {
 
 func (p *Proxy) close() {
 	_ = p.ln.Close()
+	p.Thaw() // pipes held by a freeze would wait for ever
 	p.mu.Lock()
 	p.closed = true
 	for _, pr := range p.pairs {

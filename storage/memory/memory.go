@@ -118,8 +118,9 @@ type confirmation struct {
 }
 
 var (
-	_ instanceai.Store     = (*Store)(nil)
-	_ instanceai.RowReader = (*Store)(nil)
+	_ instanceai.Store          = (*Store)(nil)
+	_ instanceai.RowReader      = (*Store)(nil)
+	_ instanceai.FencedAppender = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -187,6 +188,23 @@ func (s *Store) Append(ctx context.Context, threadID string, events []instanceai
 // AppendEncoded implements instanceai.EventLog: the writer encodes each
 // event once. The store keeps the slices.
 func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	return s.append(ctx, threadID, events, data, nil)
+}
+
+// AppendFenced implements instanceai.FencedAppender: the tokens are
+// checked against the claims under the store's lock, which every change
+// of the claims takes too.
+func (s *Store) AppendFenced(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	tokens, err := records.Fences(events, fences)
+	if err != nil {
+		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
+	}
+	return s.append(ctx, threadID, events, data, tokens)
+}
+
+// append stores events if the thread is their user's and claims of the
+// thread hold every one of tokens.
+func (s *Store) append(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, tokens []int64) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, err)
 	}
@@ -204,6 +222,11 @@ func (s *Store) AppendEncoded(ctx context.Context, threadID string, events []ins
 	t := s.threads[threadID]
 	if t == nil || (owner != "" && t.meta.OwnerID != owner) {
 		return 0, notFound("append to", threadID)
+	}
+	if len(tokens) > 0 {
+		if stale := s.claims.StaleFences(threadID, tokens); len(stale) > 0 {
+			return 0, fmt.Errorf("memory: append to thread %q: %w", threadID, &instanceai.StaleFenceError{Tokens: stale})
+		}
 	}
 	first := t.lastSeq + 1
 	if len(events) == 0 {

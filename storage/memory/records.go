@@ -94,6 +94,8 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 	}
 	c.Status = status
 	c.CreatedAt = stamp(c.CreatedAt)
+	fence := c.Fence
+	c.Fence = 0 // checked, not kept
 	// Copied, so that the caller's buffer cannot change the stored request.
 	c.Request = json.RawMessage(string(c.Request))
 	if err := s.lock(); err != nil {
@@ -102,6 +104,12 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 	defer s.mu.Unlock()
 	if s.threads[c.ThreadID] == nil {
 		return notFound("add confirmation to", c.ThreadID)
+	}
+	if fence != 0 {
+		if stale := s.claims.StaleFences(c.ThreadID, []int64{fence}); len(stale) > 0 {
+			return fmt.Errorf("memory: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID,
+				&instanceai.StaleFenceError{Tokens: stale})
+		}
 	}
 	if _, dup := s.confirmations[c.RequestID]; dup {
 		return fmt.Errorf("memory: add confirmation %q to thread %q: a confirmation with this request id exists", c.RequestID, c.ThreadID)

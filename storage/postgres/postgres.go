@@ -94,7 +94,9 @@ func logDialect(one *oneStatement) sqllog.Dialect {
 				threadID, n, owner).Scan(&last, &now)
 			return last, now, err
 		},
-		AppendOne: one.append,
+		AppendOne:       one.append,
+		AppendOneFenced: one.appendFenced,
+		ShareLock:       " FOR SHARE",
 	}
 }
 
@@ -117,43 +119,77 @@ const appendOneSQL = `WITH r AS (
 )
 SELECT last_seq FROM r`
 
-// oneStatement runs appendOneSQL, whose text never changes (seven parameters
-// whatever the batch's size), so it is prepared once, on first use (the
-// tables exist only after Migrate): lib/pq sends an unprepared statement
-// with parameters in two round trips (parse, then bind and execute), a
-// prepared one in one.
+// appendFencedSQL is appendOneSQL for a batch written under fencing tokens
+// ($8, distinct and non-zero): the counter moves, and the rows go in, only
+// if claim rows of the thread hold every token. The claim rows are read by
+// CTEs with FOR SHARE that the UPDATE's condition evaluates before it
+// takes the counter row, and not by plain subqueries: in READ COMMITTED an
+// UPDATE that waits for the counter row's lock (another appender's)
+// re-checks that row alone when it gets it, and subqueries on other tables
+// keep the statement's snapshot, so a take committed during the wait would
+// go unseen. FOR SHARE instead waits for a take or release of the row
+// under way, re-reads the row as it left it, and holds off the next one
+// until this statement commits. Every append locks claim rows before the
+// counter row, and a take locks no counter row, so the locks never wait in
+// a cycle.
+const appendFencedSQL = `WITH fa AS (
+    SELECT fence FROM active_runs WHERE thread_id = $1 AND fence = ANY($8::bigint[]) FOR SHARE
+), fb AS (
+    SELECT fence FROM background_agents WHERE thread_id = $1 AND fence = ANY($8::bigint[]) FOR SHARE
+), r AS (
+    UPDATE threads SET last_seq = last_seq + $2, updated_at = now()
+    WHERE id = $1 AND ($7 = '' OR owner_id = $7)
+      AND (SELECT count(*) FROM fa) + (SELECT count(*) FROM fb) = cardinality($8::bigint[])
+    RETURNING last_seq
+), i AS (
+    INSERT INTO events (thread_id, seq, type, run_id, agent_id, data, created_at)
+    SELECT $1, r.last_seq - $2 + v.ord, v.type, v.run_id, v.agent_id, v.data, now()
+    FROM r, unnest($3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS v (type, run_id, agent_id, data, ord)
+)
+SELECT last_seq FROM r`
+
+// oneStatement runs appendOneSQL and appendFencedSQL, whose texts never
+// change (seven and eight parameters whatever the batch's size), so each is
+// prepared once, on first use (the tables exist only after Migrate):
+// lib/pq sends an unprepared statement with parameters in two round trips
+// (parse, then bind and execute), a prepared one in one.
 type oneStatement struct {
-	mu   sync.Mutex
-	stmt *sql.Stmt
+	mu     sync.Mutex
+	stmt   *sql.Stmt
+	fenced *sql.Stmt
 }
 
-func (o *oneStatement) prepared(ctx context.Context, db *sql.DB) (*sql.Stmt, error) {
+func (o *oneStatement) prepared(ctx context.Context, db *sql.DB, fenced bool) (*sql.Stmt, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.stmt == nil {
-		stmt, err := db.PrepareContext(ctx, appendOneSQL)
+	slot, query := &o.stmt, appendOneSQL
+	if fenced {
+		slot, query = &o.fenced, appendFencedSQL
+	}
+	if *slot == nil {
+		stmt, err := db.PrepareContext(ctx, query)
 		if err != nil {
 			return nil, err
 		}
-		o.stmt = stmt
+		*slot = stmt
 	}
-	return o.stmt, nil
+	return *slot, nil
 }
 
 func (o *oneStatement) close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.stmt == nil {
-		return nil
+	var errs []error
+	for _, stmt := range []*sql.Stmt{o.stmt, o.fenced} {
+		if stmt != nil {
+			errs = append(errs, stmt.Close())
+		}
 	}
-	return o.stmt.Close()
+	return errors.Join(errs...)
 }
 
-func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte) (int64, error) {
-	stmt, err := o.prepared(ctx, db)
-	if err != nil {
-		return 0, err
-	}
+// oneArgs are the parameters the two statements share, $1 to $7.
+func oneArgs(threadID, owner string, events []instanceai.Event, data [][]byte) []any {
 	types := make([]string, len(events))
 	runs := make([]string, len(events))
 	agents := make([]string, len(events))
@@ -161,9 +197,26 @@ func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID, owner s
 	for i := range events {
 		types[i], runs[i], agents[i], datas[i] = string(events[i].Type), events[i].RunID, events[i].AgentID, string(data[i])
 	}
+	return []any{threadID, len(events), pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas), owner}
+}
+
+func (o *oneStatement) append(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte) (int64, error) {
+	stmt, err := o.prepared(ctx, db, false)
+	if err != nil {
+		return 0, err
+	}
 	var last int64
-	err = stmt.QueryRowContext(ctx, threadID, len(events),
-		pq.Array(types), pq.Array(runs), pq.Array(agents), pq.Array(datas), owner).Scan(&last)
+	err = stmt.QueryRowContext(ctx, oneArgs(threadID, owner, events, data)...).Scan(&last)
+	return last, err
+}
+
+func (o *oneStatement) appendFenced(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte, tokens []int64) (int64, error) {
+	stmt, err := o.prepared(ctx, db, true)
+	if err != nil {
+		return 0, err
+	}
+	var last int64
+	err = stmt.QueryRowContext(ctx, append(oneArgs(threadID, owner, events, data), pq.Array(tokens))...).Scan(&last)
 	return last, err
 }
 
@@ -177,6 +230,7 @@ var claimsDialect = claims.Dialect{
 		var pe *pq.Error
 		return errors.As(err, &pe) && pe.Code == "23503"
 	},
+	FenceSQL: `nextval('claim_fences')`,
 }
 
 // builderDialect stamps the builder's rows with the database's clock: the
@@ -316,10 +370,23 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 	return nil
 }
 
+// deleteThreadSQL deletes a thread; its rows go with it through ON DELETE
+// CASCADE. It locks the thread's claim rows before the thread's row, in
+// the order a fenced append locks them (appendFencedSQL): a cascade that
+// reached the claim rows only after the thread's row was taken would wait
+// for an append holding one of them, while that append waits for the
+// thread's row, and PostgreSQL would end the cycle by failing one of them.
+const deleteThreadSQL = `WITH ca AS (
+    SELECT 1 FROM active_runs WHERE thread_id = $1 FOR UPDATE
+), cb AS (
+    SELECT 1 FROM background_agents WHERE thread_id = $1 FOR UPDATE
+)
+DELETE FROM threads WHERE id = $1 AND (SELECT count(*) FROM ca) + (SELECT count(*) FROM cb) >= 0`
+
 // DeleteThread implements instanceai.ThreadStore; the events go with the
 // thread through ON DELETE CASCADE.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM threads WHERE id = $1`, id)
+	res, err := s.db.ExecContext(ctx, deleteThreadSQL, id)
 	if err == nil {
 		err = sqllog.MustAffect(res)
 	}

@@ -81,15 +81,26 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) error {
 	status, err := records.Confirmation(c)
 	if err == nil {
+		// The fencing token is read as an append reads it (see
+		// appendFencedSQL): a run whose claim was taken cannot leave a
+		// request its taker, settling the run, would not close.
 		var res sql.Result
 		res, err = s.db.ExecContext(ctx,
-			`INSERT INTO confirmations (request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, created_at)
+			`WITH fa AS (SELECT 1 FROM active_runs WHERE thread_id = $2 AND fence = $10::bigint FOR SHARE),
+			      fb AS (SELECT 1 FROM background_agents WHERE thread_id = $2 AND fence = $10::bigint FOR SHARE)
+			 INSERT INTO confirmations (request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, created_at)
 			 SELECT $1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9::timestamptz, now())
-			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)`,
+			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)
+			   AND ($10::bigint = 0 OR EXISTS (SELECT 1 FROM fa) OR EXISTS (SELECT 1 FROM fb))`,
 			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
-			orNow(c.CreatedAt))
+			orNow(c.CreatedAt), c.Fence)
 		if err == nil {
 			err = sqllog.MustAffect(res)
+		}
+		if errors.Is(err, instanceai.ErrNotFound) && c.Fence != 0 {
+			if terr := s.ThreadExists(ctx, c.ThreadID); terr == nil {
+				err = sqllog.CheckFence(ctx, s.Log, c.ThreadID, c.Fence)
+			}
 		}
 	}
 	if err != nil {

@@ -87,14 +87,23 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 		if at.IsZero() {
 			at = time.Now()
 		}
+		// One statement on the one writer: the token is current when it
+		// is read, and stays so until the insert is done.
 		var res sql.Result
 		res, err = s.wdb.ExecContext(ctx,
 			`INSERT INTO confirmations (request_id, thread_id, run_id, agent_id, tool_call_id, owner_id, request, status, created_at)
-			 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
+			 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)
+			   AND (? = 0 OR EXISTS (SELECT 1 FROM active_runs WHERE thread_id = ? AND fence = ?)
+			        OR EXISTS (SELECT 1 FROM background_agents WHERE thread_id = ? AND fence = ?))`,
 			c.RequestID, c.ThreadID, c.RunID, c.AgentID, c.ToolCallID, c.OwnerID, string(c.Request), status,
-			formatTime(at), c.ThreadID)
+			formatTime(at), c.ThreadID, c.Fence, c.ThreadID, c.Fence, c.ThreadID, c.Fence)
 		if err == nil {
 			err = sqllog.MustAffect(res)
+		}
+		if errors.Is(err, instanceai.ErrNotFound) && c.Fence != 0 {
+			if terr := s.ThreadExists(ctx, c.ThreadID); terr == nil {
+				err = sqllog.CheckFence(ctx, s.Log, c.ThreadID, c.Fence)
+			}
 		}
 	}
 	if err != nil {

@@ -167,12 +167,18 @@ var logDialect = sqllog.Dialect{
 
 // claimsDialect spells the claims statements for SQLite: leases in epoch
 // milliseconds from the process clock, which the processes sharing one
-// file share.
+// file share, and tokens from the one-row counter, bumped in the claim's
+// transaction (which holds the file's write lock from its BEGIN).
 var claimsDialect = claims.Dialect{
 	Name: "sqlite", Rebind: sqllog.Question.Rebind,
 	Now:                   func() (string, []any) { return `?`, []any{time.Now().UnixMilli()} },
 	Expiry:                func(ttl time.Duration) (string, any) { return `?`, time.Now().Add(ttl).UnixMilli() },
 	IsForeignKeyViolation: func(err error) bool { return strings.Contains(err.Error(), "FOREIGN KEY constraint failed") },
+	NextFence: func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		var token int64
+		err := tx.QueryRowContext(ctx, `UPDATE claim_fences SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&token)
+		return token, err
+	},
 }
 
 // builderDialect stamps the builder's rows with the process clock, in the

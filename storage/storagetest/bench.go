@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -40,6 +41,10 @@ func (r rate) perSecond() float64 {
 //	       which goes first, each timed on its own; reports both rates and
 //	       store/raw, store's events/s divided by raw's (1 means the store
 //	       costs nothing over a bare INSERT; 0.5 means half as fast)
+//	fenced, fenced-ratio
+//	       as store and ratio, for AppendFenced with every event under
+//	       the token of the thread's run (when the store is a
+//	       FencedAppender): what checking the token costs
 //
 // The ratio interleaves the two because a commit's cost is dominated by the
 // disk's sync latency, which drifts over seconds: measured back to back, the
@@ -82,6 +87,46 @@ func BenchAppend(b *testing.B, s instanceai.Store, raw RawAppend) {
 		storeID := newThread(b, "store")
 		rawID, next := newThread(b, "raw"), int64(1)
 		interleave(b, "store", func() { appendStore(b, storeID) }, func() { appendRaw(b, rawID, &next) })
+	})
+
+	fa, ok := s.(instanceai.FencedAppender)
+	if !ok {
+		return
+	}
+	// fencedThread is a thread whose run holds its row, and the run's
+	// token for every event of a batch.
+	fencedThread := func(b *testing.B) (string, []int64) {
+		id := newThread(b, "fenced")
+		row, err := s.ClaimThread(ctx, id, "run-bench", "bench", time.Hour)
+		if err != nil {
+			b.Fatalf("ClaimThread: %v", err)
+		}
+		fences := make([]int64, BatchSize)
+		for i := range fences {
+			fences[i] = row.Fence
+		}
+		return id, fences
+	}
+	appendFenced := func(b *testing.B, id string, fences []int64) {
+		data := make([][]byte, len(batch))
+		for i := range batch {
+			var err error
+			if data[i], err = json.Marshal(&batch[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := fa.AppendFenced(ctx, id, batch, data, fences); err != nil {
+			b.Fatalf("AppendFenced: %v", err)
+		}
+	}
+	b.Run("fenced", func(b *testing.B) {
+		id, fences := fencedThread(b)
+		throughput(b, func() { appendFenced(b, id, fences) })
+	})
+	b.Run("fenced-ratio", func(b *testing.B) {
+		id, fences := fencedThread(b)
+		rawID, next := newThread(b, "raw"), int64(1)
+		interleave(b, "fenced", func() { appendFenced(b, id, fences) }, func() { appendRaw(b, rawID, &next) })
 	})
 }
 

@@ -28,62 +28,72 @@ func testClaims(t *testing.T, s instanceai.Store) {
 	if err != nil {
 		t.Fatalf("ClaimThread: %v", err)
 	}
-	if row.RunID != "run_a" || row.Owner != "inst_a" || row.Suspended || time.Until(row.LeaseExpires) < lease/2 {
+	if row.RunID != "run_a" || row.Owner != "inst_a" || row.Suspended || time.Until(row.LeaseExpires) < lease/2 || row.Fence <= 0 {
 		t.Fatalf("claimed row = %+v", row)
 	}
 	held, err := s.ClaimThread(ctx, "t1", "run_b", "inst_b", lease)
-	if !errors.Is(err, instanceai.ErrRunActive) || held.RunID != "run_a" || held.Owner != "inst_a" {
-		t.Fatalf("second claim: row %+v, err %v; want run_a's row and ErrRunActive", held, err)
+	if !errors.Is(err, instanceai.ErrRunActive) || held.RunID != "run_a" || held.Owner != "inst_a" || held.Fence != row.Fence {
+		t.Fatalf("second claim: row %+v, err %v; want run_a's row (token %d) and ErrRunActive", held, err, row.Fence)
 	}
 	if _, err := s.ClaimThread(ctx, "missing", "run_x", "inst_a", lease); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("claim on a missing thread: err = %v, want ErrNotFound", err)
 	}
 
 	// A live lease cannot be taken; an ownerless row can, once.
-	if won, err := s.TakeRun(ctx, "t1", "run_a", "inst_b", lease); err != nil || won {
-		t.Fatalf("TakeRun of a live lease = %v, %v; want false", won, err)
+	if fence, won, err := s.TakeRun(ctx, "t1", "run_a", "inst_b", lease); err != nil || won || fence != 0 {
+		t.Fatalf("TakeRun of a live lease = %d, %v, %v; want 0, false", fence, won, err)
 	}
-	if err := s.SuspendRun(ctx, "t1", "run_a", true); err != nil {
+	if err := s.SuspendRun(ctx, "t1", "run_a", row.Fence, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DisownRun(ctx, "t1", "run_a", "inst_b"); err != nil {
-		t.Fatal(err)
+	if err := s.DisownRun(ctx, "t1", "run_a", row.Fence+1); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("DisownRun with a token the row does not hold: %v, want ErrStaleFence", err)
 	}
 	if row, _ := s.ActiveRun(ctx, "t1"); row.Owner != "inst_a" || !row.Suspended {
 		t.Fatalf("after suspend and a stranger's disown: %+v, want owner inst_a, suspended", row)
 	}
-	if err := s.DisownRun(ctx, "t1", "run_a", "inst_a"); err != nil {
+	if err := s.DisownRun(ctx, "t1", "run_a", row.Fence); err != nil {
 		t.Fatal(err)
 	}
-	if row, _ := s.ActiveRun(ctx, "t1"); row.Owner != "" || !row.Suspended {
-		t.Fatalf("after disown: %+v, want no owner, suspended", row)
+	if got, _ := s.ActiveRun(ctx, "t1"); got.Owner != "" || !got.Suspended || got.Fence != row.Fence {
+		t.Fatalf("after disown: %+v, want no owner, suspended, token %d kept", got, row.Fence)
 	}
-	if won, err := s.TakeRun(ctx, "t1", "run_other", "inst_b", lease); err != nil || won {
+	if _, won, err := s.TakeRun(ctx, "t1", "run_other", "inst_b", lease); err != nil || won {
 		t.Fatalf("TakeRun naming another run = %v, %v; want false", won, err)
 	}
 	var wins sync.WaitGroup
-	results := make([]bool, 6)
+	type take struct {
+		fence int64
+		won   bool
+	}
+	results := make([]take, 6)
 	for i := range results {
 		wins.Go(func() {
-			won, err := s.TakeRun(ctx, "t1", "run_a", "inst_"+string(rune('c'+i)), lease)
+			fence, won, err := s.TakeRun(ctx, "t1", "run_a", "inst_"+string(rune('c'+i)), lease)
 			if err != nil {
 				t.Error(err)
 			}
-			results[i] = won
+			results[i] = take{fence, won}
 		})
 	}
 	wins.Wait()
-	if n := len(slices.DeleteFunc(slices.Clone(results), func(b bool) bool { return !b })); n != 1 {
-		t.Fatalf("%d of %d concurrent takes of a free run won, want exactly 1", n, len(results))
+	winners := slices.DeleteFunc(slices.Clone(results), func(r take) bool { return !r.won })
+	if len(winners) != 1 {
+		t.Fatalf("%d of %d concurrent takes of a free run won, want exactly 1", len(winners), len(results))
+	}
+	if got, _ := s.ActiveRun(ctx, "t1"); got.Fence != winners[0].fence || got.Fence <= row.Fence {
+		t.Fatalf("the row after the take holds token %d; the winner got %d, the first claim had %d", got.Fence, winners[0].fence, row.Fence)
 	}
 
 	// Renewal returns what an owner holds; expiry shows in ExpiredRuns.
-	if _, err := s.ClaimThread(ctx, "t2", "run_c", "inst_short", 50*time.Millisecond); err != nil {
+	short, err := s.ClaimThread(ctx, "t2", "run_c", "inst_short", 50*time.Millisecond)
+	if err != nil {
 		t.Fatal(err)
 	}
-	refs, err := s.RenewRuns(ctx, "inst_short", 50*time.Millisecond)
-	if err != nil || !slices.Equal(refs, []instanceai.RunRef{{ThreadID: "t2", RunID: "run_c"}}) {
-		t.Fatalf("RenewRuns = %v, %v", refs, err)
+	renewed, err := s.RenewRuns(ctx, "inst_short", 50*time.Millisecond)
+	if err != nil || len(renewed) != 1 || renewed[0].ThreadID != "t2" || renewed[0].RunID != "run_c" ||
+		renewed[0].Owner != "inst_short" || renewed[0].Fence != short.Fence {
+		t.Fatalf("RenewRuns = %+v, %v; want t2's run_c with token %d", renewed, err, short.Fence)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -102,25 +112,30 @@ func testClaims(t *testing.T, s instanceai.Store) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if won, err := s.TakeRun(ctx, "t2", "run_c", "inst_d", lease); err != nil || !won {
-		t.Fatalf("TakeRun of an expired lease = %v, %v; want true", won, err)
+	taken, won, err := s.TakeRun(ctx, "t2", "run_c", "inst_d", lease)
+	if err != nil || !won || taken <= short.Fence {
+		t.Fatalf("TakeRun of an expired lease = %d, %v, %v; want a token after %d", taken, won, err, short.Fence)
 	}
 	if refs, _ := s.RenewRuns(ctx, "inst_short", lease); len(refs) != 0 {
 		t.Fatalf("the old owner still renews %v after the take", refs)
 	}
 
 	// Release frees the thread; releasing another run's id does nothing.
-	if err := s.ReleaseRun(ctx, "t2", "run_other"); err != nil {
-		t.Fatal(err)
+	if err := s.ReleaseRun(ctx, "t2", "run_other", taken); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("a release naming another run: %v, want ErrStaleFence", err)
 	}
 	if _, err := s.ActiveRun(ctx, "t2"); err != nil {
 		t.Fatalf("a release naming another run removed the row: %v", err)
 	}
-	if err := s.ReleaseRun(ctx, "t2", "run_c"); err != nil {
+	if err := s.ReleaseRun(ctx, "t2", "run_c", taken); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimThread(ctx, "t2", "run_d", "inst_a", lease); err != nil {
+	again, err := s.ClaimThread(ctx, "t2", "run_d", "inst_a", lease)
+	if err != nil {
 		t.Fatalf("claim after release: %v", err)
+	}
+	if again.Fence <= taken {
+		t.Fatalf("a claim after the release got token %d, not after %d", again.Fence, taken)
 	}
 
 	// Deleting a thread takes its row with it.
@@ -131,6 +146,83 @@ func testClaims(t *testing.T, s instanceai.Store) {
 	if _, err := s.ActiveRun(ctx, "t2"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("a re-created thread inherited the deleted one's active run: err = %v", err)
 	}
+}
+
+// testStaleHolderChangesNothing: once another instance took a run's row,
+// the old holder's token moves nothing: not the suspension, not the owner,
+// not the row itself; each refusal matches ErrStaleFence. A row's token
+// survives a disown (the run is still its holder's until taken), and every
+// claim, of either table, gets a token larger than all before it.
+func testStaleHolderChangesNothing(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "t", "owner")
+	old, err := s.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence, won, err := s.TakeRun(ctx, "t", "r", "inst_b", time.Minute)
+	if err != nil || !won || fence <= old.Fence {
+		t.Fatalf("TakeRun of an expired lease = %d, %v, %v; want a token after %d", fence, won, err, old.Fence)
+	}
+	want := instanceai.ActiveRun{ThreadID: "t", RunID: "r", Owner: "inst_b", Fence: fence}
+	check := func(what string) {
+		t.Helper()
+		got, err := s.ActiveRun(ctx, "t")
+		if err != nil || got.RunID != want.RunID || got.Owner != want.Owner || got.Suspended != want.Suspended || got.Fence != want.Fence {
+			t.Fatalf("%s: row = %+v, %v; want %+v", what, got, err, want)
+		}
+	}
+	for name, call := range map[string]func() error{
+		"SuspendRun": func() error { return s.SuspendRun(ctx, "t", "r", old.Fence, true) },
+		"DisownRun":  func() error { return s.DisownRun(ctx, "t", "r", old.Fence) },
+		"ReleaseRun": func() error { return s.ReleaseRun(ctx, "t", "r", old.Fence) },
+	} {
+		err := call()
+		var stale *instanceai.StaleFenceError
+		if !errors.Is(err, instanceai.ErrStaleFence) || !errors.As(err, &stale) || !slices.Equal(stale.Tokens, []int64{old.Fence}) {
+			t.Fatalf("%s with the stale token %d: %v, want a StaleFenceError naming it", name, old.Fence, err)
+		}
+		check(name + " with the stale token")
+	}
+	// The holder's own token works, and a disown keeps it.
+	if err := s.SuspendRun(ctx, "t", "r", fence, true); err != nil {
+		t.Fatal(err)
+	}
+	want.Suspended = true
+	check("SuspendRun with the current token")
+	if err := s.DisownRun(ctx, "t", "r", fence); err != nil {
+		t.Fatal(err)
+	}
+	want.Owner = ""
+	check("DisownRun with the current token")
+	if err := s.ReleaseRun(ctx, "t", "r", fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseRun(ctx, "t", "r", fence); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("a second release: %v, want ErrStaleFence", err)
+	}
+
+	// Tokens only grow, across both tables.
+	last := fence
+	ref := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}
+	next := func(what string, f int64, err error) {
+		t.Helper()
+		if err != nil || f <= last {
+			t.Fatalf("%s: token %d, %v; want one after %d", what, f, err, last)
+		}
+		last = f
+	}
+	row, err := s.ClaimThread(ctx, "t", "r2", "inst_a", time.Minute)
+	next("ClaimThread", row.Fence, err)
+	f, err := s.ClaimAgent(ctx, ref, "inst_a", -time.Second)
+	next("ClaimAgent", f, err)
+	f, err = s.ClaimAgent(ctx, ref, "inst_a", -time.Second)
+	next("ClaimAgent of a claimed agent", f, err)
+	f, won, err = s.TakeAgent(ctx, ref, "inst_b", time.Minute)
+	if !won {
+		t.Fatal("TakeAgent of an expired row lost")
+	}
+	next("TakeAgent", f, err)
 }
 
 // checkClaimsAcrossStores: claims racing from two pools on one database
@@ -160,56 +252,67 @@ func checkClaimsAcrossStores(t *testing.T, stores []instanceai.Store, thread str
 
 // testAgentClaims: a background agent's row is claimed, renewed by its
 // owner only, listed once its lease ran out, taken by exactly one of
-// several instances, released, and gone with its thread.
+// several instances, released by its holder only, and gone with its
+// thread.
 func testAgentClaims(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
 	ensure(t, s, "t1", "owner")
 	a1 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_1"}
 	a2 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_2"}
-	if err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "missing", RunID: "r", AgentID: "a"}, "inst_a", time.Minute); !errors.Is(err, instanceai.ErrNotFound) {
+	if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "missing", RunID: "r", AgentID: "a"}, "inst_a", time.Minute); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("ClaimAgent on a missing thread: %v, want ErrNotFound", err)
 	}
 	// agent_1 is claimed with a lease that has already run out, agent_2
 	// with a live one.
-	if err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
-		t.Fatalf("ClaimAgent: %v", err)
+	f1, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second)
+	if err != nil || f1 <= 0 {
+		t.Fatalf("ClaimAgent = %d, %v", f1, err)
 	}
-	if err := s.ClaimAgent(ctx, a2, "inst_a", time.Minute); err != nil {
-		t.Fatalf("ClaimAgent: %v", err)
+	f2, err := s.ClaimAgent(ctx, a2, "inst_a", time.Minute)
+	if err != nil || f2 <= f1 {
+		t.Fatalf("ClaimAgent = %d, %v; want a token after %d", f2, err, f1)
 	}
 	expired, err := s.ExpiredAgents(ctx)
-	if err != nil || len(expired) != 1 || expired[0].AgentRef != a1 || expired[0].Owner != "inst_a" || !expired[0].LeaseExpires.Before(time.Now()) {
-		t.Fatalf("ExpiredAgents = %+v, %v; want agent_1 of inst_a", expired, err)
+	if err != nil || len(expired) != 1 || expired[0].AgentRef != a1 || expired[0].Owner != "inst_a" ||
+		!expired[0].LeaseExpires.Before(time.Now()) || expired[0].Fence != f1 {
+		t.Fatalf("ExpiredAgents = %+v, %v; want agent_1 of inst_a, token %d", expired, err, f1)
 	}
-	if won, err := s.TakeAgent(ctx, a2, "inst_b", time.Minute); err != nil || won {
+	if _, won, err := s.TakeAgent(ctx, a2, "inst_b", time.Minute); err != nil || won {
 		t.Fatalf("TakeAgent of a live lease = %v, %v; want false", won, err)
 	}
 	// Of several instances that take the expired row at once, one wins.
 	var wins atomic.Int32
+	var taken atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			won, err := s.TakeAgent(ctx, a1, fmt.Sprint("inst_", i), time.Minute)
+			fence, won, err := s.TakeAgent(ctx, a1, fmt.Sprint("inst_", i), time.Minute)
 			if err != nil {
 				t.Errorf("TakeAgent: %v", err)
 			}
 			if won {
 				wins.Add(1)
+				taken.Store(fence)
 			}
 		})
 	}
 	wg.Wait()
-	if wins.Load() != 1 {
-		t.Fatalf("%d TakeAgent calls won an expired row, want 1", wins.Load())
+	if wins.Load() != 1 || taken.Load() <= f2 {
+		t.Fatalf("%d TakeAgent calls won an expired row (token %d), want 1 with a token after %d", wins.Load(), taken.Load(), f2)
 	}
 	// Renewal touches the owner's rows only, and gives them a live lease.
-	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(refs) != 1 || refs[0] != a2 {
-		t.Fatalf("RenewAgents of inst_a = %+v, %v; want agent_2", refs, err)
+	if rows, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(rows) != 1 || rows[0].AgentRef != a2 ||
+		rows[0].Owner != "inst_a" || rows[0].Fence != f2 {
+		t.Fatalf("RenewAgents of inst_a = %+v, %v; want agent_2 with token %d", rows, err, f2)
 	}
 	if expired, err := s.ExpiredAgents(ctx); err != nil || len(expired) != 0 {
 		t.Fatalf("ExpiredAgents after the take and the renewal = %+v, %v; want none", expired, err)
 	}
-	if err := s.ReleaseAgent(ctx, a1); err != nil {
+	// The old holder's token releases nothing; the taker's does.
+	if err := s.ReleaseAgent(ctx, a1, f1); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("ReleaseAgent with the stale token: %v, want ErrStaleFence", err)
+	}
+	if err := s.ReleaseAgent(ctx, a1, taken.Load()); err != nil {
 		t.Fatal(err)
 	}
 	// Whichever instance won agent_1, its row is gone now.
@@ -219,7 +322,7 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 		}
 	}
 	// The thread's deletion takes its rows.
-	if err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
+	if _, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteThread(ctx, "t1"); err != nil {

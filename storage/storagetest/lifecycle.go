@@ -194,7 +194,8 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		t.Fatal(err)
 	}
 	addConfirmation(t, s, newConfirmation("t", "c", time.Time{}))
-	if _, err := s.ClaimThread(ctx, "t", "r", "inst", time.Minute); err != nil {
+	claim, err := s.ClaimThread(ctx, "t", "r", "inst", time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -239,10 +240,10 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		"RunEvents":            func() error { _, err := s.RunEvents(ctx, "t", "run-s"); return err },
 		"ClaimThread":          func() error { _, err := s.ClaimThread(ctx, "t", "r2", "inst", time.Minute); return err },
 		"ActiveRun":            func() error { _, err := s.ActiveRun(ctx, "t"); return err },
-		"TakeRun":              func() error { _, err := s.TakeRun(ctx, "t", "r", "other", time.Minute); return err },
-		"SuspendRun":           func() error { return s.SuspendRun(ctx, "t", "r", true) },
-		"DisownRun":            func() error { return s.DisownRun(ctx, "t", "r", "inst") },
-		"ReleaseRun":           func() error { return s.ReleaseRun(ctx, "t", "r") },
+		"TakeRun":              func() error { _, _, err := s.TakeRun(ctx, "t", "r", "other", time.Minute); return err },
+		"SuspendRun":           func() error { return s.SuspendRun(ctx, "t", "r", claim.Fence, true) },
+		"DisownRun":            func() error { return s.DisownRun(ctx, "t", "r", claim.Fence) },
+		"ReleaseRun":           func() error { return s.ReleaseRun(ctx, "t", "r", claim.Fence) },
 		"RenewRuns":            func() error { _, err := s.RenewRuns(ctx, "inst", time.Minute); return err },
 		"ExpiredRuns":          func() error { _, err := s.ExpiredRuns(ctx); return err },
 		"Migrate":              func() error { return s.Migrate(ctx) },

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,7 +43,9 @@ func RunSQL(t *testing.T, open SQLOpener) {
 		{"DeleteRemovesRows", testDeleteRemovesRows},
 		{"ChunkedAppendIsAtomic", testChunkedAppend},
 		{"OneStatementAppendIsAtomic", testOneStatementAppend},
+		{"ChunkedFencedAppend", testChunkedFencedAppend},
 		{"Checkpoints", testCheckpoints},
+		{"FencedCheckpoints", testFencedCheckpoints},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,7 +137,7 @@ func testDeleteRemovesRows(t *testing.T, b SQLBackend) {
 	if _, err := b.ClaimThread(ctx, "t", "r", "inst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute); err != nil {
+	if _, err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Store.(instanceai.CheckpointStore).AddCheckpoint(ctx, "t", instanceai.Checkpoint{RunID: "r", AgentID: "a",
@@ -242,6 +245,44 @@ func testOneStatementAppend(t *testing.T, b SQLBackend) {
 	}
 }
 
+// testChunkedFencedAppend: a fenced batch larger than one INSERT (written
+// in a transaction of several statements) checks its tokens as one
+// statement does: a stale token stores no chunk and leaves the counter,
+// and a take racing the appends is never overtaken.
+func testChunkedFencedAppend(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	b.SetMaxRows(4)
+	fa := fencedAppender(t, b.Store)
+	ensure(t, b, "t", "o")
+	row, err := b.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences := func(f int64) []int64 {
+		out := make([]int64, 10)
+		for i := range out {
+			out[i] = f
+		}
+		return out
+	}
+	if first, err := appendFenced(fa, "t", 0, fences(row.Fence)...); err != nil || first != 1 {
+		t.Fatalf("chunked append under the current token = %d, %v; want 1", first, err)
+	}
+	if _, won, err := b.TakeRun(ctx, "t", "r", "inst_b", time.Minute); err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	_, err = appendFenced(fa, "t", 10, fences(row.Fence)...)
+	wantStale(t, "chunked append under the taken token", err, row.Fence)
+	if n := countRows(t, b.DB, "events"); n != 10 {
+		t.Fatalf("%d rows after the refused append, want 10", n)
+	}
+	var last int64
+	if err := b.DB.QueryRow(`SELECT last_seq FROM threads WHERE id = 't'`).Scan(&last); err != nil || last != 10 {
+		t.Fatalf("last_seq after the refused append = %d, %v; want 10", last, err)
+	}
+	checkFencedAppendRacesTake(t, b.Store, b.Store, 10, 3)
+}
+
 // testCheckpoints: pieces come back by segment and piece whatever order
 // they were stored in; storing one again changes nothing; another user's
 // thread and a missing one refuse them; the deletions take exactly what
@@ -313,5 +354,42 @@ func testCheckpoints(t *testing.T, b SQLBackend) {
 	}
 	if n := countRows(t, b.DB, "segment_checkpoints"); n != 0 {
 		t.Fatalf("%d pieces left after deleting the run's", n)
+	}
+}
+
+// testFencedCheckpoints: a piece stored under a token is stored only while
+// a claim row of its thread holds the token. Refused, it leaves nothing,
+// even where the same piece was stored before under the token; a missing
+// thread is ErrNotFound first.
+func testFencedCheckpoints(t *testing.T, b SQLBackend) {
+	ctx := context.Background()
+	cs := b.Store.(instanceai.CheckpointStore)
+	ensure(t, b, "t", "alice")
+	row, err := b.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := func(n int, fence int64) instanceai.Checkpoint {
+		return instanceai.Checkpoint{RunID: "r", AgentID: "a", Kind: instanceai.TypeTextDelta, ResponseID: "resp", UserID: "alice",
+			TS: 1700000000000, Since: 3, Piece: n, Text: fmt.Sprint("piece ", n), Fence: fence}
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece(0, row.Fence)); err != nil {
+		t.Fatalf("a piece under the current token: %v", err)
+	}
+	taken, won, err := b.TakeRun(ctx, "t", "r", "inst_b", time.Minute)
+	if err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	wantStale(t, "a piece under the taken token", cs.AddCheckpoint(ctx, "t", piece(1, row.Fence)), row.Fence)
+	wantStale(t, "a piece stored before, again under the taken token", cs.AddCheckpoint(ctx, "t", piece(0, row.Fence)), row.Fence)
+	if err := cs.AddCheckpoint(ctx, "missing", piece(1, row.Fence)); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("a piece of a missing thread under a stale token: %v, want ErrNotFound", err)
+	}
+	if err := cs.AddCheckpoint(ctx, "t", piece(1, taken)); err != nil {
+		t.Fatalf("a piece under the taker's token: %v", err)
+	}
+	got, err := cs.RunCheckpoints(ctx, "t", "r")
+	if err != nil || len(got) != 2 || got[0] != piece(0, 0) || got[1] != piece(1, 0) {
+		t.Fatalf("pieces = %+v, %v; want pieces 0 and 1, read back with token 0", got, err)
 	}
 }

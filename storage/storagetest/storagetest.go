@@ -60,6 +60,11 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteCascadesToRecords", testDeleteCascadesToRecords},
 		{"AppendEncoded", testAppendEncoded},
 		{"Claims", testClaims},
+		{"StaleHolderChangesNothing", testStaleHolderChangesNothing},
+		{"FencedAppends", testFencedAppends},
+		{"FencedAppendRacesTake", testFencedAppendRacesTake},
+		{"DeleteDuringFencedAppends", testDeleteDuringFencedAppends},
+		{"FencedConfirmations", testFencedConfirmations},
 		{"AgentClaims", testAgentClaims},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
@@ -142,6 +147,8 @@ func RunTwoPools(t *testing.T, openA, openB Opener) {
 	checkConcurrentAnswers(t, []instanceai.Store{a, b}, "shared", 3, 8)
 
 	checkClaimsAcrossStores(t, []instanceai.Store{a, b}, "shared")
+	// One instance appends under its token while the other takes its run.
+	checkFencedAppendRacesTake(t, a, b, 1, fenceRaceRounds)
 
 	// What one pool deletes, the other no longer sees.
 	if err := a.DeleteThread(ctx, "shared"); err != nil {

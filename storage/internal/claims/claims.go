@@ -8,6 +8,10 @@
 // instances on hosts whose clocks disagree still agree on when a lease ran
 // out; SQLite is a file on one machine, whose processes share one clock, so
 // its leases are epoch milliseconds from the process.
+//
+// They also differ in where fencing tokens come from (migration 007):
+// PostgreSQL's claim_fences sequence, which a claim's own statement calls,
+// or SQLite's one-row counter, which a claim bumps in its own transaction.
 package claims
 
 import (
@@ -33,6 +37,13 @@ type Dialect struct {
 	// IsForeignKeyViolation recognises a claim on a thread that does not
 	// exist.
 	IsForeignKeyViolation func(error) bool
+	// FenceSQL, when set, is the SQL of a fresh fencing token that a
+	// claim's own statement evaluates (PostgreSQL's nextval: it takes no
+	// lock and is never rolled back, so no two claims get one token).
+	// When it is "", NextFence hands the token out instead, inside the
+	// claim's transaction.
+	FenceSQL  string
+	NextFence func(ctx context.Context, tx *sql.Tx) (int64, error)
 }
 
 // Table implements instanceai.RunClaims on one database.
@@ -56,13 +67,13 @@ func New(d Dialect, writer, reader *sql.DB) *Table {
 
 func (t *Table) q(s string) string { return t.d.Rebind(s) }
 
-const columns = `thread_id, run_id, owner_id, suspended, lease_expires`
+const columns = `thread_id, run_id, owner_id, suspended, lease_expires, fence`
 
 func (t *Table) scan(row interface{ Scan(...any) error }) (instanceai.ActiveRun, error) {
 	var a instanceai.ActiveRun
 	var suspended any
 	var lease any
-	if err := row.Scan(&a.ThreadID, &a.RunID, &a.Owner, &suspended, &lease); err != nil {
+	if err := row.Scan(&a.ThreadID, &a.RunID, &a.Owner, &suspended, &lease, &a.Fence); err != nil {
 		return a, err
 	}
 	switch v := suspended.(type) {
@@ -95,6 +106,53 @@ func (t *Table) wrap(op, threadID string, err error) error {
 	return fmt.Errorf("%s: %s thread %q: %w", t.d.Name, op, threadID, err)
 }
 
+// querier is what a claim's statement runs on: the writer pool, or the
+// transaction that hands out its token.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// fenced runs stmt, a statement that gives a row a fresh fencing token,
+// with the token's SQL and arguments: the dialect's FenceSQL on the writer
+// pool, or a placeholder for NextFence's token, both in one transaction.
+// An error from stmt rolls that transaction back and is returned as it is.
+func (t *Table) fenced(ctx context.Context, stmt func(q querier, fence string, fenceArgs []any) error) (err error) {
+	if t.d.FenceSQL != "" {
+		return stmt(t.w, t.d.FenceSQL, nil)
+	}
+	tx, err := t.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	token, err := t.d.NextFence(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("hand out a fencing token: %w", err)
+	}
+	if err := stmt(tx, "?", []any{token}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// mustFence returns a *instanceai.StaleFenceError for fence when res
+// changed no row: no row of the caller's run holds its token.
+func mustFence(res sql.Result, fence int64) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return &instanceai.StaleFenceError{Tokens: []int64{fence}}
+	}
+	return nil
+}
+
 // ClaimThread implements instanceai.RunClaims.
 func (t *Table) ClaimThread(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (instanceai.ActiveRun, error) {
 	exp, expArg := t.d.Expiry(ttl)
@@ -102,11 +160,16 @@ func (t *Table) ClaimThread(ctx context.Context, threadID, runID, owner string, 
 	// existing row is read and reported. It can vanish in between (its run
 	// finished): then the loop tries again.
 	for range 3 {
-		row, err := t.scan(t.w.QueryRowContext(ctx, t.q(
-			`INSERT INTO active_runs (thread_id, run_id, owner_id, suspended, lease_expires)
-			 VALUES (?, ?, ?, false, `+exp+`)
-			 ON CONFLICT (thread_id) DO NOTHING RETURNING `+columns),
-			threadID, runID, owner, expArg))
+		var row instanceai.ActiveRun
+		err := t.fenced(ctx, func(q querier, fence string, fenceArgs []any) error {
+			var err error
+			row, err = t.scan(q.QueryRowContext(ctx, t.q(
+				`INSERT INTO active_runs (thread_id, run_id, owner_id, suspended, lease_expires, fence)
+				 VALUES (?, ?, ?, false, `+exp+`, `+fence+`)
+				 ON CONFLICT (thread_id) DO NOTHING RETURNING `+columns),
+				append([]any{threadID, runID, owner, expArg}, fenceArgs...)...))
+			return err
+		})
 		if err == nil {
 			return row, nil
 		}
@@ -137,56 +200,72 @@ func (t *Table) ActiveRun(ctx context.Context, threadID string) (instanceai.Acti
 }
 
 // TakeRun implements instanceai.RunClaims.
-func (t *Table) TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (bool, error) {
+func (t *Table) TakeRun(ctx context.Context, threadID, runID, owner string, ttl time.Duration) (int64, bool, error) {
 	exp, expArg := t.d.Expiry(ttl)
 	now, nowArg := t.d.Now()
-	res, err := t.w.ExecContext(ctx, t.q(
-		`UPDATE active_runs SET owner_id = ?, lease_expires = `+exp+`
-		 WHERE thread_id = ? AND run_id = ? AND (owner_id = '' OR lease_expires < `+now+`)`),
-		append([]any{owner, expArg, threadID, runID}, nowArg...)...)
-	if err != nil {
-		return false, t.wrap("take the run of", threadID, err)
+	var token int64
+	err := t.fenced(ctx, func(q querier, fence string, fenceArgs []any) error {
+		args := append(append([]any{owner, expArg}, fenceArgs...), threadID, runID)
+		return q.QueryRowContext(ctx, t.q(
+			`UPDATE active_runs SET owner_id = ?, lease_expires = `+exp+`, fence = `+fence+`
+			 WHERE thread_id = ? AND run_id = ? AND (owner_id = '' OR lease_expires < `+now+`) RETURNING fence`),
+			append(args, nowArg...)...).Scan(&token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
 	}
-	n, err := res.RowsAffected()
-	return n == 1, t.wrap("take the run of", threadID, err)
+	if err != nil {
+		return 0, false, t.wrap("take the run of", threadID, err)
+	}
+	return token, true, nil
 }
 
 // SuspendRun implements instanceai.RunClaims.
-func (t *Table) SuspendRun(ctx context.Context, threadID, runID string, suspended bool) error {
-	_, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET suspended = ? WHERE thread_id = ? AND run_id = ?`),
-		suspended, threadID, runID)
+func (t *Table) SuspendRun(ctx context.Context, threadID, runID string, fence int64, suspended bool) error {
+	res, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET suspended = ? WHERE thread_id = ? AND run_id = ? AND fence = ?`),
+		suspended, threadID, runID, fence)
+	if err == nil {
+		err = mustFence(res, fence)
+	}
 	return t.wrap("suspend the run of", threadID, err)
 }
 
 // DisownRun implements instanceai.RunClaims.
-func (t *Table) DisownRun(ctx context.Context, threadID, runID, owner string) error {
-	_, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET owner_id = '' WHERE thread_id = ? AND run_id = ? AND owner_id = ?`),
-		threadID, runID, owner)
+func (t *Table) DisownRun(ctx context.Context, threadID, runID string, fence int64) error {
+	res, err := t.w.ExecContext(ctx, t.q(`UPDATE active_runs SET owner_id = '' WHERE thread_id = ? AND run_id = ? AND fence = ?`),
+		threadID, runID, fence)
+	if err == nil {
+		err = mustFence(res, fence)
+	}
 	return t.wrap("disown the run of", threadID, err)
 }
 
 // ReleaseRun implements instanceai.RunClaims.
-func (t *Table) ReleaseRun(ctx context.Context, threadID, runID string) error {
-	_, err := t.w.ExecContext(ctx, t.q(`DELETE FROM active_runs WHERE thread_id = ? AND run_id = ?`), threadID, runID)
+func (t *Table) ReleaseRun(ctx context.Context, threadID, runID string, fence int64) error {
+	res, err := t.w.ExecContext(ctx, t.q(`DELETE FROM active_runs WHERE thread_id = ? AND run_id = ? AND fence = ?`),
+		threadID, runID, fence)
+	if err == nil {
+		err = mustFence(res, fence)
+	}
 	return t.wrap("release the run of", threadID, err)
 }
 
 // RenewRuns implements instanceai.RunClaims.
-func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.RunRef, error) {
+func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.ActiveRun, error) {
 	exp, expArg := t.d.Expiry(ttl)
-	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE active_runs SET lease_expires = `+exp+` WHERE owner_id = ? RETURNING thread_id, run_id`),
+	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE active_runs SET lease_expires = `+exp+` WHERE owner_id = ? RETURNING `+columns),
 		expArg, owner)
 	if err != nil {
 		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
 	}
 	defer rows.Close()
-	var out []instanceai.RunRef
+	var out []instanceai.ActiveRun
 	for rows.Next() {
-		var ref instanceai.RunRef
-		if err := rows.Scan(&ref.ThreadID, &ref.RunID); err != nil {
+		row, err := t.scan(rows)
+		if err != nil {
 			return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
 		}
-		out = append(out, ref)
+		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
@@ -218,42 +297,64 @@ func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 }
 
 // ClaimAgent implements instanceai.AgentClaims.
-func (t *Table) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) error {
+func (t *Table) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (int64, error) {
 	exp, expArg := t.d.Expiry(ttl)
-	_, err := t.w.ExecContext(ctx, t.q(
-		`INSERT INTO background_agents (thread_id, agent_id, run_id, owner_id, lease_expires)
-		 VALUES (?, ?, ?, ?, `+exp+`)
-		 ON CONFLICT (thread_id, agent_id) DO UPDATE SET owner_id = excluded.owner_id, lease_expires = excluded.lease_expires`),
-		ref.ThreadID, ref.AgentID, ref.RunID, owner, expArg)
+	var token int64
+	err := t.fenced(ctx, func(q querier, fence string, fenceArgs []any) error {
+		return q.QueryRowContext(ctx, t.q(
+			`INSERT INTO background_agents (thread_id, agent_id, run_id, owner_id, lease_expires, fence)
+			 VALUES (?, ?, ?, ?, `+exp+`, `+fence+`)
+			 ON CONFLICT (thread_id, agent_id) DO UPDATE
+			 SET owner_id = excluded.owner_id, lease_expires = excluded.lease_expires, fence = excluded.fence
+			 RETURNING fence`),
+			append([]any{ref.ThreadID, ref.AgentID, ref.RunID, owner, expArg}, fenceArgs...)...).Scan(&token)
+	})
 	if err != nil && t.d.IsForeignKeyViolation(err) {
 		err = instanceai.ErrNotFound
 	}
-	return t.wrap("claim an agent of", ref.ThreadID, err)
+	return token, t.wrap("claim an agent of", ref.ThreadID, err)
 }
 
 // ReleaseAgent implements instanceai.AgentClaims.
-func (t *Table) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef) error {
-	_, err := t.w.ExecContext(ctx, t.q(`DELETE FROM background_agents WHERE thread_id = ? AND agent_id = ?`),
-		ref.ThreadID, ref.AgentID)
+func (t *Table) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef, fence int64) error {
+	res, err := t.w.ExecContext(ctx, t.q(`DELETE FROM background_agents WHERE thread_id = ? AND agent_id = ? AND fence = ?`),
+		ref.ThreadID, ref.AgentID, fence)
+	if err == nil {
+		err = mustFence(res, fence)
+	}
 	return t.wrap("release an agent of", ref.ThreadID, err)
 }
 
+// agentColumns are an AgentClaim's, as scanAgent reads them.
+const agentColumns = `thread_id, run_id, agent_id, owner_id, lease_expires, fence`
+
+func scanAgent(row interface{ Scan(...any) error }) (instanceai.AgentClaim, error) {
+	var c instanceai.AgentClaim
+	var lease any
+	if err := row.Scan(&c.ThreadID, &c.RunID, &c.AgentID, &c.Owner, &lease, &c.Fence); err != nil {
+		return c, err
+	}
+	var err error
+	c.LeaseExpires, err = leaseTime(lease)
+	return c, err
+}
+
 // RenewAgents implements instanceai.AgentClaims.
-func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentRef, error) {
+func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentClaim, error) {
 	exp, expArg := t.d.Expiry(ttl)
 	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE background_agents SET lease_expires = `+exp+`
-		WHERE owner_id = ? RETURNING thread_id, run_id, agent_id`), expArg, owner)
+		WHERE owner_id = ? RETURNING `+agentColumns), expArg, owner)
 	if err != nil {
 		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
 	}
 	defer rows.Close()
-	var out []instanceai.AgentRef
+	var out []instanceai.AgentClaim
 	for rows.Next() {
-		var ref instanceai.AgentRef
-		if err := rows.Scan(&ref.ThreadID, &ref.RunID, &ref.AgentID); err != nil {
+		c, err := scanAgent(rows)
+		if err != nil {
 			return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
 		}
-		out = append(out, ref)
+		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
@@ -264,7 +365,7 @@ func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration
 // ExpiredAgents implements instanceai.AgentClaims.
 func (t *Table) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, error) {
 	now, nowArg := t.d.Now()
-	rows, err := t.r.QueryContext(ctx, t.q(`SELECT thread_id, run_id, agent_id, owner_id, lease_expires
+	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+agentColumns+`
 		FROM background_agents WHERE lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
@@ -272,12 +373,8 @@ func (t *Table) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, err
 	defer rows.Close()
 	var out []instanceai.AgentClaim
 	for rows.Next() {
-		var c instanceai.AgentClaim
-		var lease any
-		if err := rows.Scan(&c.ThreadID, &c.RunID, &c.AgentID, &c.Owner, &lease); err != nil {
-			return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
-		}
-		if c.LeaseExpires, err = leaseTime(lease); err != nil {
+		c, err := scanAgent(rows)
+		if err != nil {
 			return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
 		}
 		out = append(out, c)
@@ -289,16 +386,22 @@ func (t *Table) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, err
 }
 
 // TakeAgent implements instanceai.AgentClaims.
-func (t *Table) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (bool, error) {
+func (t *Table) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (int64, bool, error) {
 	exp, expArg := t.d.Expiry(ttl)
 	now, nowArg := t.d.Now()
-	res, err := t.w.ExecContext(ctx, t.q(
-		`UPDATE background_agents SET owner_id = ?, lease_expires = `+exp+`
-		 WHERE thread_id = ? AND agent_id = ? AND lease_expires < `+now),
-		append([]any{owner, expArg, ref.ThreadID, ref.AgentID}, nowArg...)...)
-	if err != nil {
-		return false, t.wrap("take an agent of", ref.ThreadID, err)
+	var token int64
+	err := t.fenced(ctx, func(q querier, fence string, fenceArgs []any) error {
+		args := append(append([]any{owner, expArg}, fenceArgs...), ref.ThreadID, ref.AgentID)
+		return q.QueryRowContext(ctx, t.q(
+			`UPDATE background_agents SET owner_id = ?, lease_expires = `+exp+`, fence = `+fence+`
+			 WHERE thread_id = ? AND agent_id = ? AND lease_expires < `+now+` RETURNING fence`),
+			append(args, nowArg...)...).Scan(&token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
 	}
-	n, err := res.RowsAffected()
-	return n == 1, t.wrap("take an agent of", ref.ThreadID, err)
+	if err != nil {
+		return 0, false, t.wrap("take an agent of", ref.ThreadID, err)
+	}
+	return token, true, nil
 }

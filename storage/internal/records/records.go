@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/threadline/threadline/instanceai"
 )
@@ -92,4 +93,31 @@ func EventsUser(events []instanceai.Event) (string, error) {
 		}
 	}
 	return user, nil
+}
+
+// Fences checks that there is one fencing token per event and returns the
+// distinct non-zero ones, in the order they first appear: the tokens an
+// append must find held by claim rows of its thread.
+func Fences(events []instanceai.Event, fences []int64) ([]int64, error) {
+	if len(fences) != len(events) {
+		return nil, fmt.Errorf("%d fencing tokens for %d events", len(fences), len(events))
+	}
+	var distinct []int64
+	for _, f := range fences {
+		if f != 0 && !slices.Contains(distinct, f) {
+			distinct = append(distinct, f)
+		}
+	}
+	return distinct, nil
+}
+
+// Stale returns the tokens that held does not contain, in order.
+func Stale(tokens, held []int64) []int64 {
+	var stale []int64
+	for _, f := range tokens {
+		if !slices.Contains(held, f) {
+			stale = append(stale, f)
+		}
+	}
+	return stale
 }

@@ -13,19 +13,30 @@ var _ instanceai.CheckpointStore = (*Log)(nil)
 // AddCheckpoint implements instanceai.CheckpointStore. (The casts type the
 // parameters PostgreSQL would otherwise take for text.) The owner condition
 // is the append's: a run that outlived its thread's deletion cannot leave
-// pieces in a thread another user created with the same id.
+// pieces in a thread another user created with the same id. So is the
+// fencing token's, read with the dialect's ShareLock as an append reads
+// it: a run whose claim was taken cannot leave pieces its taker, settling
+// the run, would not see.
 func (l *Log) AddCheckpoint(ctx context.Context, threadID string, c instanceai.Checkpoint) error {
-	res, err := l.w.ExecContext(ctx, l.q(`INSERT INTO segment_checkpoints
+	lock := l.d.ShareLock
+	res, err := l.w.ExecContext(ctx, l.q(`WITH
+		fa AS (SELECT 1 FROM active_runs WHERE thread_id = ? AND fence = CAST(? AS BIGINT)`+lock+`),
+		fb AS (SELECT 1 FROM background_agents WHERE thread_id = ? AND fence = CAST(? AS BIGINT)`+lock+`)
+		INSERT INTO segment_checkpoints
 		(thread_id, run_id, agent_id, kind, since_seq, piece, response_id, user_id, ts, text)
-		SELECT id, ?, ?, ?, CAST(? AS BIGINT), CAST(? AS INTEGER), ?, ?, CAST(? AS BIGINT), ? FROM threads WHERE id = ? AND (? = '' OR owner_id = ?)
+		SELECT id, ?, ?, ?, CAST(? AS BIGINT), CAST(? AS INTEGER), ?, ?, CAST(? AS BIGINT), ? FROM threads
+		WHERE id = ? AND (? = '' OR owner_id = ?)
+		  AND (CAST(? AS BIGINT) = 0 OR EXISTS (SELECT 1 FROM fa) OR EXISTS (SELECT 1 FROM fb))
 		ON CONFLICT DO NOTHING`),
+		threadID, c.Fence, threadID, c.Fence,
 		c.RunID, c.AgentID, string(c.Kind), c.Since, c.Piece, c.ResponseID, c.UserID, c.TS, c.Text,
-		threadID, c.UserID, c.UserID)
+		threadID, c.UserID, c.UserID, c.Fence)
 	if err != nil {
 		return l.fail(ctx, err, "store a checkpoint of thread %q", threadID)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		// Stored before, or no thread of this user to store it in.
+		// Stored before, or no thread of this user to store it in, or a
+		// stale token.
 		var one int
 		err := l.w.QueryRowContext(ctx, l.q(`SELECT 1 FROM threads WHERE id = ? AND (? = '' OR owner_id = ?)`),
 			threadID, c.UserID, c.UserID).Scan(&one)
@@ -35,6 +46,25 @@ func (l *Log) AddCheckpoint(ctx context.Context, threadID string, c instanceai.C
 		if err != nil {
 			return l.fail(ctx, err, "store a checkpoint of thread %q", threadID)
 		}
+		if c.Fence != 0 {
+			if err := CheckFence(ctx, l, threadID, c.Fence); err != nil {
+				return l.fail(ctx, err, "store a checkpoint of thread %q", threadID)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckFence returns a *instanceai.StaleFenceError unless a claim row of
+// the thread holds fence: why a write under it stored nothing. (A function,
+// not a method, so that it is not one of the stores' methods.)
+func CheckFence(ctx context.Context, l *Log, threadID string, fence int64) error {
+	held, err := l.heldFences(ctx, l.w, threadID, []int64{fence}, "")
+	if err != nil {
+		return err
+	}
+	if len(held) == 0 {
+		return &instanceai.StaleFenceError{Tokens: []int64{fence}}
 	}
 	return nil
 }

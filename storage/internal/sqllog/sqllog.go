@@ -135,6 +135,22 @@ type Dialect struct {
 	// batch's last seq, or sql.ErrNoRows for a missing thread or another
 	// owner's.
 	AppendOne func(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte) (last int64, err error)
+	// AppendOneFenced, when set, is AppendOne for a batch with fencing
+	// tokens (the distinct non-zero ones): the same statement checks that
+	// claim rows of the thread hold every token, and stores nothing
+	// otherwise (sql.ErrNoRows, as for a missing thread). The check must
+	// see claims as they are when the counter moves, not as the statement
+	// began: see ShareLock.
+	AppendOneFenced func(ctx context.Context, db *sql.DB, threadID, owner string, events []instanceai.Event, data [][]byte, tokens []int64) (last int64, err error)
+	// ShareLock is the row-locking clause with which an append's
+	// transaction reads the claim rows that hold its tokens, before it
+	// moves the thread's counter (" FOR SHARE" on PostgreSQL). The lock
+	// waits for a take or release of those rows under way, reads the rows
+	// as that change left them, and keeps the next change out until the
+	// append commits. SQLite needs none: an append's transaction holds
+	// the database's write lock from its BEGIN (IMMEDIATE), so what it
+	// reads is current and no claim changes before it commits.
+	ShareLock string
 	// Err, when set, amends every error before it is wrapped (PostgreSQL
 	// adds the context's error to its driver's own).
 	Err func(ctx context.Context, err error) error
@@ -159,8 +175,9 @@ type Log struct {
 }
 
 var (
-	_ instanceai.EventLog = (*Log)(nil)
-	_ instanceai.RunIndex = (*Log)(nil)
+	_ instanceai.EventLog       = (*Log)(nil)
+	_ instanceai.FencedAppender = (*Log)(nil)
+	_ instanceai.RunIndex       = (*Log)(nil)
 )
 
 // New returns the event log of a database.
@@ -218,17 +235,58 @@ func (l *Log) appendEncoded(ctx context.Context, threadID string, events []insta
 	if err != nil {
 		return 0, err
 	}
-	return l.append(ctx, threadID, owner, events, data)
+	return l.append(ctx, threadID, owner, events, data, nil)
+}
+
+// AppendFenced implements instanceai.FencedAppender.
+func (l *Log) AppendFenced(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	first, err := l.appendFenced(ctx, threadID, events, data, fences)
+	if err != nil {
+		return 0, l.fail(ctx, err, "append to thread %q", threadID)
+	}
+	return first, nil
+}
+
+func (l *Log) appendFenced(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	tokens, err := records.Fences(events, fences)
+	if err != nil {
+		return 0, err
+	}
+	if len(tokens) == 0 {
+		return l.appendEncoded(ctx, threadID, events, data)
+	}
+	if err := records.CheckEncoded(events, data); err != nil {
+		return 0, err
+	}
+	owner, err := records.EventsUser(events)
+	if err != nil {
+		return 0, err
+	}
+	return l.append(ctx, threadID, owner, events, data, tokens)
 }
 
 // append stores events in the thread if owner owns it (any owner when
-// owner is ""): the owner is part of the statement that moves the counter,
-// so a thread deleted and taken by another user between a run's start and
-// its append refuses the run's events as a missing thread would.
-func (l *Log) append(ctx context.Context, threadID, owner string, events []instanceai.Event, data [][]byte) (first int64, err error) {
+// owner is "") and claim rows of the thread hold every one of tokens: the
+// owner is part of the statement that moves the counter, so a thread
+// deleted and taken by another user between a run's start and its append
+// refuses the run's events as a missing thread would, and the tokens are
+// checked in the same transaction, so an instance whose claim was taken
+// cannot append after the taker.
+func (l *Log) append(ctx context.Context, threadID, owner string, events []instanceai.Event, data [][]byte, tokens []int64) (first int64, err error) {
 	n := int64(len(events))
-	if l.d.AppendOne != nil && len(events) <= l.maxRows {
-		last, err := l.d.AppendOne(ctx, l.w, threadID, owner, events, data)
+	if l.d.AppendOne != nil && len(events) <= l.maxRows && (len(tokens) == 0 || l.d.AppendOneFenced != nil) {
+		var last int64
+		if len(tokens) == 0 {
+			last, err = l.d.AppendOne(ctx, l.w, threadID, owner, events, data)
+		} else {
+			last, err = l.d.AppendOneFenced(ctx, l.w, threadID, owner, events, data, tokens)
+		}
+		if errors.Is(err, sql.ErrNoRows) && len(tokens) > 0 {
+			// A missing thread, another owner's, or a stale token: a
+			// second look tells which. A token stale then is stale for
+			// good, so the answer holds for the statement.
+			return 0, l.refusal(ctx, l.w, threadID, owner, tokens, nil)
+		}
 		if err != nil {
 			return 0, notFound(err)
 		}
@@ -255,6 +313,18 @@ func (l *Log) append(ctx context.Context, threadID, owner string, events []insta
 			_ = tx.Rollback()
 		}
 	}()
+	if len(tokens) > 0 {
+		// The claim rows first, then the counter row: every appender and
+		// every claim change takes them in this order (a take touches no
+		// threads row), so none waits for another in a cycle.
+		held, err := l.heldFences(ctx, tx, threadID, tokens, l.d.ShareLock)
+		if err != nil {
+			return 0, err
+		}
+		if len(records.Stale(tokens, held)) > 0 {
+			return 0, l.refusal(ctx, tx, threadID, owner, tokens, held)
+		}
+	}
 	// Within the transaction nobody else can move the counter (SQLite has
 	// one writer; PostgreSQL's row lock queues the others until COMMIT), so
 	// first..last is this batch's.
@@ -277,6 +347,75 @@ func (l *Log) append(ctx context.Context, threadID, owner string, events []insta
 		return 0, err
 	}
 	return first, nil
+}
+
+// querier runs the queries of an append: the writer pool, or its
+// transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// heldFences returns those of tokens that a claim row of the thread holds
+// (a token is in at most one row: every claim gets its own), reading the
+// rows with lock.
+func (l *Log) heldFences(ctx context.Context, q querier, threadID string, tokens []int64, lock string) ([]int64, error) {
+	in := "?" + strings.Repeat(", ?", len(tokens)-1)
+	args := make([]any, 0, 2+2*len(tokens))
+	args = append(args, threadID)
+	for _, f := range tokens {
+		args = append(args, f)
+	}
+	args = append(args, threadID)
+	for _, f := range tokens {
+		args = append(args, f)
+	}
+	rows, err := q.QueryContext(ctx, l.q(
+		`WITH fa AS (SELECT fence FROM active_runs WHERE thread_id = ? AND fence IN (`+in+`)`+lock+`),
+		      fb AS (SELECT fence FROM background_agents WHERE thread_id = ? AND fence IN (`+in+`)`+lock+`)
+		 SELECT fence FROM fa UNION ALL SELECT fence FROM fb`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("check fencing tokens: %w", err)
+	}
+	defer rows.Close()
+	var held []int64
+	for rows.Next() {
+		var f int64
+		if err := rows.Scan(&f); err != nil {
+			return nil, fmt.Errorf("check fencing tokens: %w", err)
+		}
+		held = append(held, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check fencing tokens: %w", err)
+	}
+	return held, nil
+}
+
+// refusal says why an append with tokens stored nothing: the thread is
+// missing or another owner's (ErrNotFound, whatever the tokens), or some
+// tokens are stale (a *instanceai.StaleFenceError naming them). held are
+// the tokens found held, nil to look them up.
+func (l *Log) refusal(ctx context.Context, q querier, threadID, owner string, tokens, held []int64) error {
+	var one int
+	err := q.QueryRowContext(ctx, l.q(`SELECT 1 FROM threads WHERE id = ? AND (? = '' OR owner_id = ?)`),
+		threadID, owner, owner).Scan(&one)
+	if err != nil {
+		return notFound(err)
+	}
+	if held == nil {
+		if held, err = l.heldFences(ctx, q, threadID, tokens, ""); err != nil {
+			return err
+		}
+	}
+	stale := records.Stale(tokens, held)
+	if len(stale) == 0 {
+		// Refused, yet the thread and every token are there now, which
+		// tokens that are never handed out twice cannot give: reported as
+		// a failure, which the writer retries.
+		return errors.New("the append was refused but its thread and tokens are there now")
+	}
+	return &instanceai.StaleFenceError{Tokens: stale}
 }
 
 // chunkRows is the size of the next chunk of a batch with left rows to go:

@@ -1,0 +1,45 @@
+package instanceai
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// fence is a claim's fencing token (see RunClaims) as its holder in this
+// process knows it: a run's, a background agent's, or a settlement's. The
+// holder and every event it queues share it, and the writer reads it when
+// it commits an event, not when the event was queued: a run suspended on
+// a confirmation takes its claim again when it goes on (see Run.retake),
+// which gives it a new token, while what it queued before may still wait
+// in the writer.
+type fence struct {
+	// mu is held while the claim changes hands within this process (a
+	// retake): whoever judges the token by the claims table (the writer
+	// refused for it, the heartbeat) waits for the outcome, rather than
+	// take a token that is about to be replaced for a lost one.
+	mu sync.Mutex
+	v  atomic.Int64
+	// runID and agentID name the claim: agentID is "" for a run's.
+	runID, agentID string
+}
+
+func newFence(runID, agentID string, token int64) *fence {
+	f := &fence{runID: runID, agentID: agentID}
+	f.v.Store(token)
+	return f
+}
+
+// token is the current token; 0 for no holder.
+func (f *fence) token() int64 {
+	if f == nil {
+		return 0
+	}
+	return f.v.Load()
+}
+
+// settled is the current token once no change of hands is under way.
+func (f *fence) settled() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.v.Load()
+}
