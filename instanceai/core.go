@@ -91,6 +91,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})
+	c.Runs.liveText = c.Hub.LiveText
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)
 	}

@@ -284,6 +284,31 @@ func (h *Hub) Behind(d time.Duration) []string {
 	return out
 }
 
+// LiveText returns, for the segments of the run that are open here, the
+// text the hub passed on of each without a gap from its start, as one
+// delta each, with the After of its first delta: what this instance's
+// clients were sent of text that may be in no block yet. A settlement
+// writes a dead writer's blocks from it where it holds more than the
+// writer's checkpoints (see Runs.openText).
+func (h *Hub) LiveText(threadID, runID string) (open []Event, after []int64) {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	h.mu.Unlock()
+	if t == nil {
+		return nil, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all, afters := t.ledger.snapshot()
+	for i := range all {
+		if all[i].RunID == runID {
+			open = append(open, all[i])
+			after = append(after, afters[i])
+		}
+	}
+	return open, after
+}
+
 // Contiguous returns the seq up to which the thread was published every
 // stored frame (0 for none).
 func (h *Hub) Contiguous(threadID string) int64 {

@@ -214,3 +214,33 @@ func TestBusFramesKeepPlaces(t *testing.T) {
 		t.Fatalf("an unplaced delta travels with position %d", g.Pos)
 	}
 }
+
+// A settlement's blocks take the live text an instance heard where it
+// extends the checkpointed text, and make blocks of live segments that
+// have no pieces and no stored block since they began.
+func TestSettlementBlocksTakeLiveText(t *testing.T) {
+	block := func(typ EventType, agent, resp, text string) Event {
+		return *textEv(typ, "r", agent, resp, text)
+	}
+	pieces := []Event{block(TypeTextBlock, "a", "x", "hello"), block(TypeReasoningBlock, "a", "y", "think hard")}
+	open := []Event{
+		*textEv(TypeTextDelta, "r", "a", "x", "hello world"), // extends the pieces
+		*textEv(TypeReasoningDelta, "r", "a", "y", "think"),  // shorter: the pieces win
+		*textEv(TypeTextDelta, "r", "b", "z", "only live"),   // no pieces
+		*textEv(TypeTextDelta, "r", "c", "w", "closed"),      // its block is stored since
+		*textEv(TypeTextDelta, "r", "d", "v", "other agent"), // not the settled agent's (below)
+	}
+	after := []int64{3, 3, 3, 3, 3}
+	rows := []StoredEvent{{Seq: 4, Event: block(TypeTextBlock, "c", "w", "closed")}}
+	got := withLiveText(slices.Clone(pieces), rows, open, after, "")
+	var texts []string
+	for _, b := range got {
+		texts = append(texts, b.AgentID+":"+b.Payload.(*Text).Text)
+	}
+	if want := []string{"a:hello world", "a:think hard", "b:only live", "d:other agent"}; !slices.Equal(texts, want) {
+		t.Fatalf("blocks %q, want %q", texts, want)
+	}
+	if got := withLiveText(nil, rows, open, after, "b"); len(got) != 1 || got[0].AgentID != "b" {
+		t.Fatalf("one agent's settlement took %+v", got)
+	}
+}

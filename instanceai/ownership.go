@@ -130,6 +130,14 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, nil
 		}
 	}
+	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
+		// Claimed by a process that died before its run-start was stored:
+		// the run never began, and a run-finish would end a run no client
+		// saw start.
+		m.releaseClaim(ref.ThreadID, ref.RunID, fence)
+		m.log.Info("released the claim of a run whose process died before it began", "thread", ref.ThreadID, "run", ref.RunID)
+		return false, nil
+	}
 	holder := newFence(ref.RunID, "", fence)
 	blocks, pieces, err := m.openText(ctx, ref, rows, "")
 	if err != nil {

@@ -146,6 +146,9 @@ type Runs struct {
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
+	// liveText, when set, gives the text this instance's hub passed on of
+	// a run's open segments (see openText).
+	liveText func(threadID, runID string) ([]Event, []int64)
 	// fenced is set when the claims are the store's, so that writes carry
 	// their tokens (see RunsConfig.Claims).
 	fenced   bool
@@ -426,6 +429,14 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		return nil, fmt.Errorf("start run: %w", err)
 	}
 	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
+	r.mu.Lock()
+	stopped := r.stopPending
+	r.mu.Unlock()
+	if stopped != "" {
+		// Cancelled while it was starting: it ends at once, run-start then
+		// run-finish, and the agent sees its context cancelled.
+		r.stop(stopped)
+	}
 	if prelude != nil {
 		prelude(r)
 	}
@@ -705,6 +716,17 @@ func (c cancelled) Error() string { return "run cancelled: " + c.reason }
 // stop cancels the run's context and finishes it as cancelled, unless
 // another instance took it meanwhile.
 func (r *Run) stop(reason string) {
+	r.mu.Lock()
+	if !r.begun {
+		// Its run-start is not queued yet: a run-finish now would precede
+		// it. Start finishes the run as soon as it has queued it.
+		if r.stopPending == "" {
+			r.stopPending = reason
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
 	if !r.retake() {
 		return
 	}
@@ -795,9 +817,13 @@ type Run struct {
 	// which its events are written under.
 	fence *fence
 
-	mu        sync.Mutex
-	finished  bool       // the orchestrator's run-finish is queued
-	openTools []openTool // calls without an outcome, in call order
+	mu       sync.Mutex
+	finished bool // the orchestrator's run-finish is queued
+	// begun is set once the run-start is queued; a stop before that is
+	// stopPending's, which Start carries out right after it.
+	begun       bool
+	stopPending string
+	openTools   []openTool // calls without an outcome, in call order
 	// live background agents, with the token holders their events are
 	// written under: their events are accepted after the orchestrator's
 	// run-finish, until their agent-completed.
@@ -896,7 +922,13 @@ func (r *Run) Emit(ev Event) error {
 		return err
 	}
 	r.trackTool(&ev)
-	return r.runs.writer.enqueue(r.ThreadID, ev, r.fence)
+	if err := r.runs.writer.enqueue(r.ThreadID, ev, r.fence); err != nil {
+		return err
+	}
+	if ev.Type == TypeRunStart {
+		r.begun = true
+	}
+	return nil
 }
 
 // holderLocked is the token holder of an agent's events: a live

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Resumer is implemented by agents that can continue a run suspended on a
@@ -32,6 +33,9 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	if err := json.Unmarshal(c.Request, &req); err != nil {
 		return fmt.Errorf("stored confirmation %s: %w", c.RequestID, err)
 	}
+	if err := m.waitStarting(c.ThreadID); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	if r := m.active[c.ThreadID]; r != nil {
 		m.mu.Unlock()
@@ -40,6 +44,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true, fence: newFence(c.RunID, "", fence),
+		started: time.Now(), begun: true,
 		// The call awaiting the answer is in flight again: a cancel settles it.
 		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}
 	m.active[c.ThreadID] = r
@@ -47,6 +52,27 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	m.mu.Unlock()
 	go m.execute(r, func(ctx context.Context) error { return resumer.Resume(ctx, r, &req, a) })
 	return nil
+}
+
+// waitStarting waits while a run is starting on the thread in this process
+// without its claim yet: the caller holds the thread's row, so that start's
+// claim fails and it goes (chats that a client retries on 409 meet a
+// suspended run's answer this way).
+func (m *Runs) waitStarting(threadID string) error {
+	deadline := time.Now().Add(claimTimeout)
+	for {
+		m.mu.Lock()
+		r := m.active[threadID]
+		starting := r != nil && !r.claimed
+		m.mu.Unlock()
+		if !starting {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("resume on thread %q: a run that is starting there did not give way: %w", threadID, ErrRunActive)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // finishSuspended ends a run suspended across a restart that is cancelled

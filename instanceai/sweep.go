@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // interruptedToolError is what a tool call left in flight by a dead process
@@ -342,16 +343,64 @@ func toolCallID(p Payload) string {
 // openText returns the blocks of the run's segments (agent's only, when
 // it is set) that a writer checkpointed and did not live to close (see
 // Checkpoint), and whether the store holds pieces of them at all.
+//
+// The text this instance's hub passed on live of such a segment counts
+// too: the writer checkpoints what it has published, so its pieces lag its
+// deltas by up to the checkpoint interval, and the clients that followed
+// the run hold what they were sent. Where this instance heard more of a
+// segment than its pieces hold (both are its writer's text from the
+// start), the block is written from what it heard, so that the clients
+// here, and on every instance that heard as much, hold the block's text.
 func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, agent string) ([]Event, bool, error) {
-	cs, ok := m.index.(CheckpointStore)
-	if !ok {
-		return nil, false, nil
+	var blocks []Event
+	var pieces []Checkpoint
+	if cs, ok := m.index.(CheckpointStore); ok {
+		var err error
+		if pieces, err = cs.RunCheckpoints(ctx, ref.ThreadID, ref.RunID); err != nil {
+			return nil, false, fmt.Errorf("read the checkpoints of run %s: %w", ref.RunID, err)
+		}
+		blocks = openSegmentBlocks(rows, pieces, agent)
 	}
-	pieces, err := cs.RunCheckpoints(ctx, ref.ThreadID, ref.RunID)
-	if err != nil {
-		return nil, false, fmt.Errorf("read the checkpoints of run %s: %w", ref.RunID, err)
+	if m.liveText != nil {
+		open, after := m.liveText(ref.ThreadID, ref.RunID)
+		blocks = withLiveText(blocks, rows, open, after, agent)
 	}
-	return openSegmentBlocks(rows, pieces, agent), len(pieces) > 0, nil
+	return blocks, len(pieces) > 0, nil
+}
+
+// withLiveText merges the live text of open segments into the blocks
+// made of checkpoint pieces: a live text that extends a block's replaces
+// it; one of a segment without pieces, that no stored block closed since
+// it began, is a block of its own, after the others.
+func withLiveText(blocks []Event, rows []StoredEvent, open []Event, after []int64, agent string) []Event {
+	for i := range open {
+		live := &open[i]
+		if agent != "" && live.AgentID != agent {
+			continue
+		}
+		typ := TypeTextBlock
+		if live.Type == TypeReasoningDelta {
+			typ = TypeReasoningBlock
+		}
+		text := live.Payload.(*Text).Text
+		j := slices.IndexFunc(blocks, func(b Event) bool {
+			return b.Type == typ && b.AgentID == live.AgentID && b.ResponseID == live.ResponseID
+		})
+		if j >= 0 {
+			if had := blocks[j].Payload.(*Text).Text; len(text) > len(had) && strings.HasPrefix(text, had) {
+				blocks[j].Payload = &Text{Text: text}
+			}
+			continue
+		}
+		closed := slices.ContainsFunc(rows, func(r StoredEvent) bool {
+			return r.Seq > after[i] && r.Event.Type == typ && r.Event.AgentID == live.AgentID && r.Event.ResponseID == live.ResponseID
+		})
+		if !closed {
+			blocks = append(blocks, Event{Type: typ, RunID: live.RunID, AgentID: live.AgentID, UserID: live.UserID,
+				ResponseID: live.ResponseID, TS: live.TS, Payload: &Text{Text: text}})
+		}
+	}
+	return blocks
 }
 
 // dropPieces deletes the run's checkpoint pieces (agent's only, when it is
