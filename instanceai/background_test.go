@@ -144,7 +144,7 @@ func TestBackgroundAgentEnds(t *testing.T) {
 			l, run := s.start(t)
 			if c.cancel {
 				// The orchestrator is finished; Cancel reaches the builder.
-				if got := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
+				if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
 					t.Fatalf("Cancel returned a run (%s) although only a background agent works", got.ID)
 				}
 			} else {
@@ -182,7 +182,7 @@ func TestCancelStopsTheOrchestratorAndItsBackgroundAgents(t *testing.T) {
 	waitUntil(t, "both calls are stored", func() bool { l.sync("t"); return len(l.rows("t")) == 4 })
 	helper := l.rows("t")[1].Event.AgentID
 	l.name(helper, "helper")
-	if got := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v", got)
 	}
 	l.waitIdle("t")

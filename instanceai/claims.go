@@ -28,6 +28,9 @@ type ActiveRun struct {
 	// RunClaims). 0 is no live holder's: a row claimed before tokens
 	// existed has it.
 	Fence int64
+	// CancelReason is set when a cancel of the run was asked (see
+	// RequestCancel): its owner stops it with that reason.
+	CancelReason string
 }
 
 // Free reports whether an instance other than its owner may take the run
@@ -87,6 +90,17 @@ type RunClaims interface {
 	RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]ActiveRun, error)
 	// ExpiredRuns returns the rows that have an owner whose lease ran out.
 	ExpiredRuns(ctx context.Context) ([]ActiveRun, error)
+	// RequestCancel records, in the thread's active-run row and in the
+	// rows of its background agents (of any run), that a cancel was
+	// asked, with its reason: their owners read it with their next
+	// renewal (the rows' CancelReason) and stop the work. It is atomic,
+	// and reports whether any row was there to ask.
+	RequestCancel(ctx context.Context, threadID, reason string) (bool, error)
+	// CancelPending reports whether a row of the thread still carries a
+	// cancel request: the work it asked to stop has not let go of its row
+	// (a row goes once the run's run-finish, or the agent's
+	// agent-completed, is stored).
+	CancelPending(ctx context.Context, threadID string) (bool, error)
 }
 
 // AgentRef names a background agent: its thread, its run and its own id.
@@ -103,6 +117,8 @@ type AgentClaim struct {
 	// Fence is the fencing token of the row's current claim (see
 	// AgentClaims).
 	Fence int64
+	// CancelReason is set when a cancel of the agent's thread was asked.
+	CancelReason string
 }
 
 // AgentClaims keeps one row per background agent at work. A background
@@ -371,4 +387,39 @@ func (l *LocalClaims) ExpiredRuns(context.Context) ([]ActiveRun, error) {
 	}
 	slices.SortFunc(out, func(a, b ActiveRun) int { return a.LeaseExpires.Compare(b.LeaseExpires) })
 	return out, nil
+}
+
+// RequestCancel implements RunClaims.
+func (l *LocalClaims) RequestCancel(_ context.Context, threadID, reason string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	asked := false
+	if row, ok := l.rows[threadID]; ok {
+		row.CancelReason = reason
+		l.rows[threadID] = row
+		asked = true
+	}
+	for ref, row := range l.agents {
+		if ref.ThreadID == threadID {
+			row.CancelReason = reason
+			l.agents[ref] = row
+			asked = true
+		}
+	}
+	return asked, nil
+}
+
+// CancelPending implements RunClaims.
+func (l *LocalClaims) CancelPending(_ context.Context, threadID string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if row, ok := l.rows[threadID]; ok && row.CancelReason != "" {
+		return true, nil
+	}
+	for ref, row := range l.agents {
+		if ref.ThreadID == threadID && row.CancelReason != "" {
+			return true, nil
+		}
+	}
+	return false, nil
 }

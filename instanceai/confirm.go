@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Answer kinds accepted by the confirm endpoint.
@@ -229,26 +230,36 @@ func (r *Run) retake() bool {
 // An unknown request, or one of another user, is ErrNotFound; a second
 // answer is ErrAlreadyAnswered; a request whose run stopped waiting (it was
 // cancelled, or its agent cannot resume) is ErrConfirmationClosed. It
-// returns the request's run id.
-func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (string, error) {
+// returns the request's run id, and whether the run took the answer
+// (Applied) or the answer is stored and the instance that runs the run
+// takes it at its next lease renewal at the latest (Accepted): it waits a
+// few seconds for a run of another instance to go on.
+func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (string, ControlOutcome, error) {
 	if m.confirms == nil {
-		return "", ErrNotFound
+		return "", "", ErrNotFound
 	}
 	c, err := m.confirms.GetConfirmation(ctx, requestID)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if c.OwnerID != userID {
-		return "", ErrNotFound
+		return "", "", ErrNotFound
 	}
 	switch c.Status {
 	case ConfirmationPending:
 	case ConfirmationCancelled:
 		// Closed by its run's end (a cancel, a sweep), not answered.
-		return c.RunID, ErrConfirmationClosed
+		return c.RunID, "", ErrConfirmationClosed
 	default:
-		return c.RunID, ErrAlreadyAnswered
+		return c.RunID, "", ErrAlreadyAnswered
 	}
+	outcome, err := m.answer(ctx, &c, a)
+	return c.RunID, outcome, err
+}
+
+// answer records a pending confirmation's answer and hands it to its run.
+func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOutcome, error) {
+	requestID := c.RequestID
 	m.mu.Lock()
 	wait := m.waiters[requestID]
 	live := m.active[c.ThreadID] != nil && m.active[c.ThreadID].ID == c.RunID
@@ -257,7 +268,7 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	if wait == nil && !live {
 		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return c.RunID, err
+			return "", err
 		}
 		if err == nil && row.RunID == c.RunID {
 			free = row.Free(m.now())
@@ -266,7 +277,7 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	}
 	if wait == nil && !remote && (!free || !m.agentResumes()) {
 		m.closeConfirmation(requestID)
-		return c.RunID, ErrConfirmationClosed
+		return "", ErrConfirmationClosed
 	}
 	status := ConfirmationDenied
 	if a.Approved {
@@ -280,10 +291,10 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		if errors.Is(err, ErrAlreadyAnswered) {
 			// Closed or answered since it was read: say which.
 			if now, gerr := m.confirms.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
-				return c.RunID, ErrConfirmationClosed
+				return "", ErrConfirmationClosed
 			}
 		}
-		return c.RunID, err
+		return "", err
 	}
 	switch {
 	case wait != nil:
@@ -292,22 +303,62 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		default: // cannot happen: one answer wins the store's compare-and-set
 		}
 	case remote:
+		// The owner reads the stored answer at its next heartbeat, or at
+		// once when the bus brings this word.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
+		return m.waitAnswered(ctx, c), nil
 	default:
 		// A process that still waits for it in memory wakes, fails to
 		// retake the run and lets go of it.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
 		token, won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
 		if err != nil {
-			return c.RunID, err
+			return "", err
 		}
 		if won {
-			return c.RunID, m.resume(&c, a, token)
+			return Applied, m.resume(c, a, token)
 		}
 		// Another instance took the run first; the stored answer is what
 		// it resumes with.
 	}
-	return c.RunID, nil
+	return Applied, nil
+}
+
+// waitAnswered waits (a few seconds at most) until the run of c, which
+// another instance runs, went on from it: its row no longer waits for a
+// person, or the run is over.
+func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome {
+	ctx, cancel := context.WithTimeout(ctx, remoteCancelWait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		if errors.Is(err, ErrNotFound) || (err == nil && (row.RunID != c.RunID || !row.Suspended)) {
+			return Applied
+		}
+		select {
+		case <-ctx.Done():
+			return Accepted
+		case <-tick.C:
+		}
+	}
+}
+
+// deliverStoredAnswers hands the runs of this process that wait for a
+// person the answers stored for them meanwhile: an answer given through
+// another instance reaches its run by the bus at once, or by this, the
+// heartbeat's look, at the latest.
+func (m *Runs) deliverStoredAnswers() {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.waiters))
+	for id := range m.waiters {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.deliverAnswer(id)
+	}
 }
 
 // Awaited returns the thread's pending confirmations that a run waits for:

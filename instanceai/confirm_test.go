@@ -88,17 +88,17 @@ func TestConfirmationSuspendsTheRunUntilAnswered(t *testing.T) {
 			}
 
 			// Answers that are not this request's change nothing.
-			if _, err := l.core.Runs.Answer(ctx, "u", "cr-unknown", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
+			if _, _, err := l.core.Runs.Answer(ctx, "u", "cr-unknown", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
 				t.Fatalf("answer to an unknown request: %v, want ErrNotFound", err)
 			}
-			if _, err := l.core.Runs.Answer(ctx, "mallory", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
+			if _, _, err := l.core.Runs.Answer(ctx, "mallory", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
 				t.Fatalf("answer by another user: %v, want ErrNotFound", err)
 			}
 			if !l.core.Runs.Status(ctx, "t").IsSuspended {
 				t.Fatal("a refused answer woke the run")
 			}
 
-			runID, err := l.core.Runs.Answer(ctx, "u", "cr1", c.answer)
+			runID, _, err := l.core.Runs.Answer(ctx, "u", "cr1", c.answer)
 			if err != nil || runID != run.ID {
 				t.Fatalf("answer = %q, %v; want run %s", runID, err, run.ID)
 			}
@@ -115,7 +115,7 @@ func TestConfirmationSuspendsTheRunUntilAnswered(t *testing.T) {
 				t.Fatalf("stored answer %s (%v), want %+v", stored.Answer, err, c.answer)
 			}
 			// One answer wins.
-			if _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: !c.answer.Approved}); !errors.Is(err, instanceai.ErrAlreadyAnswered) {
+			if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: !c.answer.Approved}); !errors.Is(err, instanceai.ErrAlreadyAnswered) {
 				t.Fatalf("second answer: %v, want ErrAlreadyAnswered", err)
 			}
 			if awaited, err := l.core.Runs.Awaited(ctx, "t"); err != nil || len(awaited) != 0 {
@@ -129,7 +129,7 @@ func TestCancelWhileSuspendedClosesTheConfirmation(t *testing.T) {
 	ctx := context.Background()
 	l := newLifecycle(t, instanceai.AgentFunc(askingAgent), "t")
 	run := l.suspended("t")
-	if got := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v", got)
 	}
 	// The confirmation is closed before Cancel returns.
@@ -141,7 +141,7 @@ func TestCancelWhileSuspendedClosesTheConfirmation(t *testing.T) {
 		"tool-result:c1=" + cancelledResult + " @orch", "run-finish:cancelled:user_cancelled @orch"}
 	l.expectLog("t", run.ID, want...)
 	// A late answer is refused and writes nothing.
-	if _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrAlreadyAnswered) &&
+	if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrAlreadyAnswered) &&
 		!errors.Is(err, instanceai.ErrConfirmationClosed) {
 		t.Fatalf("answer after cancel: %v, want a refusal", err)
 	}
@@ -162,7 +162,7 @@ func TestAnswerAfterCancelIsConfirmationClosed(t *testing.T) {
 	run := l.suspended("t")
 	l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled)
 	l.settle(run)
-	if _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrConfirmationClosed) {
+	if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrConfirmationClosed) {
 		t.Fatalf("answer after cancel: %v, want ErrConfirmationClosed", err)
 	}
 }

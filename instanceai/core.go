@@ -202,15 +202,17 @@ func (c *Core) OpenThread(ctx context.Context, threadID, userID string) (Thread,
 }
 
 // Cancel stops the thread's active run and its background agents, here
-// and, through the bus, on the instance that runs them. It returns the run
-// it cancelled in this process, nil when there was none here.
-func (c *Core) Cancel(threadID string) *Run {
-	return c.Runs.Cancel(threadID, ReasonUserCancelled)
+// and on the instance that runs them, and says whether the work stopped
+// (Applied) or only the request is recorded (Accepted); see
+// Runs.Cancel.
+func (c *Core) Cancel(threadID string) (ControlOutcome, error) {
+	_, outcome, err := c.Runs.Cancel(threadID, ReasonUserCancelled)
+	return outcome, err
 }
 
 // Answer answers the confirmation requestID for userID and returns its run
-// id (see Runs.Answer for the errors).
-func (c *Core) Answer(ctx context.Context, userID, requestID string, a Answer) (string, error) {
+// id and whether the run took the answer (see Runs.Answer).
+func (c *Core) Answer(ctx context.Context, userID, requestID string, a Answer) (string, ControlOutcome, error) {
 	return c.Runs.Answer(ctx, userID, requestID, a)
 }
 
@@ -250,7 +252,10 @@ const QuiesceTimeout = 5 * time.Second
 // *ThreadNotFoundError.
 func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
 	defer c.Runs.beginDelete(threadID)()
-	c.Cancel(threadID)
+	// The deletion is the database's: work of the thread on another
+	// instance stops when its row goes with the thread (its next renewal
+	// finds it gone), whatever this cancel came to.
+	_, _, _ = c.Runs.Cancel(threadID, ReasonUserCancelled)
 	if err := c.quiesce(ctx, threadID); err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func TestCoreCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := core.Cancel("th"); got == nil || got.ID != run.ID {
+	if got, _, _ := core.Runs.Cancel("th", instanceai.ReasonUserCancelled); got == nil || got.ID != run.ID {
 		t.Fatalf("Cancel returned %v; want run %s", got, run.ID)
 	}
 	select {
@@ -173,7 +173,7 @@ func TestCoreCancel(t *testing.T) {
 	if !ok || fin.Status != instanceai.RunCancelled || fin.Reason != instanceai.ReasonUserCancelled {
 		t.Fatalf("last event = %s %+v; want run-finish cancelled/%s", last.Type, last.Payload, instanceai.ReasonUserCancelled)
 	}
-	if core.Cancel("th") != nil {
+	if got, _, _ := core.Runs.Cancel("th", instanceai.ReasonUserCancelled); got != nil {
 		t.Fatal("a second cancel found a run")
 	}
 }

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// remoteCancelWait bounds how long a cancel waits for another instance to
-// release the run it was told to stop.
+// remoteCancelWait bounds how long a cancel waits for the work it asked to
+// stop to let go of its rows, and an answer for its run to go on, before
+// they answer "accepted" rather than "applied".
 const remoteCancelWait = 5 * time.Second
 
 // claimTimeout bounds one claims-table statement made outside a request.
@@ -68,26 +69,6 @@ func (m *Runs) releaseClaim(threadID, runID string, fence int64) {
 // instance.
 func (m *Runs) runFinished(threadID, runID string, fence int64) {
 	m.releaseClaim(threadID, runID, fence)
-}
-
-// waitReleased waits until row's run no longer holds its thread, or ctx
-// ends.
-func (m *Runs) waitReleased(ctx context.Context, row ActiveRun) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		cur, err := m.claims.ActiveRun(ctx, row.ThreadID)
-		if errors.Is(err, ErrNotFound) || (err == nil && cur.RunID != row.RunID) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			m.log.Warn("the instance that runs a cancelled run did not release it in time", "thread", row.ThreadID,
-				"run", row.RunID, "owner", row.Owner)
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 // settleFree takes a run no live process holds and ends it: cancelled with
@@ -254,6 +235,7 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
 	defer cancel()
 	m.renewAgents(hctx)
+	m.deliverStoredAnswers()
 	// Only runs whose claim was stored before the renewal can be judged
 	// by it: a run claimed while it ran is simply not in its answer.
 	m.mu.Lock()
@@ -311,6 +293,17 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	for _, r := range suspects {
 		if m.taken(hctx, r) {
 			m.abandon(r, "its row holds another instance's claim (its lease ran out here)")
+		}
+	}
+	// Cancels asked through another instance, whether or not the bus
+	// brought them too.
+	for _, row := range held {
+		if row.CancelReason == "" {
+			continue
+		}
+		if r := m.Active(row.ThreadID); r != nil && r.ID == row.RunID && r.fence.token() == row.Fence {
+			m.log.Info("stopping a run whose cancel was asked through another instance", "thread", row.ThreadID, "run", row.RunID)
+			r.stop(row.CancelReason)
 		}
 	}
 	for _, row := range strays {
@@ -373,9 +366,24 @@ func (m *Runs) renewAgents(ctx context.Context) {
 			lost = append(lost, t)
 		}
 	}
+	var asked []*BackgroundTask
+	var reasons []string
+	for _, c := range held {
+		if c.CancelReason == "" {
+			continue
+		}
+		for _, t := range m.background[c.ThreadID] {
+			if t.AgentID == c.AgentID && t.fence.token() == c.Fence {
+				asked, reasons = append(asked, t), append(reasons, c.CancelReason)
+			}
+		}
+	}
 	m.mu.Unlock()
 	for _, t := range lost {
 		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
+	}
+	for i, t := range asked {
+		t.cancel(cancelled{reasons[i]})
 	}
 }
 

@@ -540,39 +540,98 @@ func (m *Runs) Count() int {
 	return len(m.active)
 }
 
+// ControlOutcome says what a request that steers a run (a cancel, an
+// answer) came to.
+type ControlOutcome string
+
+const (
+	// Applied: the request took effect. For a cancel, none of the
+	// thread's work runs any more: it was stopped here, or by the instance
+	// that ran it within the wait, or settled here (no live process held
+	// it), or nothing was running. For an answer, the run took it and
+	// went on.
+	Applied ControlOutcome = "applied"
+	// Accepted: the request is recorded in the database, but the
+	// instance that runs the work has not acted on it within the wait; it
+	// does at its next lease renewal at the latest.
+	Accepted ControlOutcome = "accepted"
+)
+
 // Cancel stops the thread's active run and its background agents, if any,
-// wherever they run. It is idempotent and does not wait for the agents: a
-// run of this process is finished (cancelled) before it returns; each
-// background agent ends with agent-completed{status:"cancelled"} as soon as
-// it stops. A run of another instance is told through the bus, and Cancel
-// waits (a few seconds at most) until its owner has released it, so that a
-// client that saw the cancel answered finds the thread free. A run that no
-// live process holds (suspended on a confirmation, or left by a dead
-// instance) is taken and settled here.
-func (m *Runs) Cancel(threadID, reason string) *Run {
-	m.control.SendControl(Control{Kind: ControlCancel, ThreadID: threadID, Reason: reason})
-	if r := m.cancelLocal(threadID, reason); r != nil {
-		return r
-	}
+// wherever they run. It is idempotent. A run of this process is finished
+// (cancelled) before it returns; each background agent ends with
+// agent-completed{status:"cancelled"} as soon as it stops. Work another
+// instance runs is asked to stop in the database, where its owner reads
+// the request with its next lease renewal (the bus tells it at once when
+// it can), and Cancel waits (a few seconds at most) until every row of the
+// thread's work let go: then the outcome is Applied, otherwise
+// Accepted. A run no live process holds (suspended on a
+// confirmation, or left by a dead instance) is taken and settled here. An
+// error means the request could not be recorded, and no work of the
+// thread was stopped here: the cancel may not happen.
+func (m *Runs) Cancel(threadID, reason string) (*Run, ControlOutcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCancelWait)
 	defer cancel()
-	row, err := m.claims.ActiveRun(ctx, threadID)
-	if err != nil {
-		if !errors.Is(err, ErrNotFound) {
+	asked, askErr := m.claims.RequestCancel(ctx, threadID, reason)
+	m.control.SendControl(Control{Kind: ControlCancel, ThreadID: threadID, Reason: reason})
+	local := m.cancelLocal(threadID, reason)
+	stoppedHere := local != nil || m.hasBackground(threadID)
+	ref := local
+	if askErr != nil {
+		if !stoppedHere {
+			return nil, "", fmt.Errorf("cancel: record the request: %w", askErr)
+		}
+		m.log.Warn("cancel: could not record the request; stopped what runs here", "thread", threadID, "err", askErr)
+		return ref, Applied, nil
+	}
+	if !asked && !stoppedHere {
+		return nil, Applied, nil // nothing runs
+	}
+	if local == nil {
+		row, err := m.claims.ActiveRun(ctx, threadID)
+		switch {
+		case err == nil:
+			ref = &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: threadID}}
+			if row.Free(m.now()) {
+				if err := m.settleFree(ctx, row, reason); err != nil {
+					m.log.Error("could not cancel a run no process holds", "thread", threadID, "run", row.RunID, "err", err)
+				}
+			}
+		case !errors.Is(err, ErrNotFound):
 			m.log.Error("cancel: could not read the thread's active run", "thread", threadID, "err", err)
 		}
-		return nil
 	}
-	ref := &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: threadID}}
-	if !row.Free(m.now()) {
-		// Its owner got the control message; wait for it to let go.
-		m.waitReleased(ctx, row)
-		return ref
+	if m.waitCancelled(ctx, threadID) {
+		return ref, Applied, nil
 	}
-	if err := m.settleFree(ctx, row, reason); err != nil {
-		m.log.Error("could not cancel a run no process holds", "thread", threadID, "run", row.RunID, "err", err)
+	return ref, Accepted, nil
+}
+
+// hasBackground reports whether background agents of the thread work here.
+func (m *Runs) hasBackground(threadID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.background[threadID]) > 0
+}
+
+// waitCancelled waits until no row of the thread carries a cancel request
+// (the work let go of them), or ctx ends; it reports which.
+func (m *Runs) waitCancelled(ctx context.Context, threadID string) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pending, err := m.claims.CancelPending(ctx, threadID)
+		if err == nil && !pending {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			m.log.Warn("a cancelled run's instance did not let go of it in time; it stops it at its next lease renewal",
+				"thread", threadID)
+			return false
+		case <-tick.C:
+		}
 	}
-	return ref
 }
 
 // cancelLocal stops what this process runs of the thread: its background

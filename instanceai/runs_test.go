@@ -331,7 +331,7 @@ func TestCancelFinishesTheRunAndSettlesOpenToolCalls(t *testing.T) {
 	l := newLifecycle(t, agent, "t")
 	run := l.start("t", "go")
 	<-working
-	if got := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v, want the run", got)
 	}
 	// The run is finished when Cancel returns, before its agent noticed.
@@ -357,7 +357,7 @@ func TestCancelFinishesTheRunAndSettlesOpenToolCalls(t *testing.T) {
 		"tool-result:c1="+cancelledResult+" @orch",
 		"run-finish:cancelled:user_cancelled @orch")
 	// Cancel is idempotent: a second one finds nothing and writes nothing.
-	if got := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
+	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
 		t.Fatalf("second cancel returned %v", got)
 	}
 	l.sync("t")

@@ -54,7 +54,7 @@ func TestCancelWhileARunStarts(t *testing.T) {
 		started <- err
 	}()
 	<-claims.claiming
-	if r := core.Runs.Cancel("t", instanceai.ReasonUserCancelled); r == nil {
+	if r, _, _ := core.Runs.Cancel("t", instanceai.ReasonUserCancelled); r == nil {
 		t.Fatal("the starting run was not found to cancel")
 	}
 	close(claims.release)

@@ -138,7 +138,7 @@ func TestSweepSettlesExpiredRunsOnly(t *testing.T) {
 	}
 
 	// The waiting run still takes its answer.
-	if _, err := a.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
+	if _, _, err := a.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
 	a.settle(waiting)

@@ -221,3 +221,67 @@ func TestInstancesOnOneStoreShareOneBus(t *testing.T) {
 	b.Stop()
 	launch(t, store, 0, "-bus", "postgres?channel="+channel, "-instance-id", "inst-c")
 }
+
+// TestClusterControlWithoutTheBus cuts the bus link of the instance that
+// runs the work: a cancel and an answer sent to another instance still
+// reach it, through the database at its next lease renewal, and each
+// answer says so truthfully ("applied" once it took effect).
+func TestClusterControlWithoutTheBus(t *testing.T) {
+	for _, link := range busLinks {
+		t.Run(link.name, func(t *testing.T) {
+			store := testpg.FreshDSN(t)
+			channel := "control_" + randomName()
+			proxy := bustest.NewProxy(t, link.target(t, store))
+			a := faultInstance(t, link, store, channel, proxy.Addr(), "inst-a")
+			b := faultInstance(t, link, store, channel, "", "inst-b")
+			for _, th := range []string{"cancel", "confirm"} {
+				if code := a.post("/instance-ai/threads", `{"id":"`+th+`"}`); code != http.StatusCreated {
+					t.Fatalf("create thread %s: %d", th, code)
+				}
+			}
+			onA := a.stream("cancel", "")
+			run := a.chat("cancel", "long 100000")
+			onA.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			proxy.CutOff()
+			var answer struct {
+				OK     bool   `json:"ok"`
+				Status string `json:"status"`
+			}
+			code := b.API.DoInto(http.MethodPost, "/instance-ai/chat/cancel/cancel", "", &answer)
+			if code != http.StatusOK || !answer.OK || answer.Status != "applied" {
+				t.Fatalf("cancel through B with A's bus cut: %d %+v, want 200 applied", code, answer)
+			}
+			frames := onA.Until(wait, servertest.IsRunFinish(run))
+			if fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCancelled {
+				t.Fatalf("the run ended %+v, want cancelled", fin)
+			}
+			if code := b.post("/instance-ai/chat/cancel", `{"message":"simple"}`); code != http.StatusOK {
+				t.Fatalf("chat after the cancel: %d, want 200", code)
+			}
+
+			onB := b.stream("confirm", "")
+			run = a.chat("confirm", "confirm")
+			var requestID string
+			onB.Until(wait, func(f servertest.Frame) bool {
+				if p, ok := f.Decoded.Payload.(*instanceai.ConfirmationRequest); ok {
+					requestID = p.RequestID
+					return true
+				}
+				return false
+			})
+			var confirmed struct {
+				OK     bool   `json:"ok"`
+				RunID  string `json:"runId"`
+				Status string `json:"status"`
+			}
+			code = b.API.DoInto(http.MethodPost, "/instance-ai/confirm/"+requestID, `{"approved":true}`, &confirmed)
+			if code != http.StatusOK || confirmed.Status != "applied" || confirmed.RunID != run {
+				t.Fatalf("answer through B with A's bus cut: %d %+v, want 200 applied", code, confirmed)
+			}
+			frames = onB.Until(wait, servertest.IsRunFinish(run))
+			if fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish); fin.Status != instanceai.RunCompleted {
+				t.Fatalf("the answered run ended %+v, want completed", fin)
+			}
+		})
+	}
+}

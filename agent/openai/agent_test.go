@@ -257,7 +257,7 @@ func TestApproval(t *testing.T) {
 			if req.ToolCallID != "c1" || req.ToolName != "delete_workflow" || req.Severity != instanceai.SeverityDestructive || !strings.Contains(req.Message, "delete_workflow") || !strings.Contains(req.Message, "wf_1") {
 				t.Errorf("confirmation request %+v", req)
 			}
-			if _, err := h.runs.Answer(context.Background(), user, c.RequestID, instanceai.Answer{Approved: approve, UserInput: "not now"}); err != nil {
+			if _, _, err := h.runs.Answer(context.Background(), user, c.RequestID, instanceai.Answer{Approved: approve, UserInput: "not now"}); err != nil {
 				t.Fatal(err)
 			}
 			evs := h.wait(t, run)
@@ -442,7 +442,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
 	defer writer.Close(context.Background())
 	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
-	if _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
+	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
 	resumed := runs.Active(thread)

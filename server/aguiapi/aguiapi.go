@@ -384,7 +384,7 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		return source{}, err
 	}
 	for i, r := range resume {
-		_, err := h.core.Answer(ctx, user, r.InterruptID, answers[i])
+		_, _, err := h.core.Answer(ctx, user, r.InterruptID, answers[i])
 		switch {
 		case errors.Is(err, instanceai.ErrNotFound):
 			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].interruptId", i),

@@ -71,38 +71,51 @@ func (b *confirmBody) answer() (instanceai.Answer, error) {
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
-	runID, err := a.answerConfirmation(w, r)
+	runID, outcome, err := a.answerConfirmation(w, r)
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"ok": true, "runId": runID})
+	status := http.StatusOK
+	if outcome == instanceai.Accepted {
+		status = http.StatusAccepted
+	}
+	httpjson.Write(w, status, confirmResponse{OK: true, RunID: runID, Status: string(outcome)})
 }
 
-func (a *API) answerConfirmation(w http.ResponseWriter, r *http.Request) (string, error) {
+// confirmResponse is the answer to a confirmation's answer: status
+// "applied" (200) once the run took it, "accepted" (202) when it is stored
+// and the instance that runs the run takes it at its next lease renewal.
+type confirmResponse struct {
+	OK     bool   `json:"ok"`
+	RunID  string `json:"runId"`
+	Status string `json:"status"`
+}
+
+func (a *API) answerConfirmation(w http.ResponseWriter, r *http.Request) (string, instanceai.ControlOutcome, error) {
 	id := mux.Vars(r)["requestId"]
 	if !requestIDPattern.MatchString(id) {
-		return "", httpjson.NewError(http.StatusBadRequest, "invalid_request_id", "requestId", "requestId is not a valid id")
+		return "", "", httpjson.NewError(http.StatusBadRequest, "invalid_request_id", "requestId", "requestId is not a valid id")
 	}
 	var body confirmBody
 	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &body); err != nil {
-		return "", err
+		return "", "", err
 	}
 	ans, err := body.answer()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	runID, err := a.core.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
+	runID, outcome, err := a.core.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
 	switch {
 	case errors.Is(err, instanceai.ErrNotFound):
-		return "", httpjson.NewError(http.StatusNotFound, "confirmation_not_found", "requestId", "confirmation %q does not exist", id)
+		return "", "", httpjson.NewError(http.StatusNotFound, "confirmation_not_found", "requestId", "confirmation %q does not exist", id)
 	case errors.Is(err, instanceai.ErrAlreadyAnswered):
-		return "", httpjson.NewError(http.StatusConflict, "already_answered", "requestId", "confirmation %q was already answered", id)
+		return "", "", httpjson.NewError(http.StatusConflict, "already_answered", "requestId", "confirmation %q was already answered", id)
 	case errors.Is(err, instanceai.ErrConfirmationClosed):
-		return "", httpjson.NewError(http.StatusConflict, "confirmation_closed", "requestId",
+		return "", "", httpjson.NewError(http.StatusConflict, "confirmation_closed", "requestId",
 			"confirmation %q is no longer awaited: its run ended before an answer arrived", id)
 	}
-	return runID, err
+	return runID, outcome, err
 }
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {

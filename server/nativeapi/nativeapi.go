@@ -138,8 +138,25 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	a.core.Cancel(t.ID)
-	httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
+	outcome, err := a.core.Cancel(t.ID)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if outcome == instanceai.Accepted {
+		status = http.StatusAccepted
+	}
+	httpjson.Write(w, status, cancelResponse{OK: true, Status: string(outcome)})
+}
+
+// cancelResponse is the answer to a cancel: status "applied" (200) when
+// none of the thread's work runs any more, "accepted" (202) when the
+// cancel is recorded and the instance that runs the work stops it at its
+// next lease renewal.
+type cancelResponse struct {
+	OK     bool   `json:"ok"`
+	Status string `json:"status"`
 }
 
 // cursor reads the replay cursor: the Last-Event-ID header wins over the

@@ -148,3 +148,19 @@ func (s *Store) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner st
 	})
 	return r.fence, r.won, err
 }
+
+// RequestCancel implements instanceai.RunClaims.
+func (s *Store) RequestCancel(ctx context.Context, threadID, reason string) (bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return false, err
+	}
+	return s.claims.RequestCancel(ctx, threadID, reason)
+}
+
+// CancelPending implements instanceai.RunClaims.
+func (s *Store) CancelPending(ctx context.Context, threadID string) (bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return false, err
+	}
+	return s.claims.CancelPending(ctx, threadID)
+}

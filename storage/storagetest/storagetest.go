@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
 		{"HeadsOfManyThreads", testHeads},
 		{"Instances", testInstances},
+		{"CancelRequests", testCancelRequests},
 		{"NextSeqIsMaxPlusOne", testNextSeq},
 		{"EmptyAppend", testEmptyAppend},
 		{"LargeBatch", testLargeBatch},

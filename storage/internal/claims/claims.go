@@ -67,13 +67,13 @@ func New(d Dialect, writer, reader *sql.DB) *Table {
 
 func (t *Table) q(s string) string { return t.d.Rebind(s) }
 
-const columns = `thread_id, run_id, owner_id, suspended, lease_expires, fence`
+const columns = `thread_id, run_id, owner_id, suspended, lease_expires, fence, cancel_reason`
 
 func (t *Table) scan(row interface{ Scan(...any) error }) (instanceai.ActiveRun, error) {
 	var a instanceai.ActiveRun
 	var suspended any
 	var lease any
-	if err := row.Scan(&a.ThreadID, &a.RunID, &a.Owner, &suspended, &lease, &a.Fence); err != nil {
+	if err := row.Scan(&a.ThreadID, &a.RunID, &a.Owner, &suspended, &lease, &a.Fence, &a.CancelReason); err != nil {
 		return a, err
 	}
 	switch v := suspended.(type) {
@@ -326,12 +326,12 @@ func (t *Table) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef, fence
 }
 
 // agentColumns are an AgentClaim's, as scanAgent reads them.
-const agentColumns = `thread_id, run_id, agent_id, owner_id, lease_expires, fence`
+const agentColumns = `thread_id, run_id, agent_id, owner_id, lease_expires, fence, cancel_reason`
 
 func scanAgent(row interface{ Scan(...any) error }) (instanceai.AgentClaim, error) {
 	var c instanceai.AgentClaim
 	var lease any
-	if err := row.Scan(&c.ThreadID, &c.RunID, &c.AgentID, &c.Owner, &lease, &c.Fence); err != nil {
+	if err := row.Scan(&c.ThreadID, &c.RunID, &c.AgentID, &c.Owner, &lease, &c.Fence, &c.CancelReason); err != nil {
 		return c, err
 	}
 	var err error
@@ -404,4 +404,44 @@ func (t *Table) TakeAgent(ctx context.Context, ref instanceai.AgentRef, owner st
 		return 0, false, t.wrap("take an agent of", ref.ThreadID, err)
 	}
 	return token, true, nil
+}
+
+// RequestCancel implements instanceai.RunClaims: one transaction, so that
+// a waiter never sees the run's row asked and an agent's not.
+func (t *Table) RequestCancel(ctx context.Context, threadID, reason string) (bool, error) {
+	tx, err := t.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, t.wrap("ask to cancel the work of", threadID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int64
+	for _, table := range []string{"active_runs", "background_agents"} {
+		res, err := tx.ExecContext(ctx, t.q(`UPDATE `+table+` SET cancel_reason = ? WHERE thread_id = ?`), reason, threadID)
+		if err != nil {
+			return false, t.wrap("ask to cancel the work of", threadID, err)
+		}
+		m, err := res.RowsAffected()
+		if err != nil {
+			return false, t.wrap("ask to cancel the work of", threadID, err)
+		}
+		n += m
+	}
+	if err := tx.Commit(); err != nil {
+		return false, t.wrap("ask to cancel the work of", threadID, err)
+	}
+	return n > 0, nil
+}
+
+// CancelPending implements instanceai.RunClaims.
+func (t *Table) CancelPending(ctx context.Context, threadID string) (bool, error) {
+	var one int
+	err := t.r.QueryRowContext(ctx, t.q(`SELECT 1 WHERE EXISTS (SELECT 1 FROM active_runs WHERE thread_id = ? AND cancel_reason <> '')
+		OR EXISTS (SELECT 1 FROM background_agents WHERE thread_id = ? AND cancel_reason <> '')`), threadID, threadID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, t.wrap("read the cancel requests of", threadID, err)
+	}
+	return true, nil
 }
