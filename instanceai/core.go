@@ -177,6 +177,13 @@ func (c *Core) Feed(threadID string, after int64) *Feed {
 	return OpenFeed(c.Store, c.Hub, threadID, after)
 }
 
+// LiveFeed opens a feed of the thread from the log's end, registered
+// before the caller starts a run on it, so that it gets every frame of
+// that run (see OpenLiveFeed); its Last is the log's end.
+func (c *Core) LiveFeed(ctx context.Context, threadID string) (*Feed, error) {
+	return OpenLiveFeed(ctx, c.Store, c.Hub, threadID)
+}
+
 // Thread returns the thread if userID owns it; a missing thread and
 // another user's are both *ThreadNotFoundError.
 func (c *Core) Thread(ctx context.Context, threadID, userID string) (Thread, error) {

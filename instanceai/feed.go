@@ -182,6 +182,27 @@ func OpenFeed(log EventLog, hub *Hub, threadID string, after int64) *Feed {
 	return &Feed{log: log, hub: hub, threadID: threadID, last: after, cursor: after}
 }
 
+// OpenLiveFeed opens a feed of the thread's live tail for a caller about
+// to start a run on it: it registers with the hub first, then takes the
+// log's end as its cursor (Last), so that every frame published from then
+// on, ephemeral ones included (a status, a custom event: no replay brings
+// them back), reaches it through its queue, in the order they were
+// published. Stored rows of other writers that the queue misses are read
+// from the log as on any feed. Read it with Next.
+func OpenLiveFeed(ctx context.Context, log EventLog, hub *Hub, threadID string) (*Feed, error) {
+	f := &Feed{log: log, hub: hub, threadID: threadID}
+	f.sub, f.snap = hub.subscribe(threadID, nil)
+	next, err := log.NextSeq(ctx, threadID)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	// Every row after next-1 commits after the registration, so the hub
+	// publishes it to the queue: nothing is to be replayed.
+	f.last, f.cursor, f.phase = next-1, next-1, phaseGap
+	return f, nil
+}
+
 // Close releases the feed's subscription.
 func (f *Feed) Close() {
 	if f.sub != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/servertest"
@@ -53,6 +54,12 @@ func TestMetrics(t *testing.T) {
 	live.Until(wait, servertest.IsRunFinish(runID))
 	if err := h.App.Writer.Sync(context.Background(), "metrics"); err != nil {
 		t.Fatal(err)
+	}
+	// The stream subscribes once its replay is over, which may come after
+	// it sent the whole run (a run quicker than the replay's start).
+	deadline := time.Now().Add(wait)
+	for h.App.Hub.Subscribers() != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 	after := h.scrape()
 	stored := servertest.StoredEvents(t, h.App.Store, "metrics")

@@ -227,6 +227,8 @@ type source struct {
 	after  int64
 	mapper *mapping.InstanceToAGUI
 	first  []agui.Event
+	// feed is the feed opened before a new run started, nil otherwise.
+	feed *instanceai.Feed
 }
 
 func (h *Handler) runAgent(w http.ResponseWriter, r *http.Request) {
@@ -297,7 +299,10 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		tools[i] = instanceai.ToolSpec{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters}
 		names[i] = tl.Name
 	}
-	next, err := h.store.NextSeq(ctx, id)
+	// The feed listens before the run starts, so that none of the run's
+	// live-only events is published before the stream listens; every
+	// event of the run comes after its Last.
+	feed, err := h.core.LiveFeed(ctx, id)
 	if err != nil {
 		return source{}, err
 	}
@@ -307,10 +312,10 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages),
 		Context: clientContext(req.input.Context)})
 	if err != nil {
+		feed.Close()
 		return source{}, httpjson.AtField(err, "forwardedProps.agent")
 	}
-	// Every event of the run has a seq after next-1.
-	return source{run: run, after: next - 1,
+	return source{run: run, after: feed.Last(), feed: feed,
 		mapper: mapping.NewInstanceToAGUI(id, req.input.RunID).ClientTools(names...)}, nil
 }
 
@@ -505,6 +510,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 	ctx := r.Context()
 	threadID := req.input.ThreadID
 	run, mapper := src.run, src.mapper
+	if src.feed != nil {
+		defer src.feed.Close() // the stream may end before it reads it
+	}
 	log := h.cfg.Logger.With("thread", threadID, "run", run.ID, "aguiRun", req.input.RunID)
 	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
 	if err != nil {
@@ -518,7 +526,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 			return
 		}
 	}
-	if h.follow(ctx, out, threadID, run.ID, src.after, mapper, log.With("stream", "run-agent")) {
+	if h.follow(ctx, out, threadID, run.ID, src.after, mapper, log.With("stream", "run-agent"), src.feed) {
 		h.disconnected(ctx, req, run, log)
 	}
 }

@@ -404,5 +404,5 @@ func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoin
 		return
 	}
 	// Nobody's run ends with a rejoin: a client gone is only a stream less.
-	h.follow(r.Context(), out, t.threadID, t.runID, cursor, m, log.With("stream", "rejoin"))
+	h.follow(r.Context(), out, t.threadID, t.runID, cursor, m, log.With("stream", "rejoin"), nil)
 }

@@ -85,6 +85,9 @@ func (a *API) operate(w http.ResponseWriter, r *http.Request, o operation) {
 		httpjson.WriteError(w, err)
 		return
 	}
+	if src.feed != nil {
+		defer src.feed.Close() // the stream may end before it reads it
+	}
 	log := a.cfg.Logger.With("thread", src.threadID, "run", src.runID, "operation", o.req.Kind)
 	s, err := ssestream.Open(w, ssestream.Options{})
 	if err != nil {
@@ -111,7 +114,7 @@ func (a *API) operate(w http.ResponseWriter, r *http.Request, o operation) {
 		return nil
 	}
 	follow.Stream[mapping.BuilderEvent]{Core: a.core, ThreadID: src.threadID, RunID: src.runID, Mapper: m, Out: s,
-		Write: write, Heartbeat: a.cfg.Heartbeat, Log: log}.Run(r.Context(), src.after)
+		Write: write, Heartbeat: a.cfg.Heartbeat, Log: log, Feed: src.feed}.Run(r.Context(), src.after)
 }
 
 // source is where an operation's stream reads: its run, after a cursor,
@@ -121,6 +124,8 @@ type source struct {
 	threadID, runID, workflowID string
 	after                       int64
 	seen                        []instanceai.StoredEvent
+	// feed is the feed opened before a new run started, nil otherwise.
+	feed *instanceai.Feed
 }
 
 // begin checks the caller may act and starts the run, or finds the one
@@ -147,7 +152,9 @@ func (a *API) begin(r *http.Request, o operation) (source, error) {
 	if o.req.WorkflowID == "" {
 		o.req.WorkflowID = instanceai.NewID("wf_")
 	}
-	next, err := a.core.Store.NextSeq(ctx, t.ID)
+	// The feed listens before the run starts: the run's live-only events
+	// reach the stream too, in their order.
+	feed, err := a.core.LiveFeed(ctx, t.ID)
 	if err != nil {
 		return source{}, err
 	}
@@ -160,9 +167,10 @@ func (a *API) begin(r *http.Request, o operation) (source, error) {
 	run, err := a.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: t.ID, UserID: user, Message: o.message,
 		RunID: o.runID, Work: timed})
 	if err != nil {
+		feed.Close()
 		return source{}, httpjson.AtField(err, "run_id")
 	}
-	return source{threadID: t.ID, runID: run.ID, workflowID: o.req.WorkflowID, after: next - 1}, nil
+	return source{threadID: t.ID, runID: run.ID, workflowID: o.req.WorkflowID, after: feed.Last(), feed: feed}, nil
 }
 
 // resume finds the run o names in its thread; found is false when the

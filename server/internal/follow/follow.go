@@ -35,6 +35,10 @@ type Stream[E any] struct {
 	Write     func(id int64, events []E) error
 	Heartbeat time.Duration
 	Log       *slog.Logger
+	// Feed, when set, is the feed to read, opened (and subscribed, see
+	// instanceai.Feed.Subscribe) before the run started; else Run opens
+	// one after the cursor.
+	Feed *instanceai.Feed
 }
 
 // Run follows the run from after until the mapper's terminal event. gone
@@ -43,7 +47,10 @@ type Stream[E any] struct {
 // failure or an eviction reset ends the stream with the mapper's Close and
 // is not gone.
 func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
-	feed := s.Core.Feed(s.ThreadID, after)
+	feed := s.Feed
+	if feed == nil {
+		feed = s.Core.Feed(s.ThreadID, after)
+	}
 	defer func() { feed.Close() }()
 	ping := time.NewTicker(s.Heartbeat)
 	defer ping.Stop()
