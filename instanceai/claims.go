@@ -88,7 +88,12 @@ type RunClaims interface {
 	// those rows, with their tokens: a run whose token is not among them
 	// is no longer owner's.
 	RenewRuns(ctx context.Context, owner string, ttl time.Duration) ([]ActiveRun, error)
-	// ExpiredRuns returns the rows that have an owner whose lease ran out.
+	// ExpiredRuns returns the rows no live process keeps: those whose
+	// owner's lease ran out; those without an owner that do not wait for a
+	// person (an instance let go of a row its run could not release); and
+	// those without an owner that wait for a person whose answer is
+	// stored, once their lease ran out (the instance that took the answer
+	// died before it took the run). The sweep settles or resumes them.
 	ExpiredRuns(ctx context.Context) ([]ActiveRun, error)
 	// RequestCancel records, in the thread's active-run row and in the
 	// rows of its background agents (of any run), that a cancel was
@@ -381,7 +386,9 @@ func (l *LocalClaims) ExpiredRuns(context.Context) ([]ActiveRun, error) {
 	now := l.now()
 	var out []ActiveRun
 	for _, row := range l.rows {
-		if row.Owner != "" && now.After(row.LeaseExpires) {
+		// One process keeps no answers here: a waiting row without an
+		// owner is its answer's to take.
+		if (row.Owner != "" && now.After(row.LeaseExpires)) || (row.Owner == "" && !row.Suspended) {
 			out = append(out, row)
 		}
 	}

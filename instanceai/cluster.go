@@ -179,9 +179,6 @@ func (c *Cluster) Publish(threadID string, frames []Frame) {
 	c.enqueue(c.messages(threadID, frames)...)
 }
 
-// Committed returns the highest seq the local hub has of the thread.
-func (c *Cluster) Committed(threadID string) int64 { return c.hub.Committed(threadID) }
-
 // SendControl implements Controller. The database holds what the control
 // asks for (see Runs); the message only makes its owner act at once.
 func (c *Cluster) SendControl(ctl Control) {

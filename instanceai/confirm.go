@@ -112,6 +112,17 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		m.closeConfirmation(req.RequestID)
 		return Answer{}, err
 	}
+	// Only now can a client answer (the request is on its way to them):
+	// a shutdown hands over a run that waits so, and stops one that has
+	// not asked yet.
+	r.mu.Lock()
+	r.asked++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.asked--
+		r.mu.Unlock()
+	}()
 	select {
 	case a := <-wait:
 		if !r.retake() {

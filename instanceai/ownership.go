@@ -307,9 +307,24 @@ func (m *Runs) heartbeat(ctx context.Context) {
 		}
 	}
 	for _, row := range strays {
-		if err := m.claims.DisownRun(hctx, row.ThreadID, row.RunID, row.fence); err != nil && !errors.Is(err, ErrStaleFence) {
-			m.log.Warn("could not disown a run without a process", "thread", row.ThreadID, "run", row.RunID, "err", err)
+		m.letGo(hctx, row)
+	}
+}
+
+// letGo gives up a row this instance owns with no live run behind it: one
+// whose run ended (its release failed when the database did not answer)
+// is released; any other is disowned, and the sweep settles it, or the
+// answer its run waits for resumes it.
+func (m *Runs) letGo(ctx context.Context, row heldRow) {
+	if m.index != nil {
+		if events, err := m.index.RunEvents(ctx, row.ThreadID, row.RunID); err == nil &&
+			slices.ContainsFunc(events, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunFinish }) {
+			m.releaseClaim(row.ThreadID, row.RunID, row.fence)
+			return
 		}
+	}
+	if err := m.claims.DisownRun(ctx, row.ThreadID, row.RunID, row.fence); err != nil && !errors.Is(err, ErrStaleFence) {
+		m.log.Warn("could not disown a run without a process", "thread", row.ThreadID, "run", row.RunID, "err", err)
 	}
 }
 
@@ -472,14 +487,20 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			continue
 		}
 		if row.Suspended && m.agentResumes() {
-			resumed, err := m.resumeAnswered(ctx, row)
+			resumed, waits, err := m.resumeAnswered(ctx, row)
 			if err != nil {
 				return n, err
 			}
 			if resumed {
 				n++
 			}
-			continue
+			if resumed || waits {
+				continue
+			}
+			// The row says the run waits for a person, but its log says
+			// it does not (it went on after the answer, then lost its
+			// process; or it ended): it is settled as any run whose
+			// process is gone, or only released when it ended.
 		}
 		token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 		if err != nil {
@@ -502,38 +523,65 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 
 // resumeAnswered continues a suspended run whose process is gone if the
 // confirmation it waits for has been answered meanwhile (the answer reached
-// the dead owner only). It reports whether it resumed the run.
-func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (bool, error) {
+// the dead owner only, or the instance that got it died before it took the
+// run). It reports whether it resumed the run, and whether the run's log
+// shows it waiting for a confirmation at all: a run that went on after its
+// answer (another instance resumed it, then died), or that ended, does
+// not, whatever its row says, and must not be resumed a second time.
+func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (resumed, waits bool, err error) {
 	events, err := m.index.RunEvents(ctx, row.ThreadID, row.RunID)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	var requestID string
-	for _, ev := range events {
-		if p, ok := ev.Event.Payload.(*ConfirmationRequest); ok {
-			requestID = p.RequestID
-		}
-	}
+	requestID := awaitedRequest(events)
 	if requestID == "" {
-		return false, nil
+		return false, false, nil
 	}
 	c, err := m.confirms.GetConfirmation(ctx, requestID)
 	if err != nil || (c.Status != ConfirmationApproved && c.Status != ConfirmationDenied) {
-		return false, nil
+		return false, true, nil
 	}
 	var a Answer
 	if err := json.Unmarshal(c.Answer, &a); err != nil {
-		return false, fmt.Errorf("stored answer of %s: %w", requestID, err)
+		return false, true, fmt.Errorf("stored answer of %s: %w", requestID, err)
 	}
 	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 	if err != nil || !won {
-		return false, err
+		return false, true, err
 	}
 	if err := m.resume(&c, a, token); err != nil {
-		return false, err
+		return false, true, err
 	}
 	m.log.Info("resumed a run answered while its process was gone", "thread", row.ThreadID, "run", row.RunID)
-	return true, nil
+	return true, true, nil
+}
+
+// awaitedRequest returns the request id of the confirmation a run's log
+// shows it waiting for: its last confirmation-request, if the run has not
+// finished and the request's tool call has no outcome after it. "" when
+// the log shows the run waiting for none.
+func awaitedRequest(events []StoredEvent) string {
+	var req *ConfirmationRequest
+	for i := range events {
+		switch p := events[i].Event.Payload.(type) {
+		case *ConfirmationRequest:
+			req = p
+		case *RunFinish:
+			return ""
+		case *ToolResult:
+			if req != nil && p.ToolCallID == req.ToolCallID {
+				req = nil
+			}
+		case *ToolError:
+			if req != nil && p.ToolCallID == req.ToolCallID {
+				req = nil
+			}
+		}
+	}
+	if req == nil {
+		return ""
+	}
+	return req.RequestID
 }
 
 // ThreadDeleted tells the other instances that the thread is gone: they

@@ -701,7 +701,7 @@ func (m *Runs) working() int {
 	// everywhere else.
 	for _, r := range runs {
 		r.mu.Lock()
-		if r.suspended == 0 {
+		if r.asked == 0 {
 			n++
 		}
 		r.mu.Unlock()
@@ -727,9 +727,12 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 	}
 	for _, r := range runs {
 		r.mu.Lock()
-		suspended := r.suspended > 0
+		// A run that waits for a person whose request is out; one that
+		// stored its suspension but has not queued the request yet is
+		// stopped like a working one: nobody could answer it.
+		waiting := r.asked > 0
 		r.mu.Unlock()
-		if suspended && m.agentResumes() {
+		if waiting && m.agentResumes() {
 			// Waiting for a person: keep it suspended, owned by no process,
 			// for whichever instance gets the answer.
 			r.cancel(errSuspendedAtShutdown)
@@ -889,9 +892,12 @@ type Run struct {
 	liveAgents map[string]*fence
 	suspended  int      // confirmations being waited for
 	awaiting   []string // their request ids
-	usage      []TokenUsage
-	started    time.Time // for the time-to-first-text measurement
-	sawText    bool
+	// asked counts those whose confirmation-request is queued: a client
+	// can answer them.
+	asked   int
+	usage   []TokenUsage
+	started time.Time // for the time-to-first-text measurement
+	sawText bool
 }
 
 // Sync waits until everything queued for the run's thread so far is in the

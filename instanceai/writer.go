@@ -101,12 +101,6 @@ type Publisher interface {
 	Publish(threadID string, frames []Frame)
 }
 
-// headOf is implemented by a Publisher that knows the highest seq it has
-// published of a thread, whoever wrote it (Hub, Cluster).
-type headOf interface {
-	Committed(threadID string) int64
-}
-
 // Writer is the only appender to the log. Each thread has one drain
 // goroutine that takes whatever is queued, coalesces deltas into blocks,
 // persists the batch in one multi-row insert, and only then publishes it.
@@ -656,15 +650,12 @@ func (d *threadDrain) publish(items []batchItem, data [][]byte, first int64) {
 	after := d.committed
 	if first > 0 {
 		after = first - 1
-	} else if hasDelta(items) {
-		if after == 0 {
-			after = d.knownHead()
-		}
-		// Other instances may have committed since this drain did: the
-		// publisher's view of the thread counts them too.
-		if h, ok := d.w.hub.(headOf); ok {
-			after = max(after, h.Committed(d.threadID))
-		}
+	} else if after == 0 && hasDelta(items) {
+		// Only what this drain committed counts, not what it heard of
+		// since: a delta of a writer whose run another instance settled
+		// meanwhile must stay older than the settlement's rows, so that
+		// every point drops it as late.
+		after = d.knownHead()
 	}
 	for i := range items {
 		if data[i] == nil {

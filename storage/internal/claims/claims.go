@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
@@ -276,8 +277,13 @@ func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) 
 // ExpiredRuns implements instanceai.RunClaims.
 func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error) {
 	now, nowArg := t.d.Now()
-	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+columns+` FROM active_runs
-		WHERE owner_id <> '' AND lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
+	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+columns+` FROM active_runs a
+		WHERE (owner_id <> '' AND lease_expires < `+now+`)
+		   OR (owner_id = '' AND NOT suspended)
+		   OR (owner_id = '' AND suspended AND lease_expires < `+now+` AND EXISTS (
+		       SELECT 1 FROM confirmations c WHERE c.thread_id = a.thread_id AND c.run_id = a.run_id
+		       AND c.status IN ('approved', 'denied')))
+		ORDER BY lease_expires`), append(slices.Clone(nowArg), nowArg...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
 	}
