@@ -111,15 +111,34 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, nil
 		}
 	}
-	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
-		// Claimed by a process that died before its run-start was stored:
-		// the run never began, and a run-finish would end a run no client
-		// saw start.
-		m.releaseClaim(ref.ThreadID, ref.RunID, fence)
-		m.log.Info("released the claim of a run whose process died before it began", "thread", ref.ThreadID, "run", ref.RunID)
-		return false, nil
-	}
 	holder := newFence(ref.RunID, "", fence)
+	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
+		// Claimed by a process that died, or was cut off, before its
+		// run-start was stored: its client may hold the run's id (a chat is
+		// answered once the run-start is queued), so the run is written as
+		// begun and interrupted at once, rather than never heard of again.
+		now := m.now().UnixMilli()
+		var user string
+		if m.threads != nil {
+			t, err := m.threads.GetThread(ctx, ref.ThreadID)
+			if err != nil {
+				return false, fmt.Errorf("read thread %q: %w", ref.ThreadID, err)
+			}
+			user = t.OwnerID
+		}
+		for _, ev := range []Event{
+			{Type: TypeRunStart, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
+				Payload: &RunStart{MessageID: NewID("msg_")}},
+			{Type: TypeRunFinish, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
+				Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}},
+		} {
+			if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
+				return false, err
+			}
+		}
+		m.log.Info("settled a run whose process died before its run-start was stored", "thread", ref.ThreadID, "run", ref.RunID)
+		return true, nil
+	}
 	blocks, pieces, err := m.openText(ctx, ref, rows, "")
 	if err != nil {
 		return false, err
@@ -316,6 +335,15 @@ func (m *Runs) heartbeat(ctx context.Context) {
 // is released; any other is disowned, and the sweep settles it, or the
 // answer its run waits for resumes it.
 func (m *Runs) letGo(ctx context.Context, row heldRow) {
+	// The run may only be slow to store its run-finish, or wait for the
+	// database to take the ending its outage kept: judged at a later beat
+	// once the writer has nothing of the thread.
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	err := m.writer.Sync(sctx, row.ThreadID)
+	cancel()
+	if err != nil || m.writer.keepsEndings(row.ThreadID) {
+		return
+	}
 	if m.index != nil {
 		if events, err := m.index.RunEvents(ctx, row.ThreadID, row.RunID); err == nil &&
 			slices.ContainsFunc(events, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunFinish }) {

@@ -68,10 +68,10 @@ func TestCancelWhileARunStarts(t *testing.T) {
 	}
 }
 
-// A claim left by a process that died before the run's run-start was
-// stored is released by the sweep, writing nothing: no run ends that
-// never began.
-func TestSweepReleasesAClaimOfARunThatNeverBegan(t *testing.T) {
+// A claim left by a process that died (or was cut off) before the run's
+// run-start was stored: its client may hold the run's id, so the sweep
+// writes the run as begun and interrupted at once.
+func TestSweepSettlesARunThatNeverBegan(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()
 	l := newLifecycleOn(t, store, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }),
@@ -83,13 +83,11 @@ func TestSweepReleasesAClaimOfARunThatNeverBegan(t *testing.T) {
 		row, err := store.ActiveRun(ctx, "never")
 		return err == nil && row.Free(time.Now())
 	})
-	if n, err := l.core.Runs.SweepExpired(ctx); err != nil || n != 0 {
-		t.Fatalf("SweepExpired = %d, %v; want nothing settled", n, err)
+	if n, err := l.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
 	}
 	l.sync("never")
-	if rows := l.rows("never"); len(rows) != 0 {
-		t.Fatalf("the sweep wrote %d events into a thread whose run never began", len(rows))
-	}
+	l.expectLog("never", "run_never", "run-start @orch", "run-finish:interrupted:crash_interrupted @orch")
 	if _, err := store.ActiveRun(ctx, "never"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("the claim: %v, want released", err)
 	}

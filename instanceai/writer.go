@@ -200,6 +200,15 @@ func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
 	return nil
 }
 
+// keepsEndings reports whether the thread's drain keeps endings of runs an
+// outage failed, to store once the log answers (see storeEndings).
+func (w *Writer) keepsEndings(threadID string) bool {
+	w.mu.Lock()
+	d := w.threads[threadID]
+	w.mu.Unlock()
+	return d != nil && d.kept.Load() > 0
+}
+
 // Sync waits until every event enqueued for the thread before the call has
 // been persisted and published (or dropped after a failure).
 func (w *Writer) Sync(ctx context.Context, threadID string) error {
@@ -315,6 +324,9 @@ type threadDrain struct {
 	// outage, with their runs' token holders: published live when the run
 	// failed, stored once the log answers again (see storeEndings).
 	endings []batchItem
+	// kept is len(endings) as of the end of the last pass, for readers
+	// outside the drain (see Writer.keepsEndings).
+	kept atomic.Int32
 	// committed is the thread's highest seq this drain knows committed (0:
 	// it has not appended yet), the Since of the next first piece and the
 	// After of the deltas it publishes.
@@ -387,6 +399,7 @@ func (d *threadDrain) run() {
 		}
 		d.dropPieces()
 		d.checkpoint(now)
+		d.kept.Store(int32(len(d.endings)))
 		d.release()
 
 		if backlog {
