@@ -2,7 +2,9 @@ package instanceai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,4 +93,96 @@ func TestSweepSettlesARunThatNeverBegan(t *testing.T) {
 	if _, err := store.ActiveRun(ctx, "never"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("the claim: %v, want released", err)
 	}
+}
+
+// leaveAnsweredRun writes a run that asked for a confirmation, which was
+// answered, then what came after (after), with a suspended claim of a dead
+// instance whose lease ran out: what an instance that resumed the run and
+// then lost its database link (so its row's release failed) leaves.
+func leaveAnsweredRun(t *testing.T, store *memory.Store, thread, runID string, after ...instanceai.Event) {
+	t.Helper()
+	ctx := context.Background()
+	orch := instanceai.OrchestratorAgentID(runID)
+	req := &instanceai.ConfirmationRequest{RequestID: "cr-" + thread, ToolCallID: "c1", ToolName: "tool",
+		Args: json.RawMessage(`{}`), Severity: instanceai.SeverityWarning, Message: "Go on?"}
+	events := append([]instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+		{Type: instanceai.TypeToolCall, AgentID: orch, Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+		{Type: instanceai.TypeConfirmRequest, AgentID: orch, Payload: req},
+	}, after...)
+	for i := range events {
+		if events[i].AgentID == "" {
+			events[i].AgentID = orch
+		}
+	}
+	appendRun(t, store, thread, runID, events)
+	raw, _ := json.Marshal(req)
+	if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: req.RequestID, ThreadID: thread, RunID: runID,
+		AgentID: orch, ToolCallID: "c1", OwnerID: "u", Request: raw, Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AnswerConfirmation(ctx, req.RequestID, instanceai.ConfirmationApproved, []byte(`{"approved":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	row, err := store.ClaimThread(ctx, thread, runID, "inst-dead", time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SuspendRun(ctx, thread, runID, row.Fence, true); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the dead instance's lease expired", func() bool {
+		row, err := store.ActiveRun(ctx, thread)
+		return err == nil && row.Free(time.Now())
+	})
+}
+
+// A suspended row is resumed by the sweep only when the run's log shows it
+// waiting: a run that an instance resumed and finished (its release
+// failed) is released, and one resumed and then left by a dead instance
+// is settled as a crashed run, never resumed a second time.
+func TestSweepResumesOnlyARunThatWaits(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	var resumes atomic.Int32
+	agent := resumingAgent{instanceai.AgentFunc(askingAgent)}
+	l := newLifecycleOn(t, store, countingResumer{agent, &resumes}, instanceai.CoreConfig{Instance: "inst-b"}, "finished", "went-on", "waits")
+	l.name("agent_dead", "helper")
+	leaveAnsweredRun(t, store, "finished", "run_finished",
+		toolResult("c1", `"done"`), instanceai.Event{Type: instanceai.TypeRunFinish, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}})
+	leaveAnsweredRun(t, store, "went-on", "run_went_on", toolResult("c1", `"done"`))
+	leaveAnsweredRun(t, store, "waits", "run_waits")
+	if _, err := l.core.Runs.SweepExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range []string{"finished", "went-on", "waits"} {
+		l.sync(th)
+	}
+	waitUntil(t, "the waiting run resumed and finished", func() bool {
+		_, err := store.ActiveRun(ctx, "waits")
+		return errors.Is(err, instanceai.ErrNotFound)
+	})
+	if n := resumes.Load(); n != 1 {
+		t.Fatalf("%d runs resumed, want only the one that waits", n)
+	}
+	l.expectLog("finished", "run_finished", "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr-finished @orch",
+		`tool-result:c1="done" @orch`, "run-finish:completed: @orch")
+	l.expectLog("went-on", "run_went_on", "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr-went-on @orch",
+		`tool-result:c1="done" @orch`, "run-finish:interrupted:crash_interrupted @orch")
+	for _, th := range []string{"finished", "went-on"} {
+		if _, err := store.ActiveRun(ctx, th); !errors.Is(err, instanceai.ErrNotFound) {
+			t.Fatalf("the claim of %s: %v, want released", th, err)
+		}
+	}
+}
+
+// countingResumer counts the runs it resumes.
+type countingResumer struct {
+	resumingAgent
+	n *atomic.Int32
+}
+
+func (c countingResumer) Resume(ctx context.Context, run *instanceai.Run, req *instanceai.ConfirmationRequest, a instanceai.Answer) error {
+	c.n.Add(1)
+	return c.resumingAgent.Resume(ctx, run, req, a)
 }

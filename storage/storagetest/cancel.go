@@ -70,3 +70,71 @@ func testCancelRequests(t *testing.T, s instanceai.Store) {
 		t.Fatalf("the next run's claim = %+v, %v; want no request", next, err)
 	}
 }
+
+// testDisownedRowsTheSweepTakes: ExpiredRuns lists, besides the rows whose
+// owner's lease ran out, the rows without an owner that no process keeps:
+// one that waits for no person, and one that waits for a person whose
+// answer is stored once its lease ran out (the instance that got the
+// answer died before it took the run). A row that waits for an unanswered
+// person, and one whose lease is live, are not listed. A store without
+// confirmations (one process) lists the first kind only.
+func testDisownedRowsTheSweepTakes(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	listed := func() map[string]bool {
+		t.Helper()
+		rows, err := s.ExpiredRuns(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, r := range rows {
+			out[r.ThreadID] = true
+		}
+		return out
+	}
+	claim := func(thread string, suspended bool, ttl time.Duration) instanceai.ActiveRun {
+		t.Helper()
+		ensure(t, s, thread, "owner")
+		row, err := s.ClaimThread(ctx, thread, "run-"+thread, "inst-a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SuspendRun(ctx, thread, row.RunID, row.Fence, suspended); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DisownRun(ctx, thread, row.RunID, row.Fence); err != nil {
+			t.Fatal(err)
+		}
+		return row
+	}
+	confirm := func(thread, status string) {
+		t.Helper()
+		id := "cr-" + thread
+		if err := s.AddConfirmation(ctx, instanceai.Confirmation{RequestID: id, ThreadID: thread, RunID: "run-" + thread,
+			AgentID: "a", ToolCallID: "c", OwnerID: "owner", Request: []byte(`{}`), Status: instanceai.ConfirmationPending,
+			CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if status != instanceai.ConfirmationPending {
+			if err := s.AnswerConfirmation(ctx, id, status, []byte(`{"approved":true}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	claim("stray", false, time.Hour)
+	claim("waiting", true, -time.Second)
+	confirm("waiting", instanceai.ConfirmationPending)
+	claim("answered", true, -time.Second)
+	confirm("answered", instanceai.ConfirmationApproved)
+	claim("just-answered", true, time.Hour)
+	confirm("just-answered", instanceai.ConfirmationDenied)
+	got := listed()
+	if !got["stray"] || got["waiting"] || got["just-answered"] {
+		t.Fatalf("ExpiredRuns lists %v; want the stray, not the waiting run nor the one just answered", got)
+	}
+	// A store several processes share (one that keeps their registry)
+	// knows the answers of runs no process holds.
+	if _, shared := s.(instanceai.InstanceRegistry); shared && !got["answered"] {
+		t.Fatalf("ExpiredRuns lists %v; want the answered run whose lease ran out", got)
+	}
+}

@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		{"HeadsOfManyThreads", testHeads},
 		{"Instances", testInstances},
 		{"CancelRequests", testCancelRequests},
+		{"DisownedRowsTheSweepTakes", testDisownedRowsTheSweepTakes},
 		{"NextSeqIsMaxPlusOne", testNextSeq},
 		{"EmptyAppend", testEmptyAppend},
 		{"LargeBatch", testLargeBatch},
