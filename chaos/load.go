@@ -231,12 +231,15 @@ func (l *load) cancel(ctx context.Context, thread, run string, rng *rand.Rand) {
 		case err != nil || code == http.StatusServiceUnavailable:
 			sleep(ctx, jitter(rng, 50*time.Millisecond, 150*time.Millisecond))
 			continue
-		case code == http.StatusOK:
-			l.j.printf("%s: cancel of %s through %s answered %s after %v", thread, run, in.Name(), text, answered.Sub(sent).Round(time.Millisecond))
+		case code == http.StatusOK || code == http.StatusAccepted:
+			// 200 says the work stopped ("applied"), 202 that the cancel
+			// is recorded and the owner stops it at its next renewal.
+			l.j.printf("%s: cancel of %s through %s answered %d %s after %v", thread, run, in.Name(), code, text, answered.Sub(sent).Round(time.Millisecond))
+			compact := strings.ReplaceAll(text, " ", "")
 			l.note(func() {
 				l.stats.Cancels++
 				l.cancels = append(l.cancels, check.Cancel{Thread: thread, Run: run, Instance: in.Name(), Sent: sent, Answered: answered,
-					OK: strings.Contains(strings.ReplaceAll(text, " ", ""), `"ok":true`)})
+					Applied: code == http.StatusOK && strings.Contains(compact, `"ok":true`) && strings.Contains(compact, `"status":"applied"`)})
 			})
 		default:
 			l.unexpected(thread, in.Name(), "cancel", code, text)
@@ -314,8 +317,10 @@ func (l *load) confirm(ctx context.Context, thread, run string, rng *rand.Rand) 
 		case err != nil || code == http.StatusServiceUnavailable:
 			sleep(ctx, jitter(rng, 50*time.Millisecond, 150*time.Millisecond))
 			continue
-		case code == http.StatusOK:
-			l.j.printf("%s: confirmation %s answered %s through %s: %d", thread, requestID, body, in.Name(), code)
+		case code == http.StatusOK || code == http.StatusAccepted:
+			// 202: stored, and the instance that runs the run takes it
+			// at its next lease renewal.
+			l.j.printf("%s: confirmation %s answered %s through %s: %d %s", thread, requestID, body, in.Name(), code, clip(text, 200))
 			l.note(func() { l.stats.Confirms++ })
 		case code == http.StatusConflict:
 			l.j.printf("%s: confirmation %s answered %s through %s: %d %s", thread, requestID, body, in.Name(), code, clip(text, 200))

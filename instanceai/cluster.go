@@ -499,7 +499,10 @@ func (c *Cluster) checkHeads(ctx context.Context, threads []string) error {
 	}
 	for _, t := range threads {
 		head, ok := heads[t]
-		if !ok {
+		if !ok || head < c.hub.Committed(t) {
+			// Gone, or deleted and made again under the same id (the hub
+			// holds seqs its log never had): its subscribers end, and
+			// the thread starts afresh here.
 			c.hub.Forget(t)
 			continue
 		}

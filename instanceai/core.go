@@ -275,6 +275,13 @@ func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
 		}
 		return err
 	}
+	// A run that started while the deletion went on may have committed a
+	// batch just before it: the hub forgets the thread once that batch is
+	// published, or it would hold the deleted thread's seqs for a thread
+	// made again under the same id.
+	if err := c.Writer.Sync(ctx, threadID); err != nil {
+		return err
+	}
 	c.Hub.Forget(threadID)
 	c.Runs.ThreadDeleted(threadID)
 	return nil

@@ -267,8 +267,19 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 			}
 			if len(out) == 0 {
 				// The log holds nothing more up to C, though C was
-				// committed: a bounded store evicted it. The queue
-				// continues from C+1, so the connection is reset to there.
+				// committed: a bounded store evicted it, and the queue
+				// continues from C+1, so the connection is reset to there;
+				// unless the log never had C (its head, which counts
+				// evicted events, is below): the hub's C is of a deleted
+				// thread that was made again under the same id.
+				next, err := f.log.NextSeq(ctx, f.threadID)
+				if err != nil {
+					return nil, err
+				}
+				if next-1 < f.snap.Committed {
+					f.snap.Committed = f.last
+					continue
+				}
 				out = []Delivery{f.reset(ReasonEventsEvicted, f.snap.Committed+1)}
 			}
 			return out, nil

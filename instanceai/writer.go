@@ -637,7 +637,9 @@ func (d *threadDrain) commit(items []batchItem) {
 			d.fail(items, err)
 			return
 		}
-		d.committed = max(d.committed, first+int64(len(rows))-1)
+		// The latest commit's, not the highest ever: a thread deleted and
+		// made again under the same id starts again at 1 in this drain.
+		d.committed = first + int64(len(rows)) - 1
 		d.w.cfg.Observer.BatchCommitted(len(rows), time.Since(start))
 		if d.w.finished != nil {
 			for i := range rows {
@@ -709,7 +711,7 @@ func (d *threadDrain) knownHead() int64 {
 		return -1
 	}
 	d.headKnown = true
-	d.committed = max(d.committed, next-1)
+	d.committed = next - 1
 	return d.committed
 }
 
@@ -958,7 +960,7 @@ func (d *threadDrain) storeEndings() {
 	if err != nil {
 		return
 	}
-	d.committed = max(d.committed, first+int64(len(events))-1)
+	d.committed = first + int64(len(events)) - 1
 	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(events))
 	if d.w.pieces != nil {
 		// The failed runs' segments never got their blocks: their

@@ -25,8 +25,10 @@ func TestCrashWhileBackgroundAgentWorks(t *testing.T) {
 			spec := st.spec(t)
 			const thread = "bgcrash"
 			// The background agent pauses five times as long as the
-			// orchestrator, so it works on after the run-finish.
-			p := launch(t, spec, 100*time.Millisecond, leases...)
+			// orchestrator, so it works on after the run-finish: 1.5 s
+			// between its events, which is how late the kill may land
+			// (a busy machine's reader lagging) and still find it at work.
+			p := launch(t, spec, 300*time.Millisecond, leases...)
 			runID := p.chat(thread, "background")
 			orch := instanceai.OrchestratorAgentID(runID)
 			finished := false

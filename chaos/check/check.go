@@ -110,8 +110,11 @@ type StartedRun struct {
 type Cancel struct {
 	Thread, Run, Instance string
 	Sent, Answered        time.Time
-	// OK is set when the answer was 200 {"ok": true}.
-	OK bool
+	// Applied is set when the answer said the work stopped: 200
+	// {"ok": true, "status": "applied"}. A 202 "accepted" promises only
+	// that the owner stops it at its next lease renewal: the run may
+	// complete first.
+	Applied bool
 }
 
 // Victim is what a fault hit: a run (Agent "") or a background agent that
@@ -376,7 +379,7 @@ const cancelMargin = 20 * time.Millisecond
 // came back. (A run whose completion raced the cancel was stamped
 // before the answer.)
 func judgeCancel(c Cancel, f *runFacts) (Anomaly, bool) {
-	if !c.OK || f == nil || len(f.finishes) == 0 {
+	if !c.Applied || f == nil || len(f.finishes) == 0 {
 		return Anomaly{}, false
 	}
 	fin := f.finishes[0]
@@ -386,7 +389,7 @@ func judgeCancel(c Cancel, f *runFacts) (Anomaly, bool) {
 		return Anomaly{}, false
 	}
 	return Anomaly{Kind: CancelIgnored, Thread: c.Thread, Run: c.Run, Seq: fin.Seq,
-		Detail: fmt.Sprintf("cancel through %s sent %s, answered ok %s; the run then completed: run-finish %s stamped %s (seq %d)",
+		Detail: fmt.Sprintf("cancel through %s sent %s, answered applied %s; the run then completed: run-finish %s stamped %s (seq %d)",
 			c.Instance, c.Sent.Format(timeFormat), c.Answered.Format(timeFormat), finishWords(&fin.Event),
 			stamped.Format(timeFormat), fin.Seq)}, true
 }

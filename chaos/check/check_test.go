@@ -486,11 +486,15 @@ func TestCancelIgnored(t *testing.T) {
 		t.Fatalf("no finish of %s", run)
 		return time.Time{}
 	}
-	ignored := Cancel{Thread: thread, Run: "r1", Instance: "c", OK: true,
+	ignored := Cancel{Thread: thread, Run: "r1", Instance: "c", Applied: true,
 		Sent: finishAt("r1").Add(-time.Second), Answered: finishAt("r1").Add(-500 * time.Millisecond)}
-	raced := Cancel{Thread: thread, Run: "r2", Instance: "c", OK: true,
+	raced := Cancel{Thread: thread, Run: "r2", Instance: "c", Applied: true,
 		Sent: finishAt("r2").Add(-50 * time.Millisecond), Answered: finishAt("r2").Add(30 * time.Millisecond)}
-	res := Check(Input{Log: b.log(), Cancels: []Cancel{ignored, raced}})
+	// Accepted only: the owner stops it at its next renewal, which may
+	// come after the run completed.
+	accepted := Cancel{Thread: thread, Run: "r1", Instance: "c",
+		Sent: finishAt("r1").Add(-time.Second), Answered: finishAt("r1").Add(-500 * time.Millisecond)}
+	res := Check(Input{Log: b.log(), Cancels: []Cancel{ignored, raced, accepted}})
 	expect(t, res, "cancel-ignored×1")
 	if a := res.Anomalies[0]; a.Run != "r1" {
 		t.Fatalf("flagged %s", a)
