@@ -76,6 +76,14 @@ func TestTwoPools(t *testing.T) {
 		func(t *testing.T) instanceai.Store { return openDSN(t, dsn) })
 }
 
+// Appends under a run's token on one instance race the other's take.
+func TestFenceRaceAcrossPools(t *testing.T) {
+	dsn := freshSchema(t)
+	storagetest.RunFenceRaceAcrossPools(t,
+		func(t *testing.T) instanceai.Store { return openDSN(t, dsn) },
+		func(t *testing.T) instanceai.Store { return openDSN(t, dsn) })
+}
+
 // Instances starting together all migrate; each migration runs once.
 func TestConcurrentMigrate(t *testing.T) {
 	ctx := context.Background()

@@ -219,10 +219,17 @@ func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, 
 		var firsts []int64
 		var fencedErr error
 		landed := make(chan struct{})
-		fencedDone := make(chan struct{})
-		go func() {
-			defer close(fencedDone)
-			for i := 0; ; i++ {
+		// stop ends every appender, whatever happens: none may outlive
+		// the round (the one under the token otherwise stops at its
+		// first refusal).
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		halt := func() {
+			stop.Store(true)
+			wg.Wait()
+		}
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
 				first, err := appendFenced(fa, thread, i*batch, fences...)
 				if errors.Is(err, instanceai.ErrStaleFence) {
 					return
@@ -236,12 +243,11 @@ func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, 
 					close(landed)
 				}
 			}
-		}()
-		var stop atomic.Bool
-		var wg sync.WaitGroup
+		})
 		unfenced := make([]int64, batch)
+		var contending sync.WaitGroup
 		for c := range contenders {
-			wg.Go(func() {
+			contending.Go(func() {
 				for i := 0; !stop.Load(); i++ {
 					if _, err := appendStream(fa, thread, fmt.Sprint("c", c), i*batch, unfenced...); err != nil {
 						t.Errorf("append under no token: %v", err)
@@ -250,24 +256,30 @@ func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, 
 				}
 			})
 		}
+		fenced := make(chan struct{})
+		go func() { wg.Wait(); close(fenced) }()
+		stopAll := func() {
+			halt()
+			contending.Wait()
+		}
 		select {
 		case <-landed:
-		case <-fencedDone:
-			stop.Store(true)
-			wg.Wait()
+		case <-fenced:
+			stopAll()
 			t.Fatalf("round %d: the appends under the token stopped before any landed: %v", round, fencedErr)
 		}
 		_, won, err := taker.TakeRun(ctx, thread, "r", "inst_b", time.Minute)
 		if err != nil || !won {
+			stopAll()
 			t.Fatalf("round %d: TakeRun = %v, %v", round, won, err)
 		}
 		next, err := taker.NextSeq(ctx, thread)
 		if err != nil {
+			stopAll()
 			t.Fatal(err)
 		}
-		<-fencedDone
-		stop.Store(true)
-		wg.Wait()
+		<-fenced
+		stopAll()
 		if fencedErr != nil {
 			t.Fatalf("round %d: append under the token before the take: %v", round, fencedErr)
 		}
