@@ -312,19 +312,17 @@ func (h *Hub) LiveText(threadID, runID string) (open []Event, after []int64) {
 // Contiguous returns the seq up to which the thread was published every
 // stored frame (0 for none).
 func (h *Hub) Contiguous(threadID string) int64 {
-	h.mu.Lock()
-	t := h.topics[threadID]
-	h.mu.Unlock()
-	if t == nil {
-		return 0
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.contiguous
+	return h.topicSeq(threadID, func(t *topic) int64 { return t.contiguous })
 }
 
 // Committed returns the highest seq published on the thread (0 for none).
 func (h *Hub) Committed(threadID string) int64 {
+	return h.topicSeq(threadID, func(t *topic) int64 { return t.committed })
+}
+
+// topicSeq reads one of a thread's counters under its lock (0 when the hub
+// has no topic for it).
+func (h *Hub) topicSeq(threadID string, read func(*topic) int64) int64 {
 	h.mu.Lock()
 	t := h.topics[threadID]
 	h.mu.Unlock()
@@ -333,7 +331,7 @@ func (h *Hub) Committed(threadID string) int64 {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.committed
+	return read(t)
 }
 
 // CaughtUp publishes frames read from the log, up to head, and counts

@@ -110,7 +110,7 @@ func TestClusterLostPublishesReachOtherInstances(t *testing.T) {
 			onB := b.stream("lost", "")
 			time.Sleep(200 * time.Millisecond) // B's listener subscribes
 			run := a.chat("lost", "long 400")
-			seen := onB.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			seen := onB.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 			proxy.CutOff()
 			rest := onB.Until(wait, servertest.IsRunFinish(run))
 			got := time.Now()
@@ -241,7 +241,7 @@ func TestClusterControlWithoutTheBus(t *testing.T) {
 			}
 			onA := a.stream("cancel", "")
 			run := a.chat("cancel", "long 100000")
-			onA.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 			proxy.CutOff()
 			var answer struct {
 				OK     bool   `json:"ok"`
@@ -262,13 +262,7 @@ func TestClusterControlWithoutTheBus(t *testing.T) {
 			onB := b.stream("confirm", "")
 			run = a.chat("confirm", "confirm")
 			var requestID string
-			onB.Until(wait, func(f servertest.Frame) bool {
-				if p, ok := f.Decoded.Payload.(*instanceai.ConfirmationRequest); ok {
-					requestID = p.RequestID
-					return true
-				}
-				return false
-			})
+			onB.Until(wait, servertest.ConfirmationRequest(&requestID))
 			var confirmed struct {
 				OK     bool   `json:"ok"`
 				RunID  string `json:"runId"`

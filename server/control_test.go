@@ -138,7 +138,7 @@ func TestBackgroundAgentOutlivesTheOrchestrator(t *testing.T) {
 		}
 		// A new message is accepted while only background work runs.
 		next := h.Chat("th", "simple")
-		rest := conn.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeAgentCompleted })
+		rest := conn.Until(wait, servertest.IsType(instanceai.TypeAgentCompleted))
 		done := rest[len(rest)-1]
 		if p := done.Decoded.Payload.(*instanceai.AgentCompleted); done.Decoded.AgentID != bg || p.Status != instanceai.RunCompleted || p.Result == "" {
 			t.Fatalf("agent-completed = %+v %+v", done.Decoded, p)

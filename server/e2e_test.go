@@ -29,7 +29,7 @@ func TestReplayAtEveryCursor(t *testing.T) {
 		var last string
 		for _, msg := range []string{"simple replay", "tasks"} {
 			// Wait for the previous run to finish before sending the next.
-			frames := live.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeRunFinish })
+			frames := live.Until(wait, servertest.IsType(instanceai.TypeRunFinish))
 			last = frames[len(frames)-1].Decoded.RunID
 			h.Chat("th", msg)
 		}

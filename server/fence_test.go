@@ -49,7 +49,7 @@ func TestClusterFencesAnInstanceCutOffPastItsLease(t *testing.T) {
 			}
 			onA := a.stream(thread, "")
 			runID := a.chat(thread, "long 3000")
-			onA.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 			onA.Close()
 
 			switch cut {

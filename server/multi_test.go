@@ -130,7 +130,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			// Cancel through C.
 			onB2 := b.stream("cancel", "")
 			run = a.chat("cancel", "long 100000")
-			onB2.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			onB2.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 			if code := c.post("/instance-ai/chat/cancel/cancel", ""); code != http.StatusOK {
 				t.Fatalf("cancel on C: %d", code)
 			}
@@ -146,13 +146,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			onB3 := b.stream("confirm", "")
 			run = a.chat("confirm", "confirm")
 			var requestID string
-			onB3.Until(wait, func(f servertest.Frame) bool {
-				if p, ok := f.Decoded.Payload.(*instanceai.ConfirmationRequest); ok {
-					requestID = p.RequestID
-					return true
-				}
-				return false
-			})
+			onB3.Until(wait, servertest.ConfirmationRequest(&requestID))
 
 			var st instanceai.ThreadStatus
 			c.get("/instance-ai/threads/confirm/status", &st)
@@ -170,7 +164,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			// kill -9 of A mid-run.
 			onB4 := b.stream("crash", "")
 			run = a.chat("crash", "long 100000")
-			seen := onB4.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+			seen := onB4.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 			killedAt := time.Now()
 			a.Kill()
 			var cursor string
@@ -226,7 +220,7 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 			}
 			onB5 := b.stream("crash-tool", "")
 			run = d.chat("crash-tool", "tools")
-			seen = onB5.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeToolCall })
+			seen = onB5.Until(wait, servertest.IsType(instanceai.TypeToolCall))
 			d.Kill()
 			onB5.Close()
 			cursor = seen[len(seen)-1].ID

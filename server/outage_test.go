@@ -39,7 +39,7 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 	h.EnsureThread(thread)
 	conn := h.Connect(thread, "", false)
 	runID := h.Chat(thread, "long 500")
-	conn.Until(wait, func(f servertest.Frame) bool { return f.Decoded.Type == instanceai.TypeTextDelta })
+	conn.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 
 	proxy.CutOff()
 	cutAt := time.Now()

@@ -192,24 +192,22 @@ func (s *Stream) Event(id int64, typ string, data []byte) error {
 	if typ == "" {
 		return s.Data(id, data)
 	}
-	var msg sse.Message
-	if id > 0 {
-		msg.ID = sse.ID(strconv.FormatInt(id, 10))
-	}
-	t, err := sse.NewType(typ)
-	if err != nil {
-		return err
-	}
-	msg.Type = t
-	msg.AppendData(string(data))
-	return s.message(&msg)
+	return s.frame(id > 0, id, typ, data)
 }
 
 // EventWithID is Event with its `id:` line written whatever id is, 0
 // included: a frame that moves the client's cursor back to the start.
 func (s *Stream) EventWithID(id int64, typ string, data []byte) error {
+	return s.frame(true, id, typ, data)
+}
+
+// frame writes one frame, with an `id:` line when withID is set and an
+// `event:` line when typ is.
+func (s *Stream) frame(withID bool, id int64, typ string, data []byte) error {
 	var msg sse.Message
-	msg.ID = sse.ID(strconv.FormatInt(id, 10))
+	if withID {
+		msg.ID = sse.ID(strconv.FormatInt(id, 10))
+	}
 	if typ != "" {
 		t, err := sse.NewType(typ)
 		if err != nil {

@@ -76,11 +76,7 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	status := http.StatusOK
-	if outcome == instanceai.Accepted {
-		status = http.StatusAccepted
-	}
-	httpjson.Write(w, status, confirmResponse{OK: true, RunID: runID, Status: string(outcome)})
+	httpjson.Write(w, controlStatus(outcome), confirmResponse{OK: true, RunID: runID, Status: string(outcome)})
 }
 
 // confirmResponse is the answer to a confirmation's answer: status

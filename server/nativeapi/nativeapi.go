@@ -143,11 +143,16 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	status := http.StatusOK
+	httpjson.Write(w, controlStatus(outcome), cancelResponse{OK: true, Status: string(outcome)})
+}
+
+// controlStatus is the HTTP status of a cancel's or an answer's outcome:
+// 200 once applied, 202 when stored for the owner to apply.
+func controlStatus(outcome instanceai.ControlOutcome) int {
 	if outcome == instanceai.Accepted {
-		status = http.StatusAccepted
+		return http.StatusAccepted
 	}
-	httpjson.Write(w, status, cancelResponse{OK: true, Status: string(outcome)})
+	return http.StatusOK
 }
 
 // cancelResponse is the answer to a cancel: status "applied" (200) when

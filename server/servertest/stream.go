@@ -27,6 +27,23 @@ func IsRunFinish(runID string) func(Frame) bool {
 	return func(f Frame) bool { return f.Decoded.Type == instanceai.TypeRunFinish && f.Decoded.RunID == runID }
 }
 
+// IsType matches the events of type typ.
+func IsType(typ instanceai.EventType) func(Frame) bool {
+	return func(f Frame) bool { return f.Decoded.Type == typ }
+}
+
+// ConfirmationRequest matches a confirmation-request and stores its
+// request id in *requestID.
+func ConfirmationRequest(requestID *string) func(Frame) bool {
+	return func(f Frame) bool {
+		p, ok := f.Decoded.Payload.(*instanceai.ConfirmationRequest)
+		if ok {
+			*requestID = p.RequestID
+		}
+		return ok
+	}
+}
+
 // Conn is an open SSE connection whose frames are read in the background
 // as they arrive, so a test can wait for them with a timeout.
 type Conn struct {
