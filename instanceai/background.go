@@ -165,7 +165,23 @@ func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease)
+	// Claimed only while the run is still this process's: a settlement
+	// that took the run meanwhile did not see this agent (its
+	// agent-spawned may not be stored), so the agent must not get a token
+	// the settlement does not hold.
+	var under int64
+	if m.fenced {
+		under = runFence.token()
+	}
+	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease, under)
+	if errors.Is(err, ErrStaleFence) {
+		// Its run was taken: it runs under the run's stale token, so that
+		// its first write is refused and stops it.
+		m.mu.Lock()
+		t.fence = runFence
+		m.mu.Unlock()
+		return
+	}
 	if err != nil {
 		// A thread deleted meanwhile has the agent stopped by its delete;
 		// otherwise the agent works on, unrecorded, under its run's token.

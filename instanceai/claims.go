@@ -142,8 +142,14 @@ type AgentClaim struct {
 type AgentClaims interface {
 	// ClaimAgent makes owner the agent's runner for ttl, with a fresh
 	// token, which it returns (ErrNotFound for a thread that does not
-	// exist).
-	ClaimAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration) (fence int64, err error)
+	// exist). runFence, when not 0, is the token the run's row must hold:
+	// an agent is claimed only under a claim of its run that is still
+	// the caller's, else nothing changes and the error matches
+	// ErrStaleFence. (A settlement lists the run's agent rows once it
+	// took the run, so a row made after that take must not be made.)
+	ClaimAgent(ctx context.Context, ref AgentRef, owner string, ttl time.Duration, runFence int64) (fence int64, err error)
+	// RunAgents returns the rows of the run's agents.
+	RunAgents(ctx context.Context, threadID, runID string) ([]AgentClaim, error)
 	// ReleaseAgent deletes the agent's row.
 	ReleaseAgent(ctx context.Context, ref AgentRef, fence int64) error
 	// RenewAgents extends the leases of owner's rows to now+ttl and returns
@@ -299,12 +305,28 @@ func (l *LocalClaims) ForgetThread(threadID string) {
 }
 
 // ClaimAgent implements AgentClaims.
-func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration) (int64, error) {
+func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if run, ok := l.rows[ref.ThreadID]; runFence != 0 && (!ok || run.RunID != ref.RunID || run.Fence != runFence) {
+		return 0, &StaleFenceError{Tokens: []int64{runFence}}
+	}
 	row := AgentClaim{AgentRef: ref, Owner: owner, LeaseExpires: l.now().Add(ttl), Fence: l.nextFence()}
 	l.agents[ref] = row
 	return row.Fence, nil
+}
+
+// RunAgents implements AgentClaims.
+func (l *LocalClaims) RunAgents(_ context.Context, threadID, runID string) ([]AgentClaim, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []AgentClaim
+	for ref, row := range l.agents {
+		if ref.ThreadID == threadID && ref.RunID == runID {
+			out = append(out, row)
+		}
+	}
+	return out, nil
 }
 
 // ReleaseAgent implements AgentClaims.

@@ -87,9 +87,11 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		}
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
-	// The suspension is stored before the request goes out: a client that
-	// saw the request may kill this process at once, and the run must then
-	// be found waiting, not swept as a crash.
+	// The suspension is stored before the request goes out, and the run
+	// disowned only once the request is in the log (see disownWaiting): a
+	// process that dies before then leaves a run its lease expires on, which
+	// the sweep settles, and never a run that waits for a request nobody
+	// was sent.
 	r.mu.Lock()
 	r.suspended++
 	first := r.suspended == 1
@@ -111,6 +113,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	if err := r.Emit(ev); err != nil {
 		m.closeConfirmation(req.RequestID)
 		return Answer{}, err
+	}
+	if first {
+		m.disownWaiting(ctx, r)
 	}
 	// Only now can a client answer (the request is on its way to them):
 	// a shutdown hands over a run that waits so, and stops one that has
@@ -173,23 +178,49 @@ func (m *Runs) closeConfirmation(requestID string) {
 }
 
 // markSuspended records in the run's claim whether it waits for a person,
-// so that no sweep takes a waiting run for a dead one. A run the agent can
-// resume is also disowned while it waits: it is owned by no process, so
-// that whichever instance gets the answer (or a cancel) takes it with a
-// conditional update, even after this process died. The waiting goroutine
-// here must retake it to go on (see retake).
+// so that no sweep takes a waiting run for a dead one while its owner's
+// heartbeat renews it.
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	token := r.fence.token()
-	err := m.claims.SuspendRun(ctx, r.ThreadID, r.ID, token, suspended)
-	if err == nil && suspended && m.agentResumes() {
-		if err = m.claims.DisownRun(ctx, r.ThreadID, r.ID, token); err == nil {
-			r.mu.Lock()
-			r.disowned = true
-			r.mu.Unlock()
-		}
+	m.claimWarn(r, m.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
+}
+
+// disownWaiting hands a suspended run the agent can resume to no process
+// once its confirmation-request is in the log: whichever instance gets the
+// answer (or a cancel) then takes it with a conditional update, even after
+// this process died. The waiting goroutine here must retake it to go on
+// (see retake). Until the request is stored the run stays owned, so that a
+// crash before then is swept like any other: a suspended run with no owner
+// is never swept, and one whose request was lost would wait forever.
+func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
+	if !m.agentResumes() {
+		return
 	}
+	if err := r.Sync(ctx); err != nil || context.Cause(r.ctx) != nil {
+		// The wait ends (ctx) or the run was stopped, or its write failed
+		// (the run's context ends with it): nothing is handed over.
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	r.mu.Lock()
+	waiting := r.suspended > 0
+	r.mu.Unlock()
+	if !waiting {
+		return
+	}
+	err := m.claims.DisownRun(sctx, r.ThreadID, r.ID, r.fence.token())
+	if err == nil {
+		r.mu.Lock()
+		r.disowned = true
+		r.mu.Unlock()
+	}
+	m.claimWarn(r, err)
+}
+
+// claimWarn logs a failed update of a waiting run's claim.
+func (m *Runs) claimWarn(r *Run, err error) {
 	switch {
 	case errors.Is(err, ErrStaleFence):
 		// Taken by another instance: the run's next write is refused, and

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/memory"
@@ -52,6 +55,12 @@ func (l *lifecycle) suspended(thread string) *instanceai.Run {
 	if c, err := l.store.GetConfirmation(ctx, "cr1"); err != nil || c.Status != instanceai.ConfirmationPending {
 		l.t.Fatalf("stored confirmation = %+v, %v", c, err)
 	}
+	// A run the agent can resume is handed to no process once its
+	// request is stored, just after.
+	waitUntil(l.t, "the waiting run's claim is settled", func() bool {
+		row, err := l.store.ActiveRun(ctx, thread)
+		return err == nil && (row.Owner == "") == l.resumes
+	})
 	row, err := l.store.ActiveRun(ctx, thread)
 	if err != nil || row.RunID != run.ID || !row.Suspended {
 		l.t.Fatalf("claim of a waiting run = %+v, %v", row, err)
@@ -194,5 +203,104 @@ func TestConfirmWithoutAStoreFails(t *testing.T) {
 	rows, _ := store.ReadAfter(context.Background(), "t", 0, 0)
 	if len(rows) != 4 || rows[2].Event.Type != instanceai.TypeError || rows[3].Event.Type != instanceai.TypeRunFinish {
 		t.Fatalf("log = %+v", rows)
+	}
+}
+
+// typeGate is a memory store that holds the append of the first batch
+// holding an event of type typ until open is called.
+type typeGate struct {
+	*memory.Store
+	typ  instanceai.EventType
+	once sync.Once
+	held chan struct{}
+	gate chan struct{}
+}
+
+func newTypeGate(store *memory.Store, typ instanceai.EventType) *typeGate {
+	return &typeGate{Store: store, typ: typ, held: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (g *typeGate) open() { close(g.gate) }
+
+func (g *typeGate) hold(events []instanceai.Event) {
+	if slices.ContainsFunc(events, func(ev instanceai.Event) bool { return ev.Type == g.typ }) {
+		g.once.Do(func() {
+			close(g.held)
+			<-g.gate
+		})
+	}
+}
+
+// waitHeld waits until the gated append is held.
+func (g *typeGate) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.held:
+	case <-time.After(waitFor):
+		t.Fatalf("no %s was appended", g.typ)
+	}
+}
+
+func (g *typeGate) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
+	g.hold(events)
+	return g.Store.AppendEncoded(ctx, thread, events, data)
+}
+
+func (g *typeGate) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	g.hold(events)
+	return g.Store.AppendFenced(ctx, thread, events, data, fences)
+}
+
+// newGatedCore is a Core over gate, closed after the test.
+func newGatedCore(t *testing.T, gate *typeGate, agent instanceai.Agent, cfg instanceai.CoreConfig) *instanceai.Core {
+	t.Helper()
+	core := instanceai.NewCore(gate, agent, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = core.Runs.Shutdown(ctx)
+		_ = core.Writer.Close(ctx)
+	})
+	return core
+}
+
+// A run that can be resumed is handed to no process only once its
+// confirmation-request is in the log: until then it stays its instance's,
+// so that if the instance dies there the run's lease runs out and the
+// sweep settles it, rather than leaving a run waiting for an answer to a
+// request nobody was sent.
+func TestWaitingRunIsDisownedOnlyOnceItsRequestIsStored(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	gate := newTypeGate(store, instanceai.TypeConfirmRequest)
+	core := newGatedCore(t, gate, resumingAgent{askingAgent}, instanceai.CoreConfig{Instance: "inst-a", Lease: time.Minute})
+	run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "delete it"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.waitHeld(t)
+	// The suspension is stored, the request is not: the run is still held.
+	waitUntil(t, "the suspension is stored", func() bool {
+		row, err := store.ActiveRun(ctx, "t")
+		return err == nil && row.Suspended
+	})
+	if row, err := store.ActiveRun(ctx, "t"); err != nil || row.Owner != "inst-a" {
+		t.Fatalf("claim of a run whose request is not stored = %+v, %v; want owned by inst-a", row, err)
+	}
+	gate.open()
+	waitUntil(t, "the waiting run is disowned", func() bool {
+		row, err := store.ActiveRun(ctx, "t")
+		return err == nil && row.Owner == "" && row.Suspended && row.RunID == run.ID
+	})
+	if _, _, err := core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-run.Done():
+	case <-time.After(waitFor):
+		t.Fatal("the answered run did not end")
 	}
 }

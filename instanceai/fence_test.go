@@ -105,7 +105,7 @@ func TestWriterDropsTheEventsOfATakenClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentToken, err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "bg"}, "inst-a", time.Minute)
+	agentToken, err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "bg"}, "inst-a", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,5 +580,88 @@ func TestAnAgentWithoutARowOutlivesItsRunsClaim(t *testing.T) {
 	want := []string{"run-start", "agent-spawned", "run-finish", "tool-call", "agent-completed"}
 	if !slices.Equal(types, want) {
 		t.Fatalf("log = %v, want %v", types, want)
+	}
+}
+
+// A background agent whose agent-spawned had not reached the log when
+// another instance took its run is fenced by the settlement all the same:
+// the settlement takes every agent row of the run, not only those the log
+// shows, so nothing of the agent lands after the settlement's run-finish.
+func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	spawn := make(chan struct{})
+	step := make(chan struct{})
+	done := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		select {
+		case <-spawn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			defer close(done)
+			<-step
+			if err := a.Emit(toolCall("late")); err != nil {
+				return "", err
+			}
+			return "late result", nil
+		})
+		if err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	gate := newTypeGate(store, instanceai.TypeAgentSpawned)
+	a := newGatedCore(t, gate, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond})
+	run, err := a.Runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	close(spawn)
+	gate.waitHeld(t)
+	waitUntil(t, "the helper's row is claimed", func() bool {
+		agents, err := store.RunAgents(ctx, "th", run.ID)
+		return err == nil && len(agents) == 1
+	})
+	waitUntil(t, "inst-a's run lease ran out", func() bool {
+		row, err := store.ActiveRun(ctx, "th")
+		return err == nil && row.Free(time.Now())
+	})
+	// The helper was claimed after the run's last renewal, so its own
+	// lease runs out later: no sweep of expired agents takes its row yet.
+	if rows, err := store.RenewAgents(ctx, "inst-a", time.Minute); err != nil || len(rows) != 1 {
+		t.Fatalf("RenewAgents = %+v, %v", rows, err)
+	}
+	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
+	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
+	}
+	b.sync("th")
+	settled := []string{"run-start @orch", "run-finish:interrupted:crash_interrupted @orch"}
+	b.expectLog("th", run.ID, settled...)
+
+	// inst-a's held batch, and what its helper does next, are refused.
+	gate.open()
+	close(step)
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("the helper did not return")
+	}
+	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.Runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	if err := a.Writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	b.expectLog("th", run.ID, settled...)
+	if agents, err := store.RunAgents(ctx, "th", run.ID); err != nil || len(agents) != 0 {
+		t.Fatalf("agent rows after the settlement: %+v, %v; want none", agents, err)
 	}
 }

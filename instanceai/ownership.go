@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -112,6 +113,18 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 		}
 	}
 	holder := newFence(ref.RunID, "", fence)
+	var under int64
+	if m.fenced {
+		under = fence
+	}
+	agents, err := m.fenceAgents(ctx, ref, rows, under)
+	// Whatever happens from here, the rows go once what was queued is
+	// stored: kept, they would be renewed by this instance's heartbeat
+	// for no agent.
+	defer m.releaseAgents(ref.ThreadID, agents)
+	if err != nil {
+		return false, err
+	}
 	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
 		// Claimed by a process that died, or was cut off, before its
 		// run-start was stored: its client may hold the run's id (a chat is
@@ -143,14 +156,6 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	if err != nil {
 		return false, err
 	}
-	agents, err := m.fenceAgents(ctx, ref, rows)
-	// Whatever happens from here, the rows go once what was queued is
-	// stored: kept, they would be renewed by this instance's heartbeat
-	// for no agent.
-	defer m.releaseAgents(ref.ThreadID, agents)
-	if err != nil {
-		return false, err
-	}
 	for _, ev := range append(blocks, settleInterrupted(ref.RunID, rows, m.now().UnixMilli())...) {
 		if err := ev.Validate(); err != nil {
 			return false, fmt.Errorf("run %s: %w", ref.RunID, err)
@@ -165,9 +170,17 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 		}
 	}
 	if m.confirms != nil {
-		for _, ev := range rows {
-			if p, ok := ev.Event.Payload.(*ConfirmationRequest); ok {
-				m.closeConfirmation(p.RequestID)
+		// Those the store holds pending, whether or not their request
+		// reached the log (a process may die in between).
+		pending, err := m.confirms.PendingConfirmations(ctx, ref.ThreadID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			// The settlement is queued already; an answer to one of them
+			// is refused once the run-finish is stored anyway.
+			m.log.Warn("could not close a settled run's confirmations", "thread", ref.ThreadID, "run", ref.RunID, "err", err)
+		}
+		for _, c := range pending {
+			if c.RunID == ref.RunID {
+				m.closeConfirmation(c.RequestID)
 			}
 		}
 	}
@@ -181,15 +194,29 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 // database past its lease) then holds a stale token for it, and nothing
 // it writes lands after the settlement. It returns the rows it claimed,
 // with their tokens, to release once the settlement is stored.
-func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent) (map[AgentRef]int64, error) {
+func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
 	if m.agentsDB == nil {
 		return nil, nil
 	}
 	w := openWorkOf(rows)
 	taken := map[AgentRef]int64{}
-	for agent := range w.spawned {
+	agents := slices.Collect(maps.Keys(w.spawned))
+	// And the rows of agents the log does not show: their agent-spawned
+	// was still on its way when the run was taken, and their own events
+	// would land after the settlement's run-finish. (A row made after the
+	// take is refused: see AgentClaims.ClaimAgent.)
+	claimed, err := m.agentsDB.RunAgents(ctx, ref.ThreadID, ref.RunID)
+	if err != nil {
+		return taken, fmt.Errorf("list the agents of run %s: %w", ref.RunID, err)
+	}
+	for _, c := range claimed {
+		if _, ok := w.spawned[c.AgentID]; !ok {
+			agents = append(agents, c.AgentID)
+		}
+	}
+	for _, agent := range agents {
 		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
-		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease)
+		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease, runFence)
 		if errors.Is(err, ErrNotFound) {
 			return taken, nil // the thread is gone: nothing to settle
 		}

@@ -33,6 +33,9 @@ type lifecycle struct {
 	// always "orch").
 	mu     sync.Mutex
 	agents map[string]string
+	// resumes: the agent can resume a run suspended across a restart, so
+	// a waiting run is disowned once its request is stored.
+	resumes bool
 }
 
 func newLifecycle(t *testing.T, agent instanceai.Agent, threads ...string) *lifecycle {
@@ -59,7 +62,8 @@ func newLifecycleOn(t *testing.T, store *memory.Store, agent instanceai.Agent, c
 		_ = core.Runs.Shutdown(sctx)
 		_ = core.Writer.Close(sctx)
 	})
-	return &lifecycle{t: t, store: store, core: core, agents: map[string]string{}}
+	_, resumes := agent.(instanceai.Resumer)
+	return &lifecycle{t: t, store: store, core: core, agents: map[string]string{}, resumes: resumes}
 }
 
 func (l *lifecycle) start(thread, message string) *instanceai.Run {

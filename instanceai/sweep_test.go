@@ -172,6 +172,50 @@ func TestStartupSweepSettlesADeadInstancesRun(t *testing.T) {
 	}
 }
 
+// A process that stored a run's suspension and its confirmation, and died
+// before the confirmation-request reached the log, leaves a suspended run
+// it still owns: nobody was asked, so nobody can answer, and once its lease
+// runs out the sweep settles it like any crashed run and closes the
+// confirmation, instead of leaving it waiting forever.
+func TestSweepSettlesASuspendedRunWhoseRequestWasNeverStored(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	l := newLifecycleOn(t, store, resumingAgent{askingAgent}, instanceai.CoreConfig{Instance: "inst-b"}, "unasked")
+	orch := instanceai.OrchestratorAgentID("run_dead")
+	appendRun(t, store, "unasked", "run_dead", []instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+		{Type: instanceai.TypeToolCall, AgentID: orch, Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+	})
+	if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "cr-unsent", ThreadID: "unasked", RunID: "run_dead", AgentID: orch,
+		ToolCallID: "c1", OwnerID: "u", Request: json.RawMessage(`{}`), Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	row, err := store.ClaimThread(ctx, "unasked", "run_dead", "inst-dead", time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SuspendRun(ctx, "unasked", "run_dead", row.Fence, true); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the dead instance's lease expired", func() bool {
+		row, err := store.ActiveRun(ctx, "unasked")
+		return err == nil && row.Free(time.Now())
+	})
+	if n, err := l.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
+	}
+	l.sync("unasked")
+	l.expectLog("unasked", "run_dead", "run-start @orch", "tool-call:c1 @orch",
+		"tool-interrupted:c1=Interrupted by a process restart — effect unverified; verify before retrying. @orch",
+		"run-finish:interrupted:crash_interrupted @orch")
+	if c, err := store.GetConfirmation(ctx, "cr-unsent"); err != nil || c.Status != instanceai.ConfirmationCancelled {
+		t.Fatalf("the confirmation nobody was sent = %+v, %v; want cancelled", c, err)
+	}
+	if _, err := store.ActiveRun(ctx, "unasked"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("claim of the settled run: %v, want ErrNotFound", err)
+	}
+}
+
 // leaveOrphanedAgent writes what a process that died while a background
 // agent worked after its run's run-finish leaves behind: a finished run
 // whose agent has spawned, opened a tool call and never completed, and the
@@ -189,7 +233,7 @@ func leaveOrphanedAgent(t *testing.T, store *memory.Store, thread, runID, agentI
 		{Type: instanceai.TypeToolCall, AgentID: agentID, Payload: &instanceai.ToolCall{ToolCallID: "bg2", ToolName: "tool", Args: json.RawMessage(`{}`)}},
 	}
 	appendRun(t, store, thread, runID, events)
-	if _, err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond); err != nil {
+	if _, err := store.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: runID, AgentID: agentID}, "inst-dead", -time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,7 +348,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	}
 	bg := st.BackgroundTasks[0]
 	ref := instanceai.AgentRef{ThreadID: "th", RunID: bg.RunID, AgentID: bg.AgentID}
-	if _, err := store.ClaimAgent(ctx, ref, "inst-b", time.Minute); err != nil {
+	if _, err := store.ClaimAgent(ctx, ref, "inst-b", time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	before := len(a.rows("th"))

@@ -107,13 +107,22 @@ func (s *Store) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 
 // ClaimAgent implements instanceai.AgentClaims; like a database's foreign
 // key, it refuses a thread that does not exist.
-func (s *Store) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (int64, error) {
+func (s *Store) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
 	return withLock(s, func() (int64, error) {
 		if s.threads[ref.ThreadID] == nil {
 			return 0, notFound("claim an agent of", ref.ThreadID)
 		}
-		return s.claims.ClaimAgent(ctx, ref, owner, ttl)
+		fence, err := s.claims.ClaimAgent(ctx, ref, owner, ttl, runFence)
+		return fence, wrap("claim an agent of", ref.ThreadID, err)
 	})
+}
+
+// RunAgents implements instanceai.AgentClaims.
+func (s *Store) RunAgents(ctx context.Context, threadID, runID string) ([]instanceai.AgentClaim, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	return s.claims.RunAgents(ctx, threadID, runID)
 }
 
 // ReleaseAgent implements instanceai.AgentClaims.

@@ -230,7 +230,8 @@ var claimsDialect = claims.Dialect{
 		var pe *pq.Error
 		return errors.As(err, &pe) && pe.Code == "23503"
 	},
-	FenceSQL: `nextval('claim_fences')`,
+	FenceSQL:  `nextval('claim_fences')`,
+	ShareLock: ` FOR SHARE`,
 }
 
 // builderDialect stamps the builder's rows with the database's clock: the

@@ -27,7 +27,7 @@ func testCancelRequests(t *testing.T, s instanceai.Store) {
 		t.Fatal(err)
 	}
 	agent := instanceai.AgentRef{ThreadID: "c", RunID: "run-0", AgentID: "agent-1"}
-	agentFence, err := s.ClaimAgent(ctx, agent, "inst-b", time.Minute)
+	agentFence, err := s.ClaimAgent(ctx, agent, "inst-b", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,9 +214,9 @@ func testStaleHolderChangesNothing(t *testing.T, s instanceai.Store) {
 	}
 	row, err := s.ClaimThread(ctx, "t", "r2", "inst_a", time.Minute)
 	next("ClaimThread", row.Fence, err)
-	f, err := s.ClaimAgent(ctx, ref, "inst_a", -time.Second)
+	f, err := s.ClaimAgent(ctx, ref, "inst_a", -time.Second, 0)
 	next("ClaimAgent", f, err)
-	f, err = s.ClaimAgent(ctx, ref, "inst_a", -time.Second)
+	f, err = s.ClaimAgent(ctx, ref, "inst_a", -time.Second, 0)
 	next("ClaimAgent of a claimed agent", f, err)
 	f, won, err = s.TakeAgent(ctx, ref, "inst_b", time.Minute)
 	if !won {
@@ -259,16 +259,16 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 	ensure(t, s, "t1", "owner")
 	a1 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_1"}
 	a2 := instanceai.AgentRef{ThreadID: "t1", RunID: "run_a", AgentID: "agent_2"}
-	if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "missing", RunID: "r", AgentID: "a"}, "inst_a", time.Minute); !errors.Is(err, instanceai.ErrNotFound) {
+	if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "missing", RunID: "r", AgentID: "a"}, "inst_a", time.Minute, 0); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("ClaimAgent on a missing thread: %v, want ErrNotFound", err)
 	}
 	// agent_1 is claimed with a lease that has already run out, agent_2
 	// with a live one.
-	f1, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second)
+	f1, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second, 0)
 	if err != nil || f1 <= 0 {
 		t.Fatalf("ClaimAgent = %d, %v", f1, err)
 	}
-	f2, err := s.ClaimAgent(ctx, a2, "inst_a", time.Minute)
+	f2, err := s.ClaimAgent(ctx, a2, "inst_a", time.Minute, 0)
 	if err != nil || f2 <= f1 {
 		t.Fatalf("ClaimAgent = %d, %v; want a token after %d", f2, err, f1)
 	}
@@ -322,7 +322,7 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 		}
 	}
 	// The thread's deletion takes its rows.
-	if _, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second); err != nil {
+	if _, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteThread(ctx, "t1"); err != nil {
@@ -333,5 +333,96 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 	}
 	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(refs) != 0 {
 		t.Fatalf("RenewAgents after the thread's deletion = %+v, %v", refs, err)
+	}
+}
+
+// testAgentClaimsUnderRun: an agent claimed under its run's token is made
+// only while the run's row holds that token, and RunAgents lists the rows
+// of one run. Then a claim under the token races another instance's take
+// of the run, as a spawn races a settlement: the take's listing of the
+// run's agents, read once TakeRun returned, holds every agent whose claim
+// succeeded, and no claim after the take succeeds.
+func testAgentClaimsUnderRun(t *testing.T, s instanceai.Store) {
+	checkAgentClaimsUnderRun(t, s, s, 20)
+}
+
+func checkAgentClaimsUnderRun(t *testing.T, s, taker instanceai.Store, rounds int) {
+	ctx := context.Background()
+	ensure(t, s, "t", "owner")
+	row, err := s.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "agent_a"}
+	fa, err := s.ClaimAgent(ctx, a, "inst_a", time.Minute, row.Fence)
+	if err != nil || fa <= row.Fence {
+		t.Fatalf("ClaimAgent under the run's token = %d, %v", fa, err)
+	}
+	other := instanceai.AgentRef{ThreadID: "t", RunID: "r_other", AgentID: "agent_o"}
+	if _, err := s.ClaimAgent(ctx, other, "inst_a", time.Minute, row.Fence); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("ClaimAgent under the token of another run's row: %v, want ErrStaleFence", err)
+	}
+	if _, err := s.ClaimAgent(ctx, other, "inst_a", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := s.RunAgents(ctx, "t", "r")
+	if err != nil || len(listed) != 1 || listed[0].AgentRef != a || listed[0].Fence != fa || listed[0].Owner != "inst_a" {
+		t.Fatalf("RunAgents = %+v, %v; want agent_a alone, token %d", listed, err, fa)
+	}
+	taken, won, err := taker.TakeRun(ctx, "t", "r", "inst_b", time.Minute)
+	if err != nil || !won {
+		t.Fatalf("TakeRun = %v, %v", won, err)
+	}
+	late := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "agent_late"}
+	if _, err := s.ClaimAgent(ctx, late, "inst_a", time.Minute, row.Fence); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("ClaimAgent under a taken run's token: %v, want ErrStaleFence", err)
+	}
+	if listed, err := s.RunAgents(ctx, "t", "r"); err != nil || len(listed) != 1 {
+		t.Fatalf("RunAgents after a refused claim = %+v, %v; want agent_a alone", listed, err)
+	}
+	if _, err := taker.ClaimAgent(ctx, a, "inst_b", time.Minute, taken); err != nil {
+		t.Fatalf("ClaimAgent under the taker's token: %v", err)
+	}
+
+	for round := range rounds {
+		thread := fmt.Sprintf("spawn-race-%d", round)
+		ensure(t, s, thread, "owner")
+		row, err := s.ClaimThread(ctx, thread, "r", "inst_a", -time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claimedAt []string
+		var claimErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				ref := instanceai.AgentRef{ThreadID: thread, RunID: "r", AgentID: fmt.Sprintf("agent_%03d", i)}
+				_, err := s.ClaimAgent(ctx, ref, "inst_a", time.Minute, row.Fence)
+				if errors.Is(err, instanceai.ErrStaleFence) {
+					return
+				}
+				if err != nil {
+					claimErr = err
+					return
+				}
+				claimedAt = append(claimedAt, ref.AgentID)
+			}
+		})
+		if _, won, err := taker.TakeRun(ctx, thread, "r", "inst_b", time.Minute); err != nil || !won {
+			t.Fatalf("round %d: TakeRun = %v, %v", round, won, err)
+		}
+		listed, err := taker.RunAgents(ctx, thread, "r")
+		wg.Wait()
+		if err != nil || claimErr != nil {
+			t.Fatalf("round %d: RunAgents: %v; claims: %v", round, err, claimErr)
+		}
+		var ids []string
+		for _, c := range listed {
+			ids = append(ids, c.AgentID)
+		}
+		slices.Sort(ids)
+		if !slices.Equal(ids, claimedAt) {
+			t.Fatalf("round %d: the take listed agents %v; the claims that succeeded were %v", round, ids, claimedAt)
+		}
 	}
 }

@@ -98,7 +98,7 @@ func testFencedAppends(t *testing.T, s instanceai.Store) {
 
 	// A background agent's token is a claim of the thread as well.
 	ref := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}
-	agent, err := s.ClaimAgent(ctx, ref, "inst_a", -time.Second)
+	agent, err := s.ClaimAgent(ctx, ref, "inst_a", -time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func testDeleteDuringFencedAppends(t *testing.T, s instanceai.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: "r", AgentID: "a"}, "inst_a", time.Minute); err != nil {
+		if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: thread, RunID: "r", AgentID: "a"}, "inst_a", time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}
 		landed := make(chan struct{})
@@ -398,7 +398,7 @@ func testFencedConfirmations(t *testing.T, s instanceai.Store) {
 	if err := s.AddConfirmation(ctx, request("c3", 0)); err != nil {
 		t.Fatalf("a request under no token: %v", err)
 	}
-	agent, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst_a", time.Minute)
+	agent, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst_a", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func testDeleteRemovesRows(t *testing.T, b SQLBackend) {
 	if _, err := b.ClaimThread(ctx, "t", "r", "inst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute); err != nil {
+	if _, err := b.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "a"}, "inst", time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Store.(instanceai.CheckpointStore).AddCheckpoint(ctx, "t", instanceai.Checkpoint{RunID: "r", AgentID: "a",

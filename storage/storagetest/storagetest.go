@@ -68,6 +68,7 @@ func Run(t *testing.T, open Opener) {
 		{"DeleteDuringFencedAppends", testDeleteDuringFencedAppends},
 		{"FencedConfirmations", testFencedConfirmations},
 		{"AgentClaims", testAgentClaims},
+		{"AgentClaimsUnderRun", testAgentClaimsUnderRun},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
 		{"CloseIsIdempotent", testCloseIdempotent},
@@ -149,6 +150,7 @@ func RunTwoPools(t *testing.T, openA, openB Opener) {
 	checkConcurrentAnswers(t, []instanceai.Store{a, b}, "shared", 3, 8)
 
 	checkClaimsAcrossStores(t, []instanceai.Store{a, b}, "shared")
+	checkAgentClaimsUnderRun(t, a, b, 20)
 
 	// What one pool deletes, the other no longer sees.
 	if err := a.DeleteThread(ctx, "shared"); err != nil {

@@ -45,6 +45,10 @@ type Dialect struct {
 	// claim's transaction.
 	FenceSQL  string
 	NextFence func(ctx context.Context, tx *sql.Tx) (int64, error)
+	// ShareLock locks the run's row that an agent's claim is checked
+	// against for the claim's duration (PostgreSQL's FOR SHARE), so that
+	// no take of the run slips in between; "" where writes are serial.
+	ShareLock string
 }
 
 // Table implements instanceai.RunClaims on one database.
@@ -303,22 +307,51 @@ func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 }
 
 // ClaimAgent implements instanceai.AgentClaims.
-func (t *Table) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration) (int64, error) {
+func (t *Table) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
 	exp, expArg := t.d.Expiry(ttl)
 	var token int64
 	err := t.fenced(ctx, func(q querier, fence string, fenceArgs []any) error {
+		args := append([]any{ref.ThreadID, ref.AgentID, ref.RunID, owner, expArg}, fenceArgs...)
+		// The WHERE is also what SQLite needs to parse an INSERT … SELECT
+		// followed by ON CONFLICT.
+		where := `WHERE true`
+		if runFence != 0 {
+			where = `WHERE EXISTS (SELECT 1 FROM active_runs WHERE thread_id = ? AND run_id = ? AND fence = CAST(? AS BIGINT)` + t.d.ShareLock + `)`
+			args = append(args, ref.ThreadID, ref.RunID, runFence)
+		}
 		return q.QueryRowContext(ctx, t.q(
 			`INSERT INTO background_agents (thread_id, agent_id, run_id, owner_id, lease_expires, fence)
-			 VALUES (?, ?, ?, ?, `+exp+`, `+fence+`)
+			 SELECT ?, ?, ?, ?, `+exp+`, `+fence+` `+where+`
 			 ON CONFLICT (thread_id, agent_id) DO UPDATE
 			 SET owner_id = excluded.owner_id, lease_expires = excluded.lease_expires, fence = excluded.fence
-			 RETURNING fence`),
-			append([]any{ref.ThreadID, ref.AgentID, ref.RunID, owner, expArg}, fenceArgs...)...).Scan(&token)
+			 RETURNING fence`), args...).Scan(&token)
 	})
-	if err != nil && t.d.IsForeignKeyViolation(err) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		err = &instanceai.StaleFenceError{Tokens: []int64{runFence}}
+	case err != nil && t.d.IsForeignKeyViolation(err):
 		err = instanceai.ErrNotFound
 	}
 	return token, t.wrap("claim an agent of", ref.ThreadID, err)
+}
+
+// RunAgents implements instanceai.AgentClaims.
+func (t *Table) RunAgents(ctx context.Context, threadID, runID string) ([]instanceai.AgentClaim, error) {
+	rows, err := t.w.QueryContext(ctx, t.q(`SELECT `+agentColumns+`
+		FROM background_agents WHERE thread_id = ? AND run_id = ? ORDER BY agent_id`), threadID, runID)
+	if err != nil {
+		return nil, t.wrap("list the agents of", threadID, err)
+	}
+	defer rows.Close()
+	var out []instanceai.AgentClaim
+	for rows.Next() {
+		c, err := scanAgent(rows)
+		if err != nil {
+			return nil, t.wrap("list the agents of", threadID, err)
+		}
+		out = append(out, c)
+	}
+	return out, t.wrap("list the agents of", threadID, rows.Err())
 }
 
 // ReleaseAgent implements instanceai.AgentClaims.
