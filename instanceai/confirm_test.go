@@ -304,3 +304,66 @@ func TestWaitingRunIsDisownedOnlyOnceItsRequestIsStored(t *testing.T) {
 		t.Fatal("the answered run did not end")
 	}
 }
+
+// An instance whose run waits for a person in memory, and has not heard
+// that another instance took it with its answer (no bus here), can still
+// resume the thread's next suspended run when that run's answer reaches
+// it: it holds the thread's row then, so its stale run is dropped, not
+// reported as a run already active.
+func TestAnswerResumesPastAStaleWaitingRun(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	agent := resumingAgent{func(ctx context.Context, run *instanceai.Run) error {
+		if err := run.Emit(toolCall("c1")); err != nil {
+			return err
+		}
+		if _, err := run.Confirm(ctx, "", instanceai.ConfirmationRequest{RequestID: run.Message, ToolCallID: "c1", ToolName: "tool",
+			Args: json.RawMessage(`{}`), Severity: instanceai.SeverityDestructive, Message: "Delete it?"}); err != nil {
+			return err
+		}
+		return run.Emit(toolResult("c1", `"deleted"`))
+	}}
+	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b", Lease: time.Minute}, "t")
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: time.Minute})
+	waiting := func(runID string) {
+		t.Helper()
+		waitUntil(t, "run "+runID+" waits, owned by no process", func() bool {
+			row, err := store.ActiveRun(ctx, "t")
+			return err == nil && row.RunID == runID && row.Suspended && row.Owner == ""
+		})
+	}
+	ended := func(runID string) {
+		t.Helper()
+		waitUntil(t, "run "+runID+" ended", func() bool {
+			_, err := store.ActiveRun(ctx, "t")
+			return errors.Is(err, instanceai.ErrNotFound)
+		})
+	}
+	first := b.start("t", "cr-first")
+	waiting(first.ID)
+	if _, outcome, err := a.core.Runs.Answer(ctx, "u", "cr-first", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
+		t.Fatalf("answer through inst-a = %q, %v", outcome, err)
+	}
+	ended(first.ID)
+	second := a.start("t", "cr-second")
+	waiting(second.ID)
+	if b.core.Runs.Active("t") != first {
+		t.Fatal("inst-b no longer holds its stale run: the case is not set up")
+	}
+	if _, outcome, err := b.core.Runs.Answer(ctx, "u", "cr-second", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
+		t.Fatalf("answer through inst-b, which holds a stale run of the thread = %q, %v; want applied", outcome, err)
+	}
+	ended(second.ID)
+	b.sync("t")
+	a.sync("t")
+	rows := b.rows("t")
+	finishes := 0
+	for _, r := range rows {
+		if r.Event.Type == instanceai.TypeRunFinish {
+			finishes++
+		}
+	}
+	if last := rows[len(rows)-1].Event; last.Type != instanceai.TypeRunFinish || last.RunID != second.ID || finishes != 2 {
+		t.Fatalf("the log ends with %s of %s, with %d run-finishes; want the second run's, and one per run", last.Type, last.RunID, finishes)
+	}
+}

@@ -39,7 +39,19 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	m.mu.Lock()
 	if r := m.active[c.ThreadID]; r != nil {
 		m.mu.Unlock()
-		return ErrRunActive
+		if r.ID == c.RunID {
+			return ErrRunActive
+		}
+		// The caller holds the thread's row for c's run, so another run of
+		// the thread here lost it: one that waited for a person in memory
+		// while another instance took it with its answer, and has not
+		// heard yet (its bus link is down; its heartbeat would tell it).
+		m.abandon(r, "another instance took the thread's row while this run waited")
+		m.mu.Lock()
+		if m.active[c.ThreadID] != nil {
+			m.mu.Unlock()
+			return ErrRunActive
+		}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
