@@ -88,10 +88,14 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
 	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
 	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.Runs.Fenced(threadID, runID, agentID) }
+	wcfg.LiveHeld = func() bool { return c.Runs.LiveHeld() }
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})
 	c.Runs.liveText = c.Hub.LiveText
+	if c.registry != nil {
+		c.Runs.peers = c.registry.LiveInstances
+	}
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)
 	}

@@ -218,10 +218,11 @@ func (t *topic) track(f *Frame) (replaced *Frame, keep bool) {
 			}
 			return &trimmed, true
 		}
-	case TypeTextBlock, TypeReasoningBlock, TypeRunFinish:
+	case TypeTextBlock, TypeReasoningBlock, TypeRunFinish, TypeRunStart:
 		// A run that ended without storing its events has its open
 		// segments dropped by its (live) run-finish too: a later
-		// subscriber must not get their text.
+		// subscriber must not get their text. A run-start ends what is
+		// left open of earlier runs' orchestrators.
 		t.ledger.note(ev, f.Seq)
 	}
 	return nil, true
@@ -284,10 +285,11 @@ func (h *Hub) Behind(d time.Duration) []string {
 	return out
 }
 
-// LiveText returns, for the segments of the run that are open here, the
-// text the hub passed on of each without a gap from its start, as one
-// delta each, with the After of its first delta: what this instance's
-// clients were sent of text that may be in no block yet. A settlement
+// LiveText returns, for the segments of the run that are open here (or
+// were ended by a live block or run-finish that was not stored), the text
+// the hub passed on of each without a gap from its start, as one delta
+// each, with the After of its first delta: what this instance's clients
+// were sent of text that may be in no block yet. A settlement
 // writes a dead writer's blocks from it where it holds more than the
 // writer's checkpoints (see Runs.openText).
 func (h *Hub) LiveText(threadID, runID string) (open []Event, after []int64) {
@@ -306,7 +308,10 @@ func (h *Hub) LiveText(threadID, runID string) (open []Event, after []int64) {
 			after = append(after, afters[i])
 		}
 	}
-	return open, after
+	// And what a live ending closed: its writer could not store it, but
+	// its clients were sent it.
+	ended, endedAfter := t.ledger.liveEnded(runID)
+	return append(open, ended...), append(after, endedAfter...)
 }
 
 // Contiguous returns the seq up to which the thread was published every

@@ -165,3 +165,70 @@ func TestFeedAdmitResetsAfterAGapTheLogCannotFill(t *testing.T) {
 		t.Fatalf("reset data %s (%v), want %+v", r.Data, err, want)
 	}
 }
+
+// A writer that cannot store a run's events publishes its ending live
+// (error, run-finish, unstored): a later subscriber gets none of the run's
+// open text, but the hub keeps it for a settlement, which must write the
+// text those clients were sent (Hub.LiveText), until a stored run-finish
+// of the run arrives.
+func TestHubKeepsTextALiveEndingClosedForTheSettlement(t *testing.T) {
+	h := NewHub(16)
+	h.Publish("t", []Frame{
+		mustFrame(t, 1, &Event{Type: TypeRunStart, RunID: "r", AgentID: "a", Payload: &RunStart{MessageID: "m"}}),
+		mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "y", "hello ")),
+		mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "y", "world")),
+		mustFrame(t, 0, textEv(TypeReasoningDelta, "r", "a", "x", "hmm")),
+		mustFrame(t, 0, textEv(TypeTextBlock, "r", "a", "y", "hello world")),
+		mustFrame(t, 0, &Event{Type: TypeRunFinish, RunID: "r", AgentID: "a", Payload: &RunFinish{Status: RunError, Reason: "storage_unavailable"}}),
+	})
+	sub, snap := h.Subscribe("t")
+	sub.Close()
+	if len(snap.Open) != 0 {
+		t.Fatalf("a late subscriber got the text of a run that ended live: %+v", snap.Open)
+	}
+	open, after := h.LiveText("t", "r")
+	var texts []string
+	for _, ev := range open {
+		texts = append(texts, string(ev.Type)+":"+ev.Payload.(*Text).Text)
+	}
+	if want := []string{"text-delta:hello world", "reasoning-delta:hmm"}; !slices.Equal(texts, want) || len(after) != 2 {
+		t.Fatalf("live text after a live ending = %q (after %v), want %q", texts, after, want)
+	}
+	if open, _ := h.LiveText("t", "other"); len(open) != 0 {
+		t.Fatalf("another run's live text = %+v", open)
+	}
+	h.Publish("t", []Frame{mustFrame(t, 2, &Event{Type: TypeRunFinish, RunID: "r", AgentID: "a",
+		Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}})})
+	if open, _ := h.LiveText("t", "r"); len(open) != 0 {
+		t.Fatalf("live text after the stored run-finish = %+v, want none", open)
+	}
+}
+
+// A hub that missed a run's block and run-finish (its bus link was reset
+// meanwhile, and no subscriber made it read the log) does not hand a
+// later subscriber that run's orchestrator text as open once it sees the
+// thread's next run start: one run is active per thread, so that one was
+// over. A background agent's text of the old run, which may go on after
+// its run's finish, stays open.
+func TestHubDropsAnEarlierRunsOpenTextAtTheNextRunStart(t *testing.T) {
+	h := NewHub(16)
+	orch := OrchestratorAgentID("r1")
+	delta := func(agent, text string) Frame {
+		f := mustFrame(t, 0, textEv(TypeTextDelta, "r1", agent, "seg-"+agent, text))
+		f.After = 1
+		return f
+	}
+	h.Publish("t", []Frame{
+		mustFrame(t, 1, &Event{Type: TypeRunStart, RunID: "r1", AgentID: orch, Payload: &RunStart{MessageID: "m"}}),
+		delta(orch, "chunk 0. "),
+		delta("agent_bg", "working. "),
+	})
+	// Seqs 2-4 (the block, the run-finish, ...) never arrive here.
+	h.Publish("t", []Frame{mustFrame(t, 5, &Event{Type: TypeRunStart, RunID: "r2", AgentID: OrchestratorAgentID("r2"),
+		Payload: &RunStart{MessageID: "m2"}})})
+	sub, snap := h.Subscribe("t")
+	sub.Close()
+	if len(snap.Open) != 1 || snap.Open[0].AgentID != "agent_bg" {
+		t.Fatalf("open segments after the next run started = %+v; want the background agent's only", snap.Open)
+	}
+}

@@ -29,6 +29,9 @@ type InstanceRegistry interface {
 	// RegisterInstance records inst, live for ttl, and returns the other
 	// instances whose lease has not run out, oldest first.
 	RegisterInstance(ctx context.Context, inst Instance, ttl time.Duration) ([]Instance, error)
+	// LiveInstances returns the instances whose lease has not run out,
+	// oldest first.
+	LiveInstances(ctx context.Context) ([]Instance, error)
 	// RenewInstance extends the instance's lease to now+ttl.
 	RenewInstance(ctx context.Context, id string, ttl time.Duration) error
 	// RemoveInstance deletes the instance's record.

@@ -75,6 +75,36 @@ type segmentLedger struct {
 	finished map[string]int64 // run id → its run-finish's seq
 	// finishOrder are the finished runs, oldest first, for the bound.
 	finishOrder []string
+	// ended keeps (keepText only) the text of segments that a live,
+	// unstored block or run-finish ended: a writer that could not store
+	// them published their ending to its clients anyway, and if another
+	// instance settles the run, its block must be the text those clients
+	// were sent (see Hub.LiveText). A stored block or run-finish of the
+	// run drops them.
+	ended map[segKey]*ledgerSegment
+}
+
+// maxEndedSegments bounds a ledger's ended segments; the oldest go first.
+const maxEndedSegments = 256
+
+// endLive keeps seg, ended by a live block or run-finish, for LiveText.
+func (l *segmentLedger) endLive(key segKey, seg *ledgerSegment) {
+	if !l.keepText || seg.text.Len() == 0 {
+		return
+	}
+	if l.ended == nil {
+		l.ended = map[segKey]*ledgerSegment{}
+	}
+	l.ended[key] = seg
+	if len(l.ended) > maxEndedSegments {
+		oldest := key
+		for k, s := range l.ended {
+			if s.order < l.ended[oldest].order {
+				oldest = k
+			}
+		}
+		delete(l.ended, oldest)
+	}
 }
 
 // deltaVerdict is what to do with a delta.
@@ -194,6 +224,12 @@ func (l *segmentLedger) block(ev *Event, seq int64) (sent int64, open bool) {
 	if seg := l.open[key]; seg != nil && seg.responseID == ev.ResponseID && (seq <= 0 || seg.after < seq) {
 		sent, open = seg.sent, true
 		delete(l.open, key)
+		if seq <= 0 {
+			l.endLive(key, seg)
+		}
+	}
+	if seg := l.ended[key]; seq > 0 && seg != nil && seg.responseID == ev.ResponseID {
+		delete(l.ended, key)
 	}
 	if seq > 0 {
 		if l.closed == nil {
@@ -213,6 +249,14 @@ func (l *segmentLedger) finish(runID string, seq int64) {
 	for key, seg := range l.open {
 		if key.runID == runID && (seq <= 0 || seg.after < seq) {
 			delete(l.open, key)
+			if seq <= 0 {
+				l.endLive(key, seg)
+			}
+		}
+	}
+	for key := range l.ended {
+		if key.runID == runID && seq > 0 {
+			delete(l.ended, key)
 		}
 	}
 	for key := range l.closed {
@@ -247,8 +291,26 @@ func (l *segmentLedger) note(ev *Event, seq int64) (sent int64, open bool) {
 		return l.block(ev, seq)
 	case TypeRunFinish:
 		l.finish(ev.RunID, seq)
+	case TypeRunStart:
+		if seq > 0 {
+			l.started(ev.RunID, seq)
+		}
 	}
 	return 0, false
+}
+
+// started records run runID's run-start, stored at seq. A thread has one
+// active run at a time, so every other run's orchestrator was finished
+// before it: what is open of their text here (a place that missed their
+// block and run-finish, as a hub cut from the bus for a while does) is
+// over, and must not reach a later subscriber as open text. Background
+// agents' text is not: it may go on after its run's finish.
+func (l *segmentLedger) started(runID string, seq int64) {
+	for key, seg := range l.open {
+		if key.runID != runID && key.agentID == OrchestratorAgentID(key.runID) && seg.after < seq {
+			delete(l.open, key)
+		}
+	}
 }
 
 // superseded reports whether an open segment that began after after
@@ -263,17 +325,29 @@ func (l *segmentLedger) superseded(ev *Event, after int64) bool {
 	return ok && seq > after
 }
 
+// liveEnded returns the run's segments that a live ending closed, as
+// snapshot does the open ones.
+func (l *segmentLedger) liveEnded(runID string) (ended []Event, after []int64) {
+	return l.texts(l.ended, func(key segKey) bool { return key.runID == runID })
+}
+
 // snapshot returns the open segments' text as one delta each, in the order
 // they opened, with each one's After: a keepText ledger's open text for a
 // late subscriber. A segment of which nothing went out has none.
 func (l *segmentLedger) snapshot() (open []Event, after []int64) {
+	return l.texts(l.open, func(segKey) bool { return true })
+}
+
+// texts returns the text of the segments of from that want accepts, as
+// one delta each, in the order they opened, with each one's After.
+func (l *segmentLedger) texts(from map[segKey]*ledgerSegment, want func(segKey) bool) (open []Event, after []int64) {
 	type item struct {
 		key segKey
 		seg *ledgerSegment
 	}
 	var segs []item
-	for key, seg := range l.open {
-		if seg.text.Len() > 0 {
+	for key, seg := range from {
+		if seg.text.Len() > 0 && want(key) {
 			segs = append(segs, item{key, seg})
 		}
 	}

@@ -251,6 +251,7 @@ func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
 // instances: every interval it renews the leases of the runs it holds and
 // sweeps the runs whose lease expired. It returns when ctx ends.
 func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
+	m.holdLiveFrom(time.Now())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -280,7 +281,8 @@ type heldRow struct {
 func (m *Runs) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
 	defer cancel()
-	m.renewAgents(hctx)
+	start := time.Now()
+	agentsRenewed := m.renewAgents(hctx)
 	m.deliverStoredAnswers()
 	// Only runs whose claim was stored before the renewal can be judged
 	// by it: a run claimed while it ran is simply not in its answer.
@@ -293,6 +295,9 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	held, err := m.claims.RenewRuns(hctx, m.instance, m.lease)
+	if err == nil && agentsRenewed {
+		m.holdLiveFrom(start)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("could not renew run leases", "err", err)
@@ -407,9 +412,9 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 // renewAgents renews the leases of this instance's background agents. An
 // agent whose row no longer holds its token was settled by another
 // instance, which believed us dead: it stops without writing anything more.
-func (m *Runs) renewAgents(ctx context.Context) {
+func (m *Runs) renewAgents(ctx context.Context) bool {
 	if m.agentsDB == nil {
-		return
+		return true
 	}
 	m.mu.Lock()
 	var before []*BackgroundTask
@@ -426,7 +431,7 @@ func (m *Runs) renewAgents(ctx context.Context) {
 		if ctx.Err() == nil {
 			m.log.Warn("could not renew background agent leases", "err", err)
 		}
-		return
+		return false
 	}
 	m.mu.Lock()
 	var lost []*BackgroundTask
@@ -455,6 +460,7 @@ func (m *Runs) renewAgents(ctx context.Context) {
 	for i, t := range asked {
 		t.cancel(cancelled{reasons[i]})
 	}
+	return true
 }
 
 // stopTaken stops a background agent whose claim another instance took,
@@ -556,6 +562,9 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			// it does not (it went on after the answer, then lost its
 			// process; or it ended): it is settled as any run whose
 			// process is gone, or only released when it ended.
+		}
+		if m.leaveToPeer(ctx, row.Owner, row.LeaseExpires) {
+			continue
 		}
 		token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
 		if err != nil {
@@ -685,4 +694,30 @@ func (m *Runs) deliverAnswer(requestID string) {
 	case wait <- a:
 	default: // already delivered
 	}
+}
+
+// liveMargin is the part of a lease before its end from which an instance
+// that could not renew it publishes no more text live: what it published
+// before has that long to reach the other instances' hubs, whose live text
+// a settlement after the lease's end writes as blocks.
+func (m *Runs) liveMargin() time.Duration { return m.lease / 5 }
+
+// holdLiveFrom records a renewal of every lease of this instance begun at
+// start: until start+lease-margin, whatever another instance's settlement
+// writes comes after the leases ran out, so text may go out live.
+func (m *Runs) holdLiveFrom(start time.Time) {
+	if m.fenced {
+		m.liveUntil.Store(start.Add(m.lease - m.liveMargin()).UnixNano())
+	}
+}
+
+// LiveHeld reports whether this instance's leases may have run out (it
+// could not renew them for most of a lease: its database link is down or
+// it was paused), so that another instance may settle its runs from what
+// it heard of their text: the writer then publishes their deltas to no one
+// (the text still reaches the log in its block, and clients with it). It
+// is false until the heartbeat runs, and without a store's claims.
+func (m *Runs) LiveHeld() bool {
+	until := m.liveUntil.Load()
+	return until != 0 && time.Now().UnixNano() > until
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -146,6 +147,17 @@ type Runs struct {
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
+	// liveUntil is when, in Unix nanoseconds, this instance's text stops
+	// going out live unless its leases are renewed (0: no limit); see
+	// LiveHeld.
+	liveUntil atomic.Int64
+	// peers, when set, lists the live instances (the store's registry):
+	// see leaveToPeer.
+	peers func(ctx context.Context) ([]Instance, error)
+	// born is when this process's registry began: runs whose owner last
+	// renewed their lease before it may have streamed text its hub never
+	// heard.
+	born time.Time
 	// liveText, when set, gives the text this instance's hub passed on of
 	// a run's open segments (see openText).
 	liveText func(threadID, runID string) ([]Event, []int64)
@@ -209,7 +221,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads}
+		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, born: time.Now()}
 	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m

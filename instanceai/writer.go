@@ -44,7 +44,12 @@ type WriterConfig struct {
 	// whatever is queued under it later; the registry stops the run or the
 	// agent.
 	OnRunFenced func(threadID, runID, agentID string)
-	Logger      *slog.Logger
+	// LiveHeld, when set and true, keeps deltas from going out live: the
+	// instance may have lost its claims to another instance, which
+	// settles their runs from the text it heard (see Runs.LiveHeld). The
+	// deltas still make their blocks.
+	LiveHeld func() bool
+	Logger   *slog.Logger
 	// Observer is told about each commit and published event (nil: none).
 	Observer Observer
 	// CheckpointBytes stores the text of an open segment in a checkpoint
@@ -672,8 +677,12 @@ func (d *threadDrain) publish(items []batchItem, data [][]byte, first int64) {
 		// every point drops it as late.
 		after = d.knownHead()
 	}
+	held := d.w.cfg.LiveHeld != nil && d.w.cfg.LiveHeld()
 	for i := range items {
 		if data[i] == nil {
+			continue
+		}
+		if t := items[i].ev.Type; held && (t == TypeTextDelta || t == TypeReasoningDelta) {
 			continue
 		}
 		var s int64

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +206,48 @@ func TestPublishesOnlyAfterCommitWithSeqs(t *testing.T) {
 	}
 }
 
+// While the instance may have lost its claims (LiveHeld), deltas go out
+// to no one; what they carry still reaches the log and the subscribers in
+// their block. Once it holds them again, deltas go out again, and the
+// first of them, past what was held, is a gap at the hub, which keeps the
+// rest of the segment for its block.
+func TestDeltasAreHeldWhileTheClaimsMayBeLost(t *testing.T) {
+	var held atomic.Bool
+	held.Store(true)
+	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour, LiveHeld: held.Load})
+	sub, _ := e.hub.Subscribe("t")
+	defer sub.Close()
+	e.send(t, delta(instanceai.TypeTextDelta, "r", "a", "s", "hel"), delta(instanceai.TypeTextDelta, "r", "a", "s", "lo"))
+	held.Store(false)
+	e.send(t, delta(instanceai.TypeTextDelta, "r", "a", "s", " world"), call("r", "a", "c1"))
+	e.send(t, delta(instanceai.TypeTextDelta, "r", "a", "s2", "again"), call("r", "a", "c2"))
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for len(got) < 5 {
+		frames, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		for _, f := range frames {
+			got = append(got, fmt.Sprintf("%s@%d:%s", f.Event.Type, f.Seq, textOf(f.Event)))
+		}
+	}
+	want := []string{"text-block@1:hello world", "tool-call@2:", "text-delta@0:again", "text-block@3:again", "tool-call@4:"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("frames = %v, want %v", got, want)
+	}
+	expectLog(t, e.logShape(t), "text-block[a]:s:hello world", "tool-call[a]", "text-block[a]:s2:again", "tool-call[a]")
+}
+
+// textOf is an event's text, "" for one without.
+func textOf(ev *instanceai.Event) string {
+	if p, ok := ev.Payload.(*instanceai.Text); ok {
+		return p.Text
+	}
+	return ""
+}
+
 func TestBatchIsOneAppend(t *testing.T) {
 	store := memory.New()
 	counting := &countingLog{EventLog: store}
@@ -249,10 +292,14 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 	counting.failing.Store(1000)
 	var mu sync.Mutex
 	var failed []string
+	var appendsAtFailure int64
 	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 2, RetryBackoff: time.Millisecond, MaxBackoff: time.Hour,
 		OnRunFailed: func(thread, run string, err error) {
 			mu.Lock()
 			failed = append(failed, thread+"/"+run)
+			// Read here: the writer goes on to try storing the failed
+			// run's ending, later, with appends of its own.
+			appendsAtFailure = counting.appends.Load()
 			mu.Unlock()
 		}})
 	sub, _ := e.hub.Subscribe("t")
@@ -271,8 +318,8 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 	if len(failed) != 1 || failed[0] != "t/r" {
 		t.Fatalf("OnRunFailed calls = %v", failed)
 	}
-	if n := counting.appends.Load(); n != 3 {
-		t.Fatalf("appends = %d, want 1 + 2 retries", n)
+	if appendsAtFailure != 3 {
+		t.Fatalf("appends when the run failed = %d, want 1 + 2 retries", appendsAtFailure)
 	}
 }
 

@@ -49,6 +49,9 @@ func testInstances(t *testing.T, s instanceai.Store) {
 	if err != nil || !slices.Equal(ids(others), []string{"a"}) {
 		t.Fatalf("with c's lease run out: others %v, %v", ids(others), err)
 	}
+	if live, err := reg.LiveInstances(ctx); err != nil || !slices.Equal(ids(live), []string{"a", "b"}) {
+		t.Fatalf("LiveInstances with c's lease run out = %v, %v; want a, b", ids(live), err)
+	}
 	if err := reg.RenewInstance(ctx, "c", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +61,9 @@ func testInstances(t *testing.T, s instanceai.Store) {
 	others, err = reg.RegisterInstance(ctx, b, time.Minute)
 	if err != nil || !slices.Equal(ids(others), []string{"c"}) {
 		t.Fatalf("a removed, c renewed: others %v, %v", ids(others), err)
+	}
+	if live, err := reg.LiveInstances(ctx); err != nil || !slices.Equal(ids(live), []string{"c", "b"}) {
+		t.Fatalf("LiveInstances = %v, %v; want c, then b (registered again since)", ids(live), err)
 	}
 	if err := reg.RemoveInstance(ctx, "missing"); err != nil {
 		t.Fatalf("removing a missing record: %v", err)

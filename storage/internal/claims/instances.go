@@ -22,8 +22,20 @@ func (t *Table) RegisterInstance(ctx context.Context, inst instanceai.Instance, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: register instance %q: %w", t.d.Name, inst.ID, err)
 	}
+	return t.liveInstances(ctx, inst.ID)
+}
+
+// LiveInstances implements instanceai.InstanceRegistry.
+func (t *Table) LiveInstances(ctx context.Context) ([]instanceai.Instance, error) {
+	return t.liveInstances(ctx, "")
+}
+
+// liveInstances lists the instances whose lease has not run out but the
+// one named except, oldest first.
+func (t *Table) liveInstances(ctx context.Context, except string) ([]instanceai.Instance, error) {
+	now, nowArg := t.d.Now()
 	rows, err := t.r.QueryContext(ctx, t.q(`SELECT id, bus, host, pid, started_at, lease_expires FROM instances
-		WHERE id <> ? AND lease_expires >= `+now+` ORDER BY started_at`), append([]any{inst.ID}, nowArg...)...)
+		WHERE id <> ? AND lease_expires >= `+now+` ORDER BY started_at`), append([]any{except}, nowArg...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list instances: %w", t.d.Name, err)
 	}

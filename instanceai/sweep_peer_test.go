@@ -1,0 +1,74 @@
+package instanceai
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A process that started after a run's owner last renewed its claim may
+// not have heard the run's live text: it leaves the settlement to a live
+// instance that was up then, for one lease past the expiry at most, and
+// settles at once when there is none (or the registry cannot tell).
+func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
+	const lease = 10 * time.Second
+	now := time.Now()
+	lastRenewal := now.Add(-12 * time.Second) // expired 2 s ago
+	expires := lastRenewal.Add(lease)
+	old := Instance{ID: "old", StartedAt: lastRenewal.Add(-time.Minute)}
+	fresh := Instance{ID: "fresh", StartedAt: lastRenewal.Add(time.Second)}
+	cases := []struct {
+		name  string
+		born  time.Time
+		owner string
+		peers []Instance
+		err   error
+		now   time.Time
+		leave bool
+	}{
+		{"restarted, an old instance is live", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, now, true},
+		{"restarted, only newer instances are live", lastRenewal.Add(5 * time.Second), "dead", []Instance{fresh}, nil, now, false},
+		{"restarted, the old instance is the owner", lastRenewal.Add(5 * time.Second), "old", []Instance{old}, nil, now, false},
+		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false},
+		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false},
+		{"up while the run streamed", lastRenewal.Add(-time.Second), "dead", []Instance{old}, nil, now, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			at := c.now
+			m := &Runs{instance: "self", lease: lease, born: c.born, now: func() time.Time { return at },
+				peers: func(context.Context) ([]Instance, error) {
+					return append(c.peers, Instance{ID: "self", StartedAt: c.born}), c.err
+				}}
+			if got := m.leaveToPeer(context.Background(), c.owner, expires); got != c.leave {
+				t.Fatalf("leaveToPeer = %v, want %v", got, c.leave)
+			}
+		})
+	}
+	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), "dead", expires) {
+		t.Fatal("a store without a registry left the settlement to nobody")
+	}
+}
+
+// Text stops going out live once the leases were last renewed longer ago
+// than the lease less its margin, and only where claims are the store's.
+func TestLiveHeldFollowsTheLastRenewal(t *testing.T) {
+	m := &Runs{fenced: true, lease: 10 * time.Second}
+	if m.LiveHeld() {
+		t.Fatal("held before the heartbeat ran")
+	}
+	m.holdLiveFrom(time.Now().Add(-9 * time.Second))
+	if !m.LiveHeld() {
+		t.Fatal("not held 9 s into a 10 s lease that was not renewed")
+	}
+	m.holdLiveFrom(time.Now())
+	if m.LiveHeld() {
+		t.Fatal("held just after a renewal")
+	}
+	local := &Runs{lease: 10 * time.Second}
+	local.holdLiveFrom(time.Now().Add(-time.Hour))
+	if local.LiveHeld() {
+		t.Fatal("held with claims that are not the store's")
+	}
+}
