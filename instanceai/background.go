@@ -115,7 +115,9 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	var c cancelled
 	switch {
 	case errors.As(context.Cause(ctx), &c):
-		completed.Status, completed.Error = RunCancelled, "cancelled: "+c.reason
+		// What work returns once cancelled is not a result, even when it
+		// did not notice and reports success.
+		completed.Status, completed.Error, completed.Result = RunCancelled, "cancelled: "+c.reason, ""
 	case err != nil:
 		completed.Status, completed.Error = RunError, err.Error()
 	}

@@ -137,6 +137,15 @@ func TestBackgroundAgentEnds(t *testing.T) {
 				"tool-result:b1=" + cancelledResult + " @builder",
 				"agent-completed:builder:cancelled::cancelled: user_cancelled @builder",
 			}},
+		{name: "cancelled, reporting success all the same", cancel: true,
+			end: func(ctx context.Context, agent *instanceai.SubAgent) (string, error) {
+				<-ctx.Done()
+				return "Built the workflow.", nil
+			},
+			tail: []string{
+				"tool-result:b1=" + cancelledResult + " @builder",
+				"agent-completed:builder:cancelled::cancelled: user_cancelled @builder",
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

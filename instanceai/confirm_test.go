@@ -44,8 +44,17 @@ func (l *lifecycle) suspended(thread string) *instanceai.Run {
 	l.t.Helper()
 	ctx := context.Background()
 	run := l.start(thread, "delete it")
-	waitUntil(l.t, "the run is suspended", func() bool { return l.core.Runs.Status(ctx, thread).IsSuspended })
-	l.sync(thread)
+	// The suspension is recorded before the request is queued, so the
+	// request in the log is what says the run waits.
+	waitUntil(l.t, "the confirmation-request is stored", func() bool {
+		rows, err := l.store.ReadAfter(ctx, thread, 0, 0)
+		return err == nil && slices.ContainsFunc(rows, func(r instanceai.StoredEvent) bool {
+			return r.Event.Type == instanceai.TypeConfirmRequest
+		})
+	})
+	if !l.core.Runs.Status(ctx, thread).IsSuspended {
+		l.t.Fatal("a run whose request is out is not suspended")
+	}
 	l.expectLog(thread, run.ID, "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr1 @orch")
 	awaited, err := l.core.Runs.Awaited(ctx, thread)
 	if err != nil || len(awaited) != 1 || awaited[0].RequestID != "cr1" || awaited[0].RunID != run.ID ||

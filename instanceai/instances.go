@@ -51,7 +51,7 @@ func (e *BusConflictError) Error() string {
 		e.Other.StartedAt.Format(time.RFC3339))
 	if e.Self.Bus == MemoryBus {
 		return fmt.Sprintf("the memory bus serves one process, but %s uses this database, on bus %s; "+
-			"start every instance with one shared bus (-bus redis://… or -bus postgres), or stop the other", other, e.Other.Bus)
+			"start every instance with one shared bus (--bus redis://… or --bus postgres), or stop the other", other, e.Other.Bus)
 	}
 	return fmt.Sprintf("this instance's bus is %s, but %s uses this database on bus %s; every instance on one database must use the same bus",
 		e.Self.Bus, other, e.Other.Bus)

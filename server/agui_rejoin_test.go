@@ -433,6 +433,8 @@ func TestAGUIRejoinErrors(t *testing.T) {
 			{"negative header", alice, "th-a", "-1", "3", "", http.StatusBadRequest, "invalid_cursor", "Last-Event-ID"},
 			{"bad query", alice, "th-a", "", "1.5", "", http.StatusBadRequest, "invalid_cursor", "lastEventId"},
 			{"negative query", alice, "th-a", "", "-2", "", http.StatusBadRequest, "invalid_cursor", "lastEventId"},
+			{"signed header", alice, "th-a", "+5", "", "", http.StatusBadRequest, "invalid_cursor", "Last-Event-ID"},
+			{"spaced query", alice, "th-a", "", "%205", "", http.StatusBadRequest, "invalid_cursor", "lastEventId"},
 		}
 		for _, c := range cases {
 			res := c.h.rejoinRequest(ctx, c.thread, c.header, c.query, c.accept)

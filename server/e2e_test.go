@@ -311,6 +311,8 @@ func TestRequestErrors(t *testing.T) {
 		runID := h.Chat("th", "long 100000")
 		for _, c := range []struct{ header, query, field string }{
 			{"abc", "", "Last-Event-ID"}, {"-1", "", "Last-Event-ID"}, {"", "1.5", "lastEventId"}, {"", "-3", "lastEventId"},
+			// Digits only: no sign, no spaces.
+			{"+5", "", "Last-Event-ID"}, {"", "%2B5", "lastEventId"}, {"", "%205", "lastEventId"}, {"", "5%20", "lastEventId"},
 		} {
 			req, _ := http.NewRequest(http.MethodGet, h.URL+"/instance-ai/events/th?lastEventId="+c.query, nil)
 			if c.query == "" {

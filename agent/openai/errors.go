@@ -197,7 +197,7 @@ func (a *Agent) transportFailure(err error) *instanceai.ProviderError {
 	details := fmt.Sprintf("POST %s: %v", a.chatURL, err)
 	switch {
 	case errors.Is(err, errIdleTimeout):
-		return a.failure(CodeTimeout, 0, fmt.Sprintf("The model server at %s sent nothing for %s. It may be overloaded or still loading the model; try again, or raise the request timeout.", a.cfg.BaseURL, a.cfg.RequestTimeout), details)
+		return a.failure(CodeTimeout, 0, fmt.Sprintf("The model server at %s sent nothing for %s. It may be overloaded or still loading the model; try again, or raise the timeout (--openai-timeout).", a.cfg.BaseURL, a.cfg.RequestTimeout), details)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return a.failure(CodeConnectionFailed, 0, fmt.Sprintf("Could not connect to the model server at %s (connection refused). Is the server running at that address?", a.cfg.BaseURL), details)
 	}
@@ -207,7 +207,7 @@ func (a *Agent) transportFailure(err error) *instanceai.ProviderError {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return a.failure(CodeTimeout, 0, fmt.Sprintf("The model server at %s did not answer in time. Try again, or check that it is reachable.", a.cfg.BaseURL), details)
+		return a.failure(CodeTimeout, 0, fmt.Sprintf("The model server at %s did not answer in time. Try again, check that it is reachable, or raise the timeout (--openai-timeout).", a.cfg.BaseURL), details)
 	}
 	return a.failure(CodeConnectionFailed, 0, fmt.Sprintf("The connection to the model server at %s failed. Check that the server is running and reachable, then try again.", a.cfg.BaseURL), details)
 }

@@ -76,7 +76,7 @@ func TestFailures(t *testing.T) {
 			code: openai.CodeStreamInterrupted, requests: 1, text: "So"},
 		{name: "empty stream retried", script: []http.HandlerFunc{replay(""), ok}, requests: 2, recovers: true},
 		{name: "idle timeout", script: []http.HandlerFunc{stall}, cfg: func(c *openai.Config) { c.RequestTimeout = 300 * time.Millisecond },
-			code: openai.CodeTimeout, requests: 1, text: "Wait"},
+			code: openai.CodeTimeout, requests: 1, text: "Wait", content: "--openai-timeout"},
 		{name: "error in stream", script: []http.HandlerFunc{replay(sse(textChunk("r", "Hm"), `{"error":{"message":"model crashed","type":"server_error","code":null}}`))},
 			code: openai.CodeUpstreamError, requests: 1, content: "model crashed", text: "Hm"},
 		{name: "stream_options refused", script: []http.HandlerFunc{status(400, `{"object":"error","message":"Unrecognized field: stream_options","code":400}`), ok},

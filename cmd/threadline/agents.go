@@ -19,7 +19,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 )
 
-// agentNames lists the -agent values.
+// agentNames lists the --agent values.
 const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks)"
 
 // agentConfig is the configuration of the real agents.
@@ -100,13 +100,13 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, l
 		}
 		return a, nil, nil
 	default:
-		return nil, nil, usageError{fmt.Sprintf("-agent %q: available agents are: %s", c.agent, agentNames)}
+		return nil, nil, usageError{fmt.Sprintf("--agent %q: available agents are: %s", c.agent, agentNames)}
 	}
 }
 
 func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*openai.Agent, error) {
 	if c.openaiModel == "" {
-		return nil, usageError{"-agent openai needs -openai-model (THREADLINE_OPENAI_MODEL)"}
+		return nil, usageError{"--agent openai needs --openai-model (THREADLINE_OPENAI_MODEL)"}
 	}
 	key := c.openaiAPIKey
 	if key == "" {
@@ -116,7 +116,7 @@ func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*op
 	if c.n8nAPIURL != "" {
 		set, err := n8napi.Tools(n8napi.Config{BaseURL: c.n8nAPIURL, APIKey: c.n8nAPIKey})
 		if err != nil {
-			return nil, usageError{fmt.Sprintf("-n8n-api-url / -n8n-api-key: %v", err)}
+			return nil, usageError{fmt.Sprintf("--n8n-api-url / --n8n-api-key: %v", err)}
 		}
 		if registry, err = tools.NewRegistry(set...); err != nil {
 			return nil, err
@@ -146,7 +146,7 @@ func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 				name, url = "agent"+strconv.Itoa(i+1), item
 			}
 			if strings.TrimSpace(url) == "" {
-				return nil, usageError{fmt.Sprintf("-n8n-webhooks entry %d %q: want name=url", i+1, item)}
+				return nil, usageError{fmt.Sprintf("--n8n-webhooks entry %d %q: want name=url", i+1, item)}
 			}
 			out = append(out, n8n.Webhook{Name: strings.TrimSpace(name), URL: strings.TrimSpace(url)})
 		}
@@ -164,7 +164,7 @@ func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 		out = append(out, n8n.Webhook{Name: name, URL: url})
 	}
 	if len(out) == 0 {
-		return nil, usageError{"-agent n8n needs webhooks: -n8n-webhooks name=url (THREADLINE_N8N_WEBHOOKS) or AGENT_1_URL"}
+		return nil, usageError{"--agent n8n needs webhooks: --n8n-webhooks name=url (THREADLINE_N8N_WEBHOOKS) or AGENT_1_URL"}
 	}
 	return out, nil
 }

@@ -45,7 +45,7 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	case runner.ProtocolAGUI, runner.ProtocolNative:
 		protocols = []string{protocol}
 	default:
-		return usageError{fmt.Sprintf("-protocol %q: want agui, native or all", protocol)}
+		return usageError{fmt.Sprintf("--protocol %q: want agui, native or all", protocol)}
 	}
 	var names []string
 	for _, s := range strings.Split(scenarios, ",") {
@@ -74,14 +74,14 @@ func conformanceCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if junit != "" {
 		out, err := os.Create(junit)
 		if err != nil {
-			return fmt.Errorf("-junit: %w", err)
+			return fmt.Errorf("--junit: %w", err)
 		}
 		werr := rep.WriteJUnit(out)
 		if err := out.Close(); werr == nil {
 			werr = err
 		}
 		if werr != nil {
-			return fmt.Errorf("-junit %s: %w", junit, werr)
+			return fmt.Errorf("--junit %s: %w", junit, werr)
 		}
 	}
 	if !rep.Passed {

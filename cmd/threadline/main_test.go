@@ -344,10 +344,10 @@ func TestServeRefusals(t *testing.T) {
 		{[]string{"-addr", ":0"}, "THREADLINE_INSECURE_NO_AUTH=true"},
 		{[]string{"-tokens-file", bad}, bad + ":2: no user"},
 		{[]string{"-tokens-file", dup}, dup + ":3: duplicate token (already configured at " + dup + ":1)"},
-		{[]string{"-tokens-file", filepath.Join(t.TempDir(), "missing")}, "-tokens-file"},
-		{[]string{"-tokens", "secret-a=alice,=bob"}, "-tokens (THREADLINE_TOKENS) entry 2: empty token"},
-		{[]string{"-pprof-addr", "0.0.0.0:6060"}, "-pprof-addr 0.0.0.0:6060: the profiler has no authentication"},
-		{[]string{"-log-format", "xml"}, `-log-format "xml": use text or json`},
+		{[]string{"-tokens-file", filepath.Join(t.TempDir(), "missing")}, "--tokens-file"},
+		{[]string{"-tokens", "secret-a=alice,=bob"}, "--tokens (THREADLINE_TOKENS) entry 2: empty token"},
+		{[]string{"-pprof-addr", "0.0.0.0:6060"}, "--pprof-addr 0.0.0.0:6060: the profiler has no authentication"},
+		{[]string{"-log-format", "xml"}, `--log-format "xml": use text or json`},
 	} {
 		err := run(context.Background(), append([]string{"serve", "-store", "sqlite:" + store}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {

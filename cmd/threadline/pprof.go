@@ -17,7 +17,7 @@ func checkPprofAddr(addr string) error {
 	if addr == "" || auth.IsLoopback(addr) {
 		return nil
 	}
-	return usageError{fmt.Sprintf("-pprof-addr %s: the profiler has no authentication; use a loopback address (127.0.0.1:6060)", addr)}
+	return usageError{fmt.Sprintf("--pprof-addr %s: the profiler has no authentication; use a loopback address (127.0.0.1:6060)", addr)}
 }
 
 // startPprof serves Go's profiler (net/http/pprof) on its own listener, so
@@ -29,7 +29,7 @@ func checkPprofAddr(addr string) error {
 func startPprof(addr string, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("-pprof-addr: listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("--pprof-addr: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

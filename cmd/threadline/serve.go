@@ -26,7 +26,7 @@ import (
 	"github.com/threadline/threadline/workflow/catalog"
 )
 
-// DefaultMaxConnections is -max-connections' default: room for thousands
+// DefaultMaxConnections is --max-connections' default: room for thousands
 // of followed streams, under the usual descriptor limits of a service.
 const DefaultMaxConnections = 10000
 
@@ -89,7 +89,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.String(&c.logLevel, "log-level", "THREADLINE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	f.String(&c.logFormat, "log-format", "THREADLINE_LOG_FORMAT", "text", "log format: text (key=value lines) or json (one JSON object per line)")
 	f.Secret(&c.tokens, "tokens", "THREADLINE_TOKENS",
-		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or -tokens-file: "+
+		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or --tokens-file: "+
 			"a command line is visible to other local users); none configured = single-user mode, no authentication")
 	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
 		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
@@ -113,12 +113,12 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"connections held at once from one client IP (0 = no cap; behind a reverse proxy every client has the proxy's IP)")
 	f.String(&c.bus, "bus", "THREADLINE_BUS", "memory",
 		"live transport between instances on one database: memory (one process), redis://HOST:PORT/DB[?channel=NAME], "+
-			"or postgres (LISTEN/NOTIFY on the -store database)")
+			"or postgres (LISTEN/NOTIFY on the --store database)")
 	f.String(&c.instance, "instance-id", "THREADLINE_INSTANCE_ID", "", "this instance's id in run claims and logs (default: host name, pid and a random suffix)")
 	f.Duration(&c.lease, "lease", "THREADLINE_LEASE", instanceai.DefaultLease,
 		"how long a run stays claimed by its instance without a heartbeat; a run whose instance died is settled about this long after")
 	f.Duration(&c.leaseRenew, "lease-renew", "THREADLINE_LEASE_RENEW", server.DefaultLeaseRenew,
-		"how often the heartbeat renews this instance's leases and sweeps the runs of dead instances (keep it well under -lease)")
+		"how often the heartbeat renews this instance's leases and sweeps the runs of dead instances (keep it well under --lease)")
 	f.Duration(&c.logPoll, "log-poll", "THREADLINE_LOG_POLL", instanceai.DefaultPollInterval,
 		"with a bus: how often an instance reads the log's head of the threads it streams that went quiet, to deliver what the bus lost")
 	f.String(&c.catalog, "n8n-catalog", "THREADLINE_N8N_CATALOG", "",
@@ -132,7 +132,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	return f, c
 }
 
-// loadCatalog reads n8n's node catalog from where -n8n-catalog points.
+// loadCatalog reads n8n's node catalog from where --n8n-catalog points.
 func loadCatalog(ctx context.Context, where string) (*catalog.Catalog, error) {
 	switch {
 	case where == "":
@@ -155,14 +155,14 @@ func loadCatalog(ctx context.Context, where string) (*catalog.Catalog, error) {
 // loadAuth reads the configured tokens. Errors name the list entry or file
 // line at fault, never a token.
 func loadAuth(c *serveConfig) (*auth.Authenticator, []auth.Entry, error) {
-	entries, err := auth.ParseList(c.tokens, "-tokens (THREADLINE_TOKENS)")
+	entries, err := auth.ParseList(c.tokens, "--tokens (THREADLINE_TOKENS)")
 	if err != nil {
 		return nil, nil, usageError{err.Error()}
 	}
 	if c.tokensFile != "" {
 		f, err := os.Open(c.tokensFile)
 		if err != nil {
-			return nil, nil, usageError{fmt.Sprintf("-tokens-file: %v", err)}
+			return nil, nil, usageError{fmt.Sprintf("--tokens-file: %v", err)}
 		}
 		defer f.Close()
 		more, err := auth.ParseFile(f, c.tokensFile)
@@ -202,7 +202,7 @@ func storeFlag(f *envFlags, p *string) {
 func newLogger(level, format string, out io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError{fmt.Sprintf("-log-level %q: use debug, info, warn or error", level)}
+		return nil, usageError{fmt.Sprintf("--log-level %q: use debug, info, warn or error", level)}
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
@@ -211,7 +211,7 @@ func newLogger(level, format string, out io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(out, opts)), nil
 	}
-	return nil, usageError{fmt.Sprintf("-log-format %q: use text or json", format)}
+	return nil, usageError{fmt.Sprintf("--log-format %q: use text or json", format)}
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -240,19 +240,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if c.timeouts.ReadHeader <= 0 || c.timeouts.Body <= 0 || c.timeouts.Idle <= 0 {
-		return usageError{"-read-header-timeout, -body-timeout and -idle-timeout must be positive"}
+		return usageError{"--read-header-timeout, --body-timeout and --idle-timeout must be positive"}
 	}
 	if c.checkpointBytes < 0 || c.checkpointEvery < 0 {
-		return usageError{"-checkpoint-bytes and -checkpoint-interval must be 0 (off) or more"}
+		return usageError{"--checkpoint-bytes and --checkpoint-interval must be 0 (off) or more"}
 	}
 	if c.connections.Total < 0 || c.connections.PerIP < 0 {
-		return usageError{"-max-connections and -max-connections-per-ip must be 0 (no cap) or more"}
+		return usageError{"--max-connections and --max-connections-per-ip must be 0 (no cap) or more"}
 	}
 	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
-		return usageError{fmt.Sprintf("-lease %v must be at least twice -lease-renew %v", c.lease, c.leaseRenew)}
+		return usageError{fmt.Sprintf("--lease %v must be at least twice --lease-renew %v", c.lease, c.leaseRenew)}
 	}
 	if c.logPoll <= 0 {
-		return usageError{fmt.Sprintf("-log-poll %v must be positive", c.logPoll)}
+		return usageError{fmt.Sprintf("--log-poll %v must be positive", c.logPoll)}
 	}
 	if c.instance == "" {
 		c.instance = defaultInstanceID()
@@ -268,7 +268,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	liveBus, err := bus.Open(ctx, c.bus, c.store)
 	if err != nil {
-		return usageError{fmt.Sprintf("-bus: %v", err)}
+		return usageError{fmt.Sprintf("--bus: %v", err)}
 	}
 	if liveBus != nil {
 		defer liveBus.Close()
@@ -281,7 +281,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	nodes, err := loadCatalog(ctx, c.catalog)
 	if err != nil {
-		return fmt.Errorf("-n8n-catalog %s: %w", c.catalog, err)
+		return fmt.Errorf("--n8n-catalog %s: %w", c.catalog, err)
 	}
 	if nodes != nil {
 		logger.Info("n8n node catalog loaded", "from", c.catalog, "types", nodes.Len())

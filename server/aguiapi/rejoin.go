@@ -2,7 +2,6 @@ package aguiapi
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -40,15 +39,15 @@ const (
 // parseCursor reads the rejoin cursor: the Last-Event-ID header when sent
 // (non-empty), else ?lastEventId, else 0. It must be a non-negative integer.
 func parseCursor(r *http.Request) (int64, error) {
-	field, v := cursorHeader, strings.TrimSpace(r.Header.Get(cursorHeader))
+	field, v := cursorHeader, r.Header.Get(cursorHeader)
 	if v == "" {
-		field, v = cursorQuery, strings.TrimSpace(r.URL.Query().Get(cursorQuery))
+		field, v = cursorQuery, r.URL.Query().Get(cursorQuery)
 		if v == "" && !r.URL.Query().Has(cursorQuery) {
 			return 0, nil
 		}
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
+	n, ok := ssestream.ParseEventID(v)
+	if !ok {
 		return 0, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", field,
 			"%s must be a non-negative integer (the seq of the last event received), got %q", field, v)
 	}

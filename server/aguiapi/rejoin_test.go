@@ -25,7 +25,10 @@ func TestParseCursor(t *testing.T) {
 		{"", "lastEventId=12", 12, ""},
 		{"0", "", 0, ""},
 		{"5", "lastEventId=abc", 5, ""}, // the header wins
-		{" 9 ", "", 9, ""},
+		{" 9 ", "", 0, "Last-Event-ID"}, // digits only (net/http strips a header's own spaces)
+		{"+9", "", 0, "Last-Event-ID"},
+		{"", "lastEventId=%2B9", 0, "lastEventId"},
+		{"", "lastEventId=%209", 0, "lastEventId"},
 		{"abc", "", 0, "Last-Event-ID"},
 		{"-1", "", 0, "Last-Event-ID"},
 		{"1.5", "lastEventId=3", 0, "Last-Event-ID"},

@@ -274,8 +274,13 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline"`)
 			how := "send an Authorization: Bearer <token> header"
-			if a.queryToken {
+			switch {
+			case a.queryToken:
 				how += " (GET requests may pass ?" + QueryTokenParam + "=<token> instead)"
+			case r.URL.Query().Has(QueryTokenParam):
+				// The token was sent where this server does not look:
+				// say why, rather than only that one is missing.
+				how += "; ?" + QueryTokenParam + " is accepted only when the server runs with --query-token"
 			}
 			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "unauthorized", "",
 				"authentication required: %s", how))

@@ -314,9 +314,10 @@ func TestQueryToken(t *testing.T) {
 		a.Middleware(echo).ServeHTTP(rec, httptest.NewRequest(method, target, nil))
 		return rec
 	}
-	// Off by default.
-	if rec := serve(http.MethodGet, "/instance-ai/events/t?access_token=tok-alice"); rec.Code != http.StatusUnauthorized {
-		t.Fatalf("query token accepted while off: %d", rec.Code)
+	// Off by default, and the refusal names the flag that turns it on.
+	if rec := serve(http.MethodGet, "/instance-ai/events/t?access_token=tok-alice"); rec.Code != http.StatusUnauthorized ||
+		!strings.Contains(rec.Body.String(), "--query-token") || strings.Contains(rec.Body.String(), "tok-alice") {
+		t.Fatalf("query token while off: %d %s", rec.Code, rec.Body.String())
 	}
 	a.AllowQueryToken()
 	rec := serve(http.MethodGet, "/instance-ai/events/t?lastEventId=4&access_token=tok-alice")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/gorilla/mux"
 
@@ -183,8 +182,8 @@ func (a *API) resume(r *http.Request, o operation) (source, bool, error) {
 	}
 	src := source{threadID: o.threadID, runID: o.runID, workflowID: o.req.WorkflowID, after: rows[0].Seq - 1}
 	if raw := r.Header.Get("Last-Event-ID"); raw != "" {
-		cursor, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || cursor < 0 {
+		cursor, ok := ssestream.ParseEventID(raw)
+		if !ok {
 			return source{}, true, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", "Last-Event-ID",
 				"Last-Event-ID must be a non-negative integer event id, got %q", raw)
 		}

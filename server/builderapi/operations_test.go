@@ -345,6 +345,20 @@ func TestResumeFromACursorAheadOfTheLog(t *testing.T) {
 	}
 }
 
+// A resume's Last-Event-ID is digits only: a sign or anything else is a
+// 400 that names the header, and starts nothing.
+func TestResumeRefusesAMalformedCursor(t *testing.T) {
+	s := servertest.Start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	body := `{"description":"Send welcome email to new customers","thread_id":"th-m","run_id":"gen-m"}`
+	post(t, s, "/generate", body, nil)
+	for _, raw := range []string{"+1", "-1", "1.0", "abc"} {
+		code, _, out := post(t, s, "/generate", body, map[string]string{"Last-Event-ID": raw})
+		if code != http.StatusBadRequest || !strings.Contains(string(out), `"invalid_cursor"`) || !strings.Contains(string(out), `"Last-Event-ID"`) {
+			t.Errorf("Last-Event-ID %q: %d %s", raw, code, out)
+		}
+	}
+}
+
 // /validate answers the ValidationResult of a recorded n8n workflow and of
 // a broken one.
 func TestValidateEndpoint(t *testing.T) {

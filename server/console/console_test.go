@@ -156,6 +156,11 @@ func TestPageReferencesResolve(t *testing.T) {
 			t.Errorf("index.html loads /console/%s, which static/ lacks", m[1])
 		}
 	}
+	// Without an icon of its own the browser asks for /favicon.ico, a 404
+	// it reports as an error in the page's console.
+	if !regexp.MustCompile(`<link rel="icon" href="/console/[^"]+\.svg"`).Match(index) {
+		t.Error("index.html names no icon")
+	}
 	if regexp.MustCompile(`<script(?:\s[^>]*)?>[^<]`).Match(index) || regexp.MustCompile(`\sstyle=|<style`).Match(index) ||
 		regexp.MustCompile(`\son[a-z]+=`).Match(index) {
 		t.Error("index.html has inline script or style, which the CSP blocks")

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,9 +191,12 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			field := typeErr.Field
-			return NewError(http.StatusBadRequest, "invalid_field", field,
-				"field %q must be of type %s, got %s", field, typeErr.Type, typeErr.Value)
+			if typeErr.Field == "" {
+				return NewError(http.StatusBadRequest, "invalid_json", "",
+					"request body must be a JSON %s, got %s", jsonKind(typeErr.Type), typeErr.Value)
+			}
+			return NewError(http.StatusBadRequest, "invalid_field", typeErr.Field,
+				"field %q must be a JSON %s, got %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
 		}
 		return NewError(http.StatusBadRequest, "invalid_json", "", "request body is not valid JSON: %v", err)
 	}
@@ -221,4 +225,31 @@ func storageUnavailable(err error) bool {
 		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") || strings.HasPrefix(code, "57P")
 	}
 	return false
+}
+
+// jsonKind names the JSON kind a Go type decodes from, so that an error
+// speaks of the request's JSON and not of the server's types.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	}
+	return "value"
 }

@@ -98,3 +98,43 @@ func TestStorageOutagesAre503(t *testing.T) {
 		}
 	}
 }
+
+// A body or field of the wrong JSON kind is named in the request's terms:
+// JSON kinds and the field's path, never the server's Go types.
+func TestDecodeNamesJSONKinds(t *testing.T) {
+	type inner struct {
+		Count int `json:"count"`
+	}
+	type body struct {
+		Name  string   `json:"name"`
+		Tags  []string `json:"tags"`
+		Inner inner    `json:"inner"`
+		On    *bool    `json:"on"`
+	}
+	cases := []struct{ in, code, field, message string }{
+		{`[1]`, "invalid_json", "", "request body must be a JSON object, got array"},
+		{`"x"`, "invalid_json", "", "request body must be a JSON object, got string"},
+		{`{"name":7}`, "invalid_field", "name", `field "name" must be a JSON string, got number`},
+		{`{"tags":"a"}`, "invalid_field", "tags", `field "tags" must be a JSON array, got string`},
+		{`{"inner":{"count":"1"}}`, "invalid_field", "inner.count", `field "inner.count" must be a JSON integer, got string`},
+		{`{"on":"yes"}`, "invalid_field", "on", `field "on" must be a JSON boolean, got string`},
+	}
+	for _, c := range cases {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.in))
+		var v body
+		err := Decode(httptest.NewRecorder(), req, 1<<10, &v)
+		var he *Error
+		if !errors.As(err, &he) || he.Detail.Code != c.code || fieldOf(he) != c.field || he.Detail.Message != c.message {
+			t.Errorf("%s: %+v, want %s %q %q", c.in, err, c.code, c.field, c.message)
+		}
+		if strings.Contains(fmt.Sprint(err), "httpjson.") {
+			t.Errorf("%s: the error names a Go type: %v", c.in, err)
+		}
+	}
+}
+
+// fieldOf is the field an error names, "" for none.
+func fieldOf(e *Error) string {
+	f, _ := e.Detail.Details["field"].(string)
+	return f
+}

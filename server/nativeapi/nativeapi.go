@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,8 +173,8 @@ func cursor(r *http.Request) (int64, error) {
 	if raw == "" {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-	if err != nil || n < 0 {
+	n, ok := ssestream.ParseEventID(raw)
+	if !ok {
 		return 0, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", field,
 			"%s must be a non-negative integer event id, got %q", field, raw)
 	}
