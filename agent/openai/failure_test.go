@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,6 +150,61 @@ func TestProviderName(t *testing.T) {
 	h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "m", Provider: "lmstudio"})
 	if e := errorOf(t, h.play(t, instanceai.StartRequest{Message: "x"})); e.Provider != "lmstudio" || !strings.Contains(e.Content, "No API key") {
 		t.Errorf("error %+v", e)
+	}
+}
+
+// /llm/health is public: however many clients poll it at once, the model
+// server gets one probe, and the next only once the answer is older than
+// HealthCacheTTL.
+func TestHealthProbesAreSharedAndSpaced(t *testing.T) {
+	var probes atomic.Int32
+	release := make(chan struct{})
+	f := newFake(t, ok200)
+	f.models = func(w http.ResponseWriter, r *http.Request) {
+		if probes.Add(1) == 1 {
+			<-release // the first probe is slow: everyone arrives meanwhile
+		}
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m"}]}`)
+	}
+	const ttl = time.Second
+	a, err := openai.New(openai.Config{BaseURL: f.url(), Model: "m", HealthCacheTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() int {
+		rec := httptest.NewRecorder()
+		a.HealthHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/llm/health", nil))
+		return rec.Code
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	for i := range codes {
+		wg.Go(func() { codes[i] = get() })
+	}
+	for probes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the others queue behind the probe
+	close(release)
+	wg.Wait()
+	answered := time.Now() // the probe's answer is no older than this
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	if n := probes.Load(); n != 1 {
+		t.Fatalf("40 concurrent requests made %d probes, want 1", n)
+	}
+	get()
+	// Within the TTL unless this machine stalled for a second.
+	if within := time.Since(answered) < ttl; within && probes.Load() != 1 {
+		t.Fatal("a request within the TTL probed again")
+	}
+	time.Sleep(ttl + 50*time.Millisecond)
+	before := probes.Load()
+	if get(); probes.Load() != before+1 {
+		t.Fatalf("a request past the TTL: %d probes, want %d", probes.Load(), before+1)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -29,7 +30,10 @@ type healthResponse struct {
 // the server answers its model list within HealthTimeout, 503
 // {"status":"unavailable",…,"error"} otherwise. Listing models is the
 // cheapest authenticated request every OpenAI-compatible server has, and
-// it costs no tokens.
+// it costs no tokens. The answer is that of a probe at most HealthCacheTTL
+// old (its timestamp says when it ran), and requests that come while a
+// probe runs wait for it: however many clients poll the public endpoint,
+// the model server gets at most one probe per HealthCacheTTL.
 func (a *Agent) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -37,22 +41,7 @@ func (a *Agent) HealthHandler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		started := time.Now()
-		models, parsed, err := a.listModels(r.Context(), a.cfg.HealthTimeout)
-		elapsed := float64(time.Since(started).Microseconds()) / 1000
-		resp := healthResponse{LLMEndpoint: a.cfg.BaseURL, LLMModel: a.cfg.Model, IsLocal: a.local,
-			Timestamp: time.Now().UTC().Format(time.RFC3339)}
-		status := http.StatusOK
-		if err != nil {
-			status = http.StatusServiceUnavailable
-			resp.Status, resp.Error = "unavailable", a.scrub(err.Error())
-		} else {
-			resp.Status, resp.ResponseTimeMS = "available", &elapsed
-			if parsed {
-				found := hasModel(models, a.cfg.Model)
-				resp.ModelAvailable = &found
-			}
-		}
+		status, resp := a.health.get(a.cfg.HealthCacheTTL, a.probeHealth)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)
@@ -60,6 +49,76 @@ func (a *Agent) HealthHandler() http.Handler {
 			_ = json.NewEncoder(w).Encode(resp)
 		}
 	})
+}
+
+// probeHealth lists the server's models once, for /llm/health. It runs on
+// a context of its own: the requests that share it may go before it ends.
+func (a *Agent) probeHealth() (int, healthResponse) {
+	started := time.Now()
+	models, parsed, err := a.listModels(context.Background(), a.cfg.HealthTimeout)
+	elapsed := float64(time.Since(started).Microseconds()) / 1000
+	resp := healthResponse{LLMEndpoint: a.cfg.BaseURL, LLMModel: a.cfg.Model, IsLocal: a.local,
+		Timestamp: time.Now().UTC().Format(time.RFC3339)}
+	if err != nil {
+		resp.Status, resp.Error = "unavailable", a.scrub(err.Error())
+		return http.StatusServiceUnavailable, resp
+	}
+	resp.Status, resp.ResponseTimeMS = "available", &elapsed
+	if parsed {
+		found := hasModel(models, a.cfg.Model)
+		resp.ModelAvailable = &found
+	}
+	return http.StatusOK, resp
+}
+
+// healthCache keeps the last health probe's answer, and runs one probe at
+// a time for all who ask.
+type healthCache struct {
+	mu     sync.Mutex
+	at     time.Time // when the kept answer's probe ended; zero for none
+	status int
+	resp   healthResponse
+	// running is closed when the probe under way ends; nil for none.
+	running chan struct{}
+}
+
+// get returns an answer at most ttl old, probing when there is none: a
+// caller that finds a probe under way waits for its answer.
+func (c *healthCache) get(ttl time.Duration, probe func() (int, healthResponse)) (int, healthResponse) {
+	c.mu.Lock()
+	for {
+		if !c.at.IsZero() && time.Since(c.at) < ttl {
+			status, resp := c.status, c.resp
+			c.mu.Unlock()
+			return status, resp
+		}
+		if c.running == nil {
+			break
+		}
+		done := c.running
+		c.mu.Unlock()
+		<-done
+		c.mu.Lock()
+	}
+	done := make(chan struct{})
+	c.running = done
+	c.mu.Unlock()
+	ended := false
+	defer func() {
+		// Also when probe panicked: the waiters then probe again.
+		c.mu.Lock()
+		if ended {
+			c.at = time.Now()
+		}
+		c.running = nil
+		c.mu.Unlock()
+		close(done)
+	}()
+	status, resp := probe()
+	c.mu.Lock()
+	c.status, c.resp, ended = status, resp, true
+	c.mu.Unlock()
+	return status, resp
 }
 
 // probeError is a failed model-list probe: its message (the health

@@ -35,6 +35,7 @@ const (
 	DefaultMaxRetries     = 2
 	DefaultRequestTimeout = 60 * time.Second
 	DefaultHealthTimeout  = 30 * time.Second
+	DefaultHealthCacheTTL = 5 * time.Second
 	DefaultBuilderRepairs = 2
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// HealthTimeout bounds the health probe (/llm/health and the builder's
 	// LLM check); default 30 s, the seed's health check timeout.
 	HealthTimeout time.Duration
+	// HealthCacheTTL is how long /llm/health answers from its last probe
+	// (default 5 s): the endpoint is public, and each probe is a request
+	// to the model server, so probes are shared and spaced.
+	HealthCacheTTL time.Duration
 	// RequestOptions are extra fields of every Chat Completions request
 	// (temperature, max_tokens, top_p, seed, logit_bias, a server's own
 	// parameters…), as a JSON object. The fields the agent owns (model,
@@ -99,6 +104,8 @@ type Agent struct {
 	// noResponseFormat is set once the server refused response_format
 	// json_object (the builder's JSON mode).
 	noResponseFormat atomic.Bool
+	// health is the last /llm/health probe, shared by its callers.
+	health healthCache
 }
 
 var (
@@ -135,6 +142,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HealthTimeout < 0 {
 		return nil, fmt.Errorf("openai: Config.HealthTimeout must not be negative, got %s", cfg.HealthTimeout)
 	}
+	if cfg.HealthCacheTTL < 0 {
+		return nil, fmt.Errorf("openai: Config.HealthCacheTTL must not be negative, got %s", cfg.HealthCacheTTL)
+	}
 	options, err := requestOptions(cfg.RequestOptions)
 	if err != nil {
 		return nil, err
@@ -159,6 +169,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.HealthTimeout == 0 {
 		cfg.HealthTimeout = DefaultHealthTimeout
+	}
+	if cfg.HealthCacheTTL == 0 {
+		cfg.HealthCacheTTL = DefaultHealthCacheTTL
 	}
 	switch {
 	case cfg.BuilderRepairs == 0:
