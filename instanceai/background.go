@@ -27,6 +27,10 @@ type BackgroundTask struct {
 	// claimed is set (under Runs.mu) once the agent holds its row in the
 	// claims: from then on the heartbeat expects to renew it.
 	claimed bool
+	// refused is set (under Runs.mu) when its run was taken before it could
+	// claim a row: it writes under the run's stale token to the end, never
+	// under a holder of its own (see Run.unshareClaimLocked).
+	refused bool
 	// fence holds the token the agent's events are written under: its
 	// row's, or, when it could not claim one, its run's until the run's
 	// finish and none from then on (see Run.unshareClaimLocked). Set and
@@ -177,11 +181,13 @@ func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 	}
 	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease, under)
 	if errors.Is(err, ErrStaleFence) {
-		// Its run was taken: it runs under the run's stale token, so that
-		// its first write is refused and stops it.
+		// Its run was taken: another instance settles it. The agent stops
+		// at once, and what it writes before it notices goes under the
+		// run's stale token, which the log refuses.
 		m.mu.Lock()
-		t.fence = runFence
+		t.fence, t.refused = runFence, true
 		m.mu.Unlock()
+		t.cancel(errLeaseLost)
 		return
 	}
 	if err != nil {

@@ -665,3 +665,62 @@ func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
 		t.Fatalf("agent rows after the settlement: %+v, %v; want none", agents, err)
 	}
 }
+
+// A background agent spawned after another instance took (and settled) its
+// run cannot claim a row under the run's stale token: it stops at once,
+// and nothing of it is written, neither then nor after its orchestrator
+// finishes (which hands agents that share the run's claim a holder of
+// their own).
+func TestAnAgentSpawnedAfterATakeoverWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	spawn := make(chan struct{})
+	step := make(chan struct{})
+	done := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		<-spawn
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			defer close(done)
+			<-step
+			_ = a.Emit(toolCall("late"))
+			return "late result", nil
+		})
+		if err != nil {
+			return err
+		}
+		return nil
+	})
+	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond}, "th")
+	run := a.start("th", "work")
+	a.sync("th")
+	waitUntil(t, "inst-a's run lease ran out", func() bool {
+		row, err := store.ActiveRun(ctx, "th")
+		return err == nil && row.Free(time.Now())
+	})
+	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
+	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
+	}
+	b.sync("th")
+	settled := []string{"run-start @orch", "run-finish:interrupted:crash_interrupted @orch"}
+	b.expectLog("th", run.ID, settled...)
+
+	close(spawn)
+	select {
+	case <-run.Done():
+	case <-time.After(waitFor):
+		t.Fatal("the orchestrator did not return")
+	}
+	close(step)
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("the helper did not return")
+	}
+	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.core.Runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	a.sync("th")
+	b.expectLog("th", run.ID, settled...)
+	if agents, err := store.RunAgents(ctx, "th", run.ID); err != nil || len(agents) != 0 {
+		t.Fatalf("agent rows = %+v, %v; want none", agents, err)
+	}
+}

@@ -1099,7 +1099,7 @@ func (r *Run) finish(status, reason string) {
 // Runs.mu are held.
 func (r *Run) unshareClaimLocked() {
 	for _, t := range r.runs.background[r.ThreadID] {
-		if t.RunID == r.ID && t.fence == r.fence {
+		if t.RunID == r.ID && t.fence == r.fence && !t.refused {
 			t.fence = newFence(r.ID, t.AgentID, 0)
 			if r.liveAgents[t.AgentID] != nil {
 				r.liveAgents[t.AgentID] = t.fence

@@ -383,6 +383,14 @@ func checkAgentClaimsUnderRun(t *testing.T, s, taker instanceai.Store, rounds in
 	if _, err := taker.ClaimAgent(ctx, a, "inst_b", time.Minute, taken); err != nil {
 		t.Fatalf("ClaimAgent under the taker's token: %v", err)
 	}
+	// Once the run's row is gone (its settlement released it), no agent is
+	// claimed under its old token either.
+	if err := taker.ReleaseRun(ctx, "t", "r", taken); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimAgent(ctx, late, "inst_a", time.Minute, row.Fence); !errors.Is(err, instanceai.ErrStaleFence) {
+		t.Fatalf("ClaimAgent under the token of a released run: %v, want ErrStaleFence", err)
+	}
 
 	for round := range rounds {
 		thread := fmt.Sprintf("spawn-race-%d", round)
