@@ -555,6 +555,15 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			if resumed {
 				n++
 			}
+			if waits && !resumed && row.Owner != "" {
+				// Its process died after storing the request but before
+				// handing the run to no one: do that for it, so that an
+				// answer or a cancel acts on it at once; a cancel asked
+				// meanwhile ends it now.
+				if err := m.handOver(ctx, row); err != nil {
+					return n, err
+				}
+			}
 			if resumed || waits {
 				continue
 			}
@@ -720,4 +729,20 @@ func (m *Runs) holdLiveFrom(start time.Time) {
 func (m *Runs) LiveHeld() bool {
 	until := m.liveUntil.Load()
 	return until != 0 && time.Now().UnixNano() > until
+}
+
+// handOver takes a suspended run whose owner died while it still held it,
+// and leaves it suspended and owned by no process, as its owner would have
+// (see disownWaiting); or ends it cancelled when a cancel of it was asked
+// meanwhile.
+func (m *Runs) handOver(ctx context.Context, row ActiveRun) error {
+	if row.CancelReason != "" {
+		return m.settleFree(ctx, row, row.CancelReason)
+	}
+	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	if err != nil || !won {
+		return err
+	}
+	return errors.Join(m.claims.SuspendRun(ctx, row.ThreadID, row.RunID, token, true),
+		m.claims.DisownRun(ctx, row.ThreadID, row.RunID, token))
 }

@@ -361,3 +361,63 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 		t.Fatalf("the taker's row = %+v, %v; want it left to the taker", refs, err)
 	}
 }
+
+// A process that stored a run's confirmation-request and died before it
+// handed the run to no one leaves a suspended run it still owns: once its
+// lease ran out, the sweep hands it over for it (suspended, owned by no
+// process, still waiting for its answer), or ends it cancelled when a
+// cancel of it was asked meanwhile.
+func TestSweepHandsOverAWaitingRunItsDeadOwnerStillHeld(t *testing.T) {
+	for _, cancelled := range []bool{false, true} {
+		ctx := context.Background()
+		store := memory.New()
+		l := newLifecycleOn(t, store, resumingAgent{askingAgent}, instanceai.CoreConfig{Instance: "inst-b"}, "t")
+		orch := instanceai.OrchestratorAgentID("run_dead")
+		req := &instanceai.ConfirmationRequest{RequestID: "cr-1", ToolCallID: "c1", ToolName: "tool", Args: json.RawMessage(`{}`),
+			Severity: instanceai.SeverityWarning, Message: "Go on?"}
+		appendRun(t, store, "t", "run_dead", []instanceai.Event{
+			{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+			{Type: instanceai.TypeToolCall, AgentID: orch, Payload: &instanceai.ToolCall{ToolCallID: "c1", ToolName: "tool", Args: json.RawMessage(`{}`)}},
+			{Type: instanceai.TypeConfirmRequest, AgentID: orch, Payload: req},
+		})
+		raw, _ := json.Marshal(req)
+		if err := store.AddConfirmation(ctx, instanceai.Confirmation{RequestID: "cr-1", ThreadID: "t", RunID: "run_dead", AgentID: orch,
+			ToolCallID: "c1", OwnerID: "u", Request: raw, Status: instanceai.ConfirmationPending, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		row, err := store.ClaimThread(ctx, "t", "run_dead", "inst-dead", time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.SuspendRun(ctx, "t", "run_dead", row.Fence, true); err != nil {
+			t.Fatal(err)
+		}
+		if cancelled {
+			if _, err := store.RequestCancel(ctx, "t", instanceai.ReasonUserCancelled); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUntil(t, "the dead instance's lease expired", func() bool {
+			row, err := store.ActiveRun(ctx, "t")
+			return err == nil && row.Free(time.Now())
+		})
+		if _, err := l.core.Runs.SweepExpired(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l.sync("t")
+		if !cancelled {
+			if row, err := store.ActiveRun(ctx, "t"); err != nil || row.Owner != "" || !row.Suspended {
+				t.Fatalf("claim after the sweep = %+v, %v; want suspended, owned by nobody", row, err)
+			}
+			if c, _ := store.GetConfirmation(ctx, "cr-1"); c.Status != instanceai.ConfirmationPending {
+				t.Fatalf("the confirmation became %s", c.Status)
+			}
+			continue
+		}
+		l.expectLog("t", "run_dead", "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr-1 @orch",
+			"tool-result:c1="+cancelledResult+" @orch", "run-finish:cancelled:user_cancelled @orch")
+		if c, _ := store.GetConfirmation(ctx, "cr-1"); c.Status != instanceai.ConfirmationCancelled {
+			t.Fatalf("the cancelled run's confirmation is %s", c.Status)
+		}
+	}
+}
