@@ -350,12 +350,19 @@ func ComputeStats(projects []Project) Stats {
 // Hash is the hash of a workflow document an Iteration records: 64-bit
 // FNV-1a of the document's bytes exactly as given, so it is stable across
 // processes and versions (unlike a language's built-in hash) and any two
-// byte-identical documents agree.
+// byte-identical documents agree, cut to its low 53 bits (HashOf) so that
+// a JavaScript client, whose numbers are doubles, reads the JSON number
+// exactly.
 func Hash(doc []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(doc)
-	return h.Sum64()
+	return HashOf(h.Sum64())
 }
+
+// HashOf cuts a 64-bit hash to the 53 bits an Iteration reports: what
+// Hash returns, and what a store reads of a hash an older version kept
+// whole.
+func HashOf(h uint64) uint64 { return h & (1<<53 - 1) }
 
 // NewIteration records a step from original to modified.
 func NewIteration(workflowID, description string, original, modified []byte, changes json.RawMessage) Iteration {

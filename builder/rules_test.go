@@ -185,9 +185,16 @@ func TestComputeStats(t *testing.T) {
 }
 
 func TestHash(t *testing.T) {
-	// FNV-1a 64's published values: the offset basis for no bytes.
-	if Hash(nil) != 0xcbf29ce484222325 || Hash([]byte("a")) != 0xaf63dc4c8601ec8c {
-		t.Errorf("Hash is not FNV-1a 64: %x %x", Hash(nil), Hash([]byte("a")))
+	// FNV-1a 64's published values (the offset basis for no bytes), cut
+	// to 53 bits: a JSON number JavaScript reads exactly.
+	const low53 = 1<<53 - 1
+	if Hash(nil) != 0xcbf29ce484222325&low53 || Hash([]byte("a")) != 0xaf63dc4c8601ec8c&low53 {
+		t.Errorf("Hash is not FNV-1a 64 cut to 53 bits: %x %x", Hash(nil), Hash([]byte("a")))
+	}
+	for _, doc := range []string{"", "a", `{"name":"x"}`, strings.Repeat("n8n", 1000)} {
+		if h := Hash([]byte(doc)); h > 1<<53 || float64(h) != float64(int64(h)) || uint64(float64(h)) != h {
+			t.Errorf("Hash(%.10q) = %d is not exact as a double", doc, h)
+		}
 	}
 	it := NewIteration("wf", "d", []byte(`{"a":1}`), []byte(`{"a":2}`), nil)
 	if it.OriginalHash == it.ModifiedHash || it.OriginalSize != 7 || it.ModifiedSize != 7 {

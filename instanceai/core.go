@@ -39,13 +39,19 @@ type Core struct {
 	stopLoops context.CancelFunc
 	started   bool
 	loops     sync.WaitGroup
+	topicIdle time.Duration
 }
 
 // CoreConfig configures NewCore.
 type CoreConfig struct {
 	// SubscriberQueue bounds each live subscriber's queue (NewHub).
 	SubscriberQueue int
-	Writer          WriterConfig
+	// SubscriberQueueBytes bounds it in bytes (Hub.LimitQueueBytes).
+	SubscriberQueueBytes int
+	// TopicIdle is how long a thread's published state stays in the hub
+	// with nothing to do (Hub.Evict; DefaultTopicIdle when 0).
+	TopicIdle time.Duration
+	Writer    WriterConfig
 	// Bus joins this instance to others; nil for one process.
 	Bus Bus
 	// Instance names this process among those sharing the store.
@@ -69,7 +75,11 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger, bus: cfg.Bus, lease: cfg.Lease}
+	if cfg.TopicIdle <= 0 {
+		cfg.TopicIdle = DefaultTopicIdle
+	}
+	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger, bus: cfg.Bus, lease: cfg.Lease, topicIdle: cfg.TopicIdle}
+	c.Hub.LimitQueueBytes(cfg.SubscriberQueueBytes)
 	c.registry, _ = store.(InstanceRegistry)
 	c.loopsCtx, c.stopLoops = context.WithCancel(context.Background())
 	var publisher Publisher = c.Hub
@@ -388,6 +398,7 @@ func (c *Core) Start(renew time.Duration) {
 	}
 	c.started = true
 	c.loops.Go(func() { c.Runs.Maintain(c.loopsCtx, renew) })
+	c.loops.Go(func() { c.evictIdle(c.loopsCtx) })
 	if c.joined.ID != "" {
 		c.loops.Go(func() { c.renewJoin(c.loopsCtx, renew) })
 	}
@@ -397,6 +408,21 @@ func (c *Core) Start(renew time.Duration) {
 				c.log.Error("bus listener stopped", "err", err)
 			}
 		})
+	}
+}
+
+// evictIdle drops idle threads' state from the hub (Hub.Evict) until ctx
+// ends: the threads' writer drains retire by themselves.
+func (c *Core) evictIdle(ctx context.Context) {
+	tick := time.NewTicker(c.topicIdle / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c.Hub.Evict(c.topicIdle)
+		}
 	}
 }
 

@@ -18,3 +18,10 @@ func NewFence(runID, agentID string, token int64) *Fence { return newFence(runID
 func EnqueueFenced(w *Writer, threadID string, ev Event, f *Fence) error {
 	return w.enqueue(threadID, ev, f)
 }
+
+// Drains returns how many threads the writer holds state for.
+func Drains(w *Writer) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.threads)
+}

@@ -23,7 +23,9 @@ type Delivery struct {
 	// a SkipDecode feed replays.
 	Event *Event
 	Data  []byte
-	// Wire is Data framed as SSE data lines (see Frame.Wire).
+	// Wire is Data framed as SSE data lines (see Frame.Wire) on a live
+	// frame's delivery; nil on a row read from the log, which a stream
+	// frames as it writes it.
 	Wire []byte
 	// Reset is set on a reset frame (Type ResetFrameType): the events
 	// between the connection's cursor and Reset.NextEventID are no longer
@@ -369,56 +371,50 @@ func (f *Feed) catchUp(ctx context.Context, upTo int64) ([]Delivery, error) {
 }
 
 // readPage reads one page of the log after f.last and turns it into
-// deliveries (see replayed); n is the number of rows the page held.
+// deliveries (see replayed); n is the number of rows the page held. A page
+// is bounded in bytes as well as rows (ReplayPageBytes), and the next one
+// is read only when the caller comes back for it, after it wrote this
+// one: what a connection holds of the log is one page, however far
+// behind its client reads.
 func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int, err error) {
-	if f.SkipDecode {
-		rows, err := ReadRowsAfter(ctx, f.log, f.threadID, f.last, replayPage)
-		if err != nil {
-			return nil, 0, err
-		}
-		out, err = f.replayed(len(rows), upTo, func(i int) (int64, EventType, string, *Event, []byte) {
-			r := &rows[i]
-			return r.Seq, r.Type, r.RunID, nil, r.Data
-		})
-		return out, len(rows), err
-	}
-	rows, err := f.log.ReadAfter(ctx, f.threadID, f.last, replayPage)
+	rows, err := ReadRowsAfter(ctx, f.log, f.threadID, f.last, replayPage, ReplayPageBytes)
 	if err != nil {
 		return nil, 0, err
 	}
-	for i := range rows {
-		if r := &rows[i]; len(r.Data) == 0 {
-			// A log that keeps no bytes (a test double): encode the event.
-			r.Data, _ = json.Marshal(&r.Event)
-		}
-	}
-	out, err = f.replayed(len(rows), upTo, func(i int) (int64, EventType, string, *Event, []byte) {
-		r := &rows[i]
-		return r.Seq, r.Event.Type, r.Event.RunID, &r.Event, r.Data
-	})
+	out, err = f.replayed(rows, upTo)
 	return out, len(rows), err
 }
 
-// replayed turns n log rows, read through row, into deliveries, stopping
-// after upTo when set. The log's seqs are contiguous, so a first row beyond
-// f.last+1 means the rows in between were evicted: a reset frame goes
-// first. On a live connection the rows also pass the ledger (see note).
-func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind EventType, runID string, ev *Event, data []byte)) ([]Delivery, error) {
-	// The page's frames share one buffer: one allocation, not one per row.
-	size := 0
-	for i := range n {
-		_, _, _, _, data := row(i)
-		size += len(data) + ssestream.DataFrameOverhead
-	}
-	wires := make([]byte, 0, size)
-	out := make([]Delivery, 0, n)
-	for i := range n {
-		seq, kind, runID, ev, data := row(i)
+// ReplayPageBytes bounds the bytes of one page of a replay (one row more
+// when a single row is larger): small enough that thousands of
+// connections replaying at once, or stuck on clients that do not read,
+// hold little, large enough that a page is still one round trip for
+// hundreds of typical rows.
+const ReplayPageBytes = 64 << 10
+
+// replayed turns log rows into deliveries, decoding each unless the feed
+// skips decoding, and stopping after upTo when set. The log's seqs are
+// contiguous, so a first row beyond f.last+1 means the rows in between
+// were evicted: a reset frame goes first. On a live connection the rows
+// also pass the ledger (see note). Deliveries of rows carry no Wire: a
+// stream frames Data as it writes it, so the page is not copied twice.
+func (f *Feed) replayed(rows []StoredRow, upTo int64) ([]Delivery, error) {
+	out := make([]Delivery, 0, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		seq, kind, runID, data := r.Seq, r.Type, r.RunID, r.Data
 		if upTo > 0 && seq > upTo {
 			break
 		}
 		if seq <= f.last || len(data) == 0 {
 			continue
+		}
+		var ev *Event
+		if !f.SkipDecode {
+			ev = new(Event)
+			if err := ev.UnmarshalJSON(data); err != nil {
+				return nil, fmt.Errorf("row %d of thread %q: %w", seq, f.threadID, err)
+			}
 		}
 		if seq > f.last+1 {
 			out = append(out, f.reset(ReasonEventsEvicted, seq))
@@ -439,11 +435,7 @@ func (f *Feed) replayed(n int, upTo int64, row func(i int) (seq int64, kind Even
 				return nil, fmt.Errorf("row %d of thread %q: %w", seq, f.threadID, err)
 			}
 		}
-		start := len(wires)
-		wires = ssestream.AppendDataFrame(wires, data)
-		// A multi-line event can outgrow the estimate; the frames already
-		// cut keep the old buffer, which stays valid.
-		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Wire: wires[start:len(wires):len(wires)], Repair: repair})
+		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Repair: repair})
 		if repair {
 			out = f.restate(out, runID, seq)
 		}
@@ -721,7 +713,7 @@ func (f *Feed) noteBefore(ctx context.Context) error {
 		}
 	}
 	for after < f.cursor {
-		rows, err := f.log.ReadAfter(ctx, f.threadID, after, replayPage)
+		rows, err := ReadRowsAfter(ctx, f.log, f.threadID, after, replayPage, ReplayPageBytes)
 		if err != nil {
 			return err
 		}
@@ -733,8 +725,17 @@ func (f *Feed) noteBefore(ctx context.Context) error {
 			if r.Seq > f.cursor {
 				return nil
 			}
-			f.ledger.note(&r.Event, r.Seq)
 			after = r.Seq
+			switch r.Type {
+			case TypeTextBlock, TypeReasoningBlock, TypeRunFinish, TypeRunStart:
+			default:
+				continue // the ledger notes nothing else
+			}
+			var ev Event
+			if err := ev.UnmarshalJSON(r.Data); err != nil {
+				return fmt.Errorf("row %d of thread %q: %w", r.Seq, f.threadID, err)
+			}
+			f.ledger.note(&ev, r.Seq)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -92,7 +93,8 @@ type segKey struct {
 // Frames are shared by every subscriber and must not be changed once
 // published.
 type Hub struct {
-	queueSize int
+	queueSize  int
+	queueBytes int
 
 	mu     sync.Mutex
 	topics map[string]*topic
@@ -104,7 +106,21 @@ func NewHub(queueSize int) *Hub {
 	if queueSize <= 0 {
 		queueSize = 4096
 	}
-	return &Hub{queueSize: queueSize, topics: map[string]*topic{}}
+	return &Hub{queueSize: queueSize, queueBytes: DefaultQueueBytes, topics: map[string]*topic{}}
+}
+
+// DefaultQueueBytes is the bytes of frames a subscriber may fall behind by
+// unless LimitQueueBytes says otherwise.
+const DefaultQueueBytes = 16 << 20
+
+// LimitQueueBytes bounds the bytes of the frames a subscriber may fall
+// behind by, beside their number (n <= 0 keeps the default): frames are
+// shared, but a queue that no longer moves keeps them alive after every
+// other subscriber let go of them. Call it before the hub is used.
+func (h *Hub) LimitQueueBytes(n int) {
+	if n > 0 {
+		h.queueBytes = n
+	}
 }
 
 type topic struct {
@@ -123,6 +139,9 @@ type topic struct {
 	contiguous int64
 	// lastFrame is when the topic last had frames published (see Behind).
 	lastFrame time.Time
+	// gone is set when the topic left the hub (Evict, Forget): whoever
+	// finds it so under its lock takes the thread's topic again.
+	gone bool
 }
 
 func (h *Hub) topic(threadID string) *topic {
@@ -134,6 +153,63 @@ func (h *Hub) topic(threadID string) *topic {
 		h.topics[threadID] = t
 	}
 	return t
+}
+
+// lockedTopic returns the thread's topic, locked: one the hub still
+// holds, not one Evict or Forget took away between the lookup and the
+// lock (what a subscriber added to that one would never be sent).
+func (h *Hub) lockedTopic(threadID string) *topic {
+	for {
+		t := h.topic(threadID)
+		t.mu.Lock()
+		if !t.gone {
+			return t
+		}
+		t.mu.Unlock()
+	}
+}
+
+// DefaultTopicIdle is how long a thread's published state stays in
+// memory with nothing to do (see Evict).
+const DefaultTopicIdle = time.Minute
+
+// Evict drops the published state of the threads that had no frame for
+// idle or longer and that hold nothing a later subscriber needs from
+// memory: no subscriber, no open segment, no text a live ending closed.
+// What is left of such a thread's state (its highest seq, the blocks
+// and run-finishes that judge late deltas) is in the log; its next frame
+// or subscriber starts it afresh, as after a restart: a subscriber
+// replays the log, and a frame whose seq skips the fresh topic's count
+// is read from the log by the cluster's head check. A hub that served
+// many threads thus holds only the ones in use. It returns how many it
+// dropped.
+func (h *Hub) Evict(idle time.Duration) int {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for id, t := range h.topics {
+		t.mu.Lock()
+		if len(t.subs) == 0 && now.Sub(t.lastFrame) >= idle && t.ledger.idle() {
+			t.gone = true
+			delete(h.topics, id)
+			n++
+		}
+		t.mu.Unlock()
+	}
+	if n > len(h.topics) {
+		// A map keeps its buckets after its keys are deleted: one that
+		// held many more threads than it does now is made anew.
+		h.topics = maps.Clone(h.topics)
+	}
+	return n
+}
+
+// Topics returns how many threads the hub holds state for.
+func (h *Hub) Topics() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.topics)
 }
 
 // Publish delivers frames, in order, to every subscriber of the thread. The
@@ -156,8 +232,7 @@ func (h *Hub) topic(threadID string) *topic {
 // segment (the rest of that segment waits for its block), and the part of
 // one that repeats text passed on already (see segmentLedger).
 func (h *Hub) Publish(threadID string, frames []Frame) {
-	t := h.topic(threadID)
-	t.mu.Lock()
+	t := h.lockedTopic(threadID)
 	defer t.mu.Unlock()
 	if len(frames) > 0 {
 		t.lastFrame = time.Now()
@@ -180,8 +255,9 @@ func (h *Hub) Publish(threadID string, frames []Frame) {
 	if len(out) == 0 {
 		return
 	}
+	size := framesBytes(out)
 	for s := range t.subs {
-		if !s.offer(out) {
+		if !s.offer(out, size) {
 			delete(t.subs, s)
 		}
 	}
@@ -228,6 +304,15 @@ func (t *topic) track(f *Frame) (replaced *Frame, keep bool) {
 	return nil, true
 }
 
+// framesBytes is the bytes of the frames' encodings.
+func framesBytes(frames []Frame) int {
+	n := 0
+	for i := range frames {
+		n += len(frames[i].Data)
+	}
+	return n
+}
+
 // trimDelta is f without the first skip bytes of its text, at the same
 // place in the segment.
 func trimDelta(f *Frame, skip int64) (Frame, error) {
@@ -256,6 +341,7 @@ func (h *Hub) Forget(threadID string) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.gone = true
 	for s := range t.subs {
 		s.close(ErrThreadClosed)
 		delete(t.subs, s)
@@ -344,8 +430,7 @@ func (h *Hub) topicSeq(threadID string, read func(*topic) int64) int64 {
 // out, each subscriber reads from the log itself when it meets the gap.
 func (h *Hub) CaughtUp(threadID string, frames []Frame, head int64) {
 	h.Publish(threadID, frames)
-	t := h.topic(threadID)
-	t.mu.Lock()
+	t := h.lockedTopic(threadID)
 	t.contiguous = max(t.contiguous, head)
 	t.committed = max(t.committed, head)
 	t.mu.Unlock()
@@ -389,7 +474,7 @@ func (s *Subscription) take() (batches [][]Frame, err error) {
 	if cap(s.queue) > maxSpareBatches {
 		s.queue = nil
 	}
-	s.queued = 0
+	s.queued, s.queuedBytes = 0, 0
 	return batches, nil
 }
 
@@ -427,7 +512,10 @@ type Subscription struct {
 	queue  [][]Frame
 	spare  [][]Frame
 	queued int
-	notify chan struct{}
+	// queuedBytes is the bytes of the queued frames' encodings, which a
+	// second bound applies to (Hub.LimitQueueBytes).
+	queuedBytes int
+	notify      chan struct{}
 	// wake, when set, is called instead of signalling notify (which is
 	// then nil): a consumer with no goroutine of its own waiting (see
 	// Feed.Poll) is told this way that there is something to take.
@@ -439,22 +527,22 @@ type Subscription struct {
 	closed bool
 }
 
-// offer appends frames to the queue without blocking; it reports false (and
-// closes the subscription) when the subscriber is a full queue behind even
-// after its queued deltas were merged (see compact). The bound is on the
-// backlog before the batch, so that a reader that keeps up is never dropped
-// for the size of one batch; what a slow one holds is at most the queue
-// size plus one batch.
-func (s *Subscription) offer(frames []Frame) bool {
+// offer appends frames (of size bytes) to the queue without blocking; it
+// reports false (and closes the subscription) when the subscriber is a
+// full queue behind, in frames or bytes, even after its queued deltas were
+// merged (see compact). The bound is on the backlog before the batch, so
+// that a reader that keeps up is never dropped for the size of one batch;
+// what a slow one holds is at most the queue's bounds plus one batch.
+func (s *Subscription) offer(frames []Frame, size int) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	if s.queued >= s.hub.queueSize {
+	if s.full() {
 		s.compact()
 	}
-	if s.queued >= s.hub.queueSize {
+	if s.full() {
 		s.mu.Unlock()
 		s.close(ErrSubscriberDropped)
 		return false
@@ -462,8 +550,14 @@ func (s *Subscription) offer(frames []Frame) bool {
 	// Capped, so that no consumer's append can write into the shared batch.
 	s.queue = append(s.queue, frames[:len(frames):len(frames)])
 	s.queued += len(frames)
+	s.queuedBytes += size
 	s.unparkAndUnlock()
 	return true
+}
+
+// full reports whether the queue reached a bound. The caller holds s.mu.
+func (s *Subscription) full() bool {
+	return s.queued >= s.hub.queueSize || s.queuedBytes >= s.hub.queueBytes
 }
 
 // compact merges each run of adjacent deltas of one segment in the queue
@@ -508,7 +602,7 @@ func (s *Subscription) compact() {
 		}
 	}
 	flush()
-	s.queue, s.spare, s.queued = [][]Frame{out}, nil, len(out)
+	s.queue, s.spare, s.queued, s.queuedBytes = [][]Frame{out}, nil, len(out), framesBytes(out)
 }
 
 func isDeltaFrame(fr *Frame) bool {
@@ -548,7 +642,7 @@ func (s *Subscription) close(err error) {
 		return
 	}
 	s.closed, s.err = true, err
-	s.queue, s.spare, s.queued = nil, nil, 0
+	s.queue, s.spare, s.queued, s.queuedBytes = nil, nil, 0, 0
 	if s.notify != nil {
 		close(s.notify)
 	}
@@ -575,7 +669,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Frame, error) {
 		}
 		if s.queued > 0 {
 			q := s.queue
-			s.queue, s.queued = nil, 0
+			s.queue, s.queued, s.queuedBytes = nil, 0, 0
 			s.mu.Unlock()
 			return flatten(q), nil
 		}
@@ -654,13 +748,13 @@ func (h *Hub) Subscribe(threadID string) (*Subscription, Snapshot) {
 // subscribe is Subscribe for a subscriber woken by calling wake (which
 // must not block) rather than by a channel, when wake is set.
 func (h *Hub) subscribe(threadID string, wake func()) (*Subscription, Snapshot) {
-	t := h.topic(threadID)
-	s := &Subscription{hub: h, threadID: threadID, topic: t, wake: wake}
+	s := &Subscription{hub: h, threadID: threadID, wake: wake}
 	if wake == nil {
 		s.notify = make(chan struct{}, 1)
 	}
-	t.mu.Lock()
+	t := h.lockedTopic(threadID)
 	defer t.mu.Unlock()
+	s.topic = t
 	t.subs[s] = struct{}{}
 	snap := Snapshot{Committed: t.committed}
 	snap.Open, snap.OpenAfter = t.ledger.snapshot()

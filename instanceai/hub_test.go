@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -230,5 +231,32 @@ func TestHubDropsAnEarlierRunsOpenTextAtTheNextRunStart(t *testing.T) {
 	sub.Close()
 	if len(snap.Open) != 1 || snap.Open[0].AgentID != "agent_bg" {
 		t.Fatalf("open segments after the next run started = %+v; want the background agent's only", snap.Open)
+	}
+}
+
+// A subscriber that stops taking is dropped once the frames it holds
+// reach the byte bound, long before their count would: its queue would
+// otherwise keep every large frame alive after the other subscribers let
+// go of them. A reader that keeps up is never dropped for it.
+func TestHubDropsSubscriberOverItsByteBound(t *testing.T) {
+	h := NewHub(1 << 20)
+	h.LimitQueueBytes(64 << 10)
+	slow, _ := h.Subscribe("t")
+	fast, _ := h.Subscribe("t")
+	ctx := context.Background()
+	big := strings.Repeat("x", 8<<10)
+	for i := int64(1); i <= 20; i++ {
+		h.Publish("t", []Frame{mustFrame(t, i, &Event{Type: TypeToolResult, RunID: "r", AgentID: "a",
+			Payload: &ToolResult{ToolCallID: "c", Result: json.RawMessage(`"` + big + `"`)}})})
+		frames, err := fast.Next(ctx)
+		if err != nil || len(frames) != 1 || frames[0].Seq != i {
+			t.Fatalf("the reader that keeps up got %d frames, %v", len(frames), err)
+		}
+	}
+	if _, err := slow.Next(ctx); err != ErrSubscriberDropped {
+		t.Fatalf("20 frames of 8 KB past a 64 KB bound: err = %v, want ErrSubscriberDropped", err)
+	}
+	if n := h.Subscribers(); n != 1 {
+		t.Fatalf("subscribers = %d, want 1", n)
 	}
 }

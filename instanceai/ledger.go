@@ -84,6 +84,11 @@ type segmentLedger struct {
 	ended map[segKey]*ledgerSegment
 }
 
+// idle reports whether the ledger holds no segment open and no text a
+// live ending closed: nothing but what judges late deltas, which the log
+// holds too (see Hub.Evict).
+func (l *segmentLedger) idle() bool { return len(l.open) == 0 && len(l.ended) == 0 }
+
 // maxEndedSegments bounds a ledger's ended segments; the oldest go first.
 const maxEndedSegments = 256
 

@@ -41,24 +41,33 @@ type StoredRow struct {
 
 // RowReader is implemented by an EventLog that can read rows without
 // decoding them. ReadRowsAfter follows ReadAfter's contract (order, limit,
-// eviction, ErrNotFound) and returns the same seqs and bytes. Feeds use it
-// when it is there and fall back to ReadAfter otherwise.
+// eviction, ErrNotFound) and returns the same seqs and bytes, and stops
+// early at a byte budget: with maxBytes > 0 it returns the rows up to and
+// including the first whose bytes bring the page's total to maxBytes or
+// more, so a page holds less than maxBytes plus one row, and never nothing
+// when a row follows. Feeds use it when it is there and fall back to
+// ReadAfter otherwise.
 type RowReader interface {
-	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]StoredRow, error)
+	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error)
 }
 
 // ReadRowsAfter reads rows through log's RowReader, or through ReadAfter
-// (encoding an event whose bytes the log did not return) when it has none.
-func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int64, limit int) ([]StoredRow, error) {
+// (encoding an event whose bytes the log did not return, and cutting the
+// page at maxBytes) when it has none.
+func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error) {
 	if rr, ok := log.(RowReader); ok {
-		return rr.ReadRowsAfter(ctx, threadID, after, limit)
+		return rr.ReadRowsAfter(ctx, threadID, after, limit, maxBytes)
 	}
 	events, err := log.ReadAfter(ctx, threadID, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]StoredRow, len(events))
+	out := make([]StoredRow, 0, len(events))
+	size := 0
 	for i := range events {
+		if maxBytes > 0 && size >= maxBytes {
+			break
+		}
 		e := &events[i]
 		data := e.Data
 		if len(data) == 0 {
@@ -66,9 +75,26 @@ func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int
 				return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
 			}
 		}
-		out[i] = StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data}
+		size += len(data)
+		out = append(out, StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data})
 	}
 	return out, nil
+}
+
+// WithinBytes returns how many of rows, of the sizes size(i) gives, a page
+// of maxBytes holds by RowReader's rule (all of them when maxBytes <= 0).
+func WithinBytes(n, maxBytes int, size func(i int) int) int {
+	if maxBytes <= 0 {
+		return n
+	}
+	total := 0
+	for i := range n {
+		if total >= maxBytes {
+			return i
+		}
+		total += size(i)
+	}
+	return n
 }
 
 // ErrStaleFence is matched (errors.Is) by every write refused because the
@@ -255,6 +281,9 @@ type Message struct {
 	Role      string // "user"
 	Content   string
 	CreatedAt time.Time
+	// Size is the content's length in bytes, set by MessageHeads (which
+	// leaves Content empty).
+	Size int
 }
 
 // MessageStore keeps user messages.
@@ -262,6 +291,13 @@ type MessageStore interface {
 	AddMessage(ctx context.Context, m Message) error
 	// ListMessages returns the thread's messages, oldest first.
 	ListMessages(ctx context.Context, threadID string) ([]Message, error)
+	// MessageHeads returns what ListMessages does without the contents:
+	// Content is empty and Size is its length in bytes. A view of a long
+	// thread picks its messages from them, then reads those alone.
+	MessageHeads(ctx context.Context, threadID string) ([]Message, error)
+	// MessagesByID returns the thread's messages of the ids (those that
+	// exist), whole, oldest first as ListMessages orders them.
+	MessagesByID(ctx context.Context, threadID string, ids []string) ([]Message, error)
 }
 
 // Confirmation statuses.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -129,8 +130,10 @@ type Writer struct {
 
 	mu      sync.Mutex
 	threads map[string]*threadDrain
-	closed  bool
-	wg      sync.WaitGroup
+	// threadsPeak is the most threads the map held since it was made.
+	threadsPeak int
+	closed      bool
+	wg          sync.WaitGroup
 }
 
 // NewWriter returns a writer appending to log and publishing to hub.
@@ -192,6 +195,7 @@ func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
 		d = &threadDrain{w: w, threadID: threadID, wake: make(chan struct{}, 1),
 			segs: map[segKey]*segment{}, failedRuns: map[string]bool{}}
 		w.threads[threadID] = d
+		w.threadsPeak = max(w.threadsPeak, len(w.threads))
 		w.wg.Add(1)
 		go d.run()
 	}
@@ -431,6 +435,9 @@ func (d *threadDrain) run() {
 		wait := d.w.cfg.IdleFlush
 		if len(d.segs) > 0 {
 			wait = max(time.Until(lastActivity.Add(d.w.cfg.IdleFlush)), time.Millisecond)
+		} else {
+			// Nothing to flush: wake when the drain may retire.
+			wait = min(wait, max(time.Until(lastActivity.Add(d.w.cfg.RetireAfter)), time.Millisecond))
 		}
 		if len(d.endings) > 0 {
 			// Try the log again soon, whatever else the thread does.
@@ -470,14 +477,25 @@ func (d *threadDrain) tryRetire() bool {
 	if len(d.queue) > 0 || len(d.waiters) > 0 || d.stop {
 		return false
 	}
-	delete(d.w.threads, d.threadID)
+	d.w.forget(d.threadID)
 	return true
+}
+
+// forget removes a thread's drain from the writer's map, and makes the
+// map anew once it holds far fewer threads than it did: a map keeps its
+// buckets after its keys are deleted. The caller holds w.mu.
+func (w *Writer) forget(threadID string) {
+	delete(w.threads, threadID)
+	if len(w.threads) < w.threadsPeak/4 {
+		w.threads = maps.Clone(w.threads)
+		w.threadsPeak = len(w.threads)
+	}
 }
 
 func (d *threadDrain) retire() {
 	d.w.mu.Lock()
 	if d.w.threads[d.threadID] == d {
-		delete(d.w.threads, d.threadID)
+		d.w.forget(d.threadID)
 	}
 	d.w.mu.Unlock()
 	d.mu.Lock()

@@ -132,8 +132,10 @@ type InstanceToAGUI struct {
 	blocksSeen    map[segCount]int
 	messageCount  map[string]int
 
-	held      *instanceai.RunFinish
-	lastError string
+	held *instanceai.RunFinish
+	// lastError and lastErrorCode are the run's last error event's text
+	// and code, for a failed run's RUN_ERROR.
+	lastError, lastErrorCode string
 
 	stateSent bool
 	state     json.RawMessage // the shared state as last sent
@@ -329,7 +331,7 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 		m.custom(ev.AgentID, p.Name, p.Value)
 	default:
 		if p, ok := ev.Payload.(*instanceai.ErrorPayload); ok {
-			m.lastError = p.Content
+			m.lastError, m.lastErrorCode = p.Content, p.Code
 		}
 		m.custom(ev.AgentID, CustomPrefix+string(ev.Type), ev.Payload)
 	}
@@ -783,7 +785,11 @@ func (m *InstanceToAGUI) terminal(p *instanceai.RunFinish) {
 	case instanceai.RunInterrupted:
 		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, "the run was interrupted"), Code: CodeInterrupted, Usage: usage})
 	default:
-		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, m.lastError, fmt.Sprintf("the run failed (status %q)", p.Status)), Code: CodeRunFailed, Usage: usage})
+		// The error's own code (the provider's connection_failed,
+		// unauthorized, timeout…) when the run reported one, so that a
+		// client tells the failures apart without reading CUSTOM events.
+		m.emit("", &agui.RunError{Base: base, Message: firstNonEmpty(p.Reason, m.lastError, fmt.Sprintf("the run failed (status %q)", p.Status)),
+			Code: firstNonEmpty(m.lastErrorCode, CodeRunFailed), Usage: usage})
 	}
 	m.held = nil
 	m.finished = true

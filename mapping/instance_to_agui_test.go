@@ -201,6 +201,14 @@ func TestMappingTable(t *testing.T) {
 				"RUN_ERROR code=run_failed message=model unavailable"},
 		},
 		{
+			// The error's own code is the RUN_ERROR's, not only a CUSTOM's.
+			name: "run-finish error with a code",
+			in: []instanceai.Event{runStart(), ev(instanceai.TypeError, orch, "", &instanceai.ErrorPayload{Content: "no route to the model", Code: "connection_failed"}),
+				finish(instanceai.RunError, "")},
+			want: []string{"RUN_STARTED", `CUSTOM instance-ai.error value={"content":"no route to the model","code":"connection_failed"}`,
+				"RUN_ERROR code=connection_failed message=no route to the model"},
+		},
+		{
 			name: "run-finish interrupted",
 			in:   []instanceai.Event{runStart(), reasoningDelta(orch, "r", "x"), finish(instanceai.RunInterrupted, instanceai.ReasonCrashed)},
 			want: []string{"RUN_STARTED", "REASONING_START messageId=r:reasoning", "REASONING_MESSAGE_START messageId=r:reasoning",

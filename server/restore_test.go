@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/servertest"
 )
 
@@ -176,5 +179,61 @@ func TestRunSyncOnConnect(t *testing.T) {
 	quiet.Until(wait, servertest.IsRunFinish(runID))
 	if f, ok := quiet.FrameWithin(200 * time.Millisecond); ok && f.Event == "run-sync" {
 		t.Fatal("run-sync sent for a thread with nothing live")
+	}
+}
+
+// A /messages page holds no more than --history-max-bytes past its newest
+// message: a thread of large messages is read a few at a time, each page
+// naming the olderCursor that reads the ones before it, and the pages
+// together are the conversation, in order, each message once.
+func TestMessagesByteBudget(t *testing.T) {
+	const budget = 6_000
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{HistoryMaxBytes: budget}})
+	var runs []string
+	for i := range 4 {
+		runID := h.Chat("th", "simple "+strconv.Itoa(i)+" "+strings.Repeat("x", 2_500))
+		h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(runID))
+		runs = append(runs, runID)
+	}
+	var got []string
+	query := "?limit=200"
+	for pages := 0; ; pages++ {
+		if pages > 8 {
+			t.Fatal("the olderCursor chain does not end")
+		}
+		var page struct {
+			messagesPage
+			OlderCursor *int `json:"olderCursor"`
+		}
+		if code := h.DoInto(http.MethodGet, "/instance-ai/threads/th/messages"+query, "", &page); code != http.StatusOK {
+			t.Fatalf("%s: %d", query, code)
+		}
+		size := 0
+		var ids []string
+		for _, m := range page.Messages {
+			size += len(m.Content)
+			ids = append(ids, m.Role+":"+m.RunID)
+		}
+		if len(page.Messages) == 0 || (len(page.Messages) > 1 && size > 2*budget) {
+			t.Fatalf("%s: %d messages of %d bytes", query, len(page.Messages), size)
+		}
+		got = append(ids, got...)
+		if page.OlderCursor == nil {
+			break
+		}
+		query = "?limit=200&before=" + strconv.Itoa(*page.OlderCursor)
+	}
+	var want []string
+	for _, r := range runs {
+		want = append(want, "user:"+r, "assistant:"+r)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages put together: %v, want %v", got, want)
+	}
+	for _, q := range []struct{ query, field string }{
+		{"?before=-1", "before"}, {"?before=x", "before"}, {"?before=2&page=1", "before"},
+	} {
+		code, out := h.Do(http.MethodGet, "/instance-ai/threads/th/messages"+q.query, "")
+		errorOf(t, "messages"+q.query, code, out, http.StatusBadRequest, "invalid_field", q.field)
 	}
 }

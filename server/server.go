@@ -31,6 +31,7 @@ import (
 	"github.com/threadline/threadline/server/console"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
+	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/workflow"
@@ -38,10 +39,19 @@ import (
 	"github.com/threadline/threadline/workflow/validate"
 )
 
+// DefaultHistoryMaxBytes is what Config.HistoryMaxBytes is when 0.
+const DefaultHistoryMaxBytes = history.DefaultMaxBytes
+
 // Config is the application's configuration beyond the store and agent.
 type Config struct {
 	MaxBody         int64
 	SubscriberQueue int
+	// SubscriberQueueBytes bounds a subscriber's queue in bytes (0: the
+	// hub's default).
+	SubscriberQueueBytes int
+	// HistoryMaxBytes bounds what one /messages page or AG-UI snapshot of
+	// a conversation holds past its newest message (0: the default).
+	HistoryMaxBytes int
 	Heartbeat       time.Duration
 	Writer          instanceai.WriterConfig
 	// Auth authenticates the API's callers; nil (or no tokens) is
@@ -129,7 +139,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.LeaseRenew = DefaultLeaseRenew
 	}
 	s.leaseRenew = cfg.LeaseRenew
-	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, Writer: cfg.Writer,
+	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
 
@@ -144,7 +154,8 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	authed := router.NewRoute().Subrouter()
 	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
 	authed.Use(cfg.Auth.Middleware, guard.Requests(guardCfg))
-	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger})
+	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
+		MessagesMaxBytes: cfg.HistoryMaxBytes})
 	s.native.Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
@@ -174,7 +185,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
-		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks,
+		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes,
 	}).Register(authed, router)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.

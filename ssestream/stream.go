@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -43,8 +44,15 @@ type Stream struct {
 
 // spillSize is how much a stream gathers before it writes without waiting
 // for Flush: a replay page of large rows is sent in parts of this size
-// instead of being held whole.
-const spillSize = 256 << 10
+// instead of being held whole. It is also the size from which a frame's
+// data is written from where it lies rather than copied into the buffer
+// (see large), so what a stream buffers stays below twice this.
+const spillSize = 64 << 10
+
+// stallProbe is how long a write of a large frame's chunk may wait before
+// the stream takes its client for one that stopped reading and lets go of
+// the frame's bytes (see DataReloadable).
+const stallProbe = 50 * time.Millisecond
 
 // pooledCap bounds the buffers kept for reuse; a larger one (a batch of
 // large frames) is left to the garbage collector.
@@ -222,13 +230,113 @@ func (s *Stream) frame(withID bool, id int64, typ string, data []byte) error {
 // Data writes a frame of data, preceded by `id: <id>` when id > 0: what
 // Frame(id, DataFrame(data)) writes, without building the frame apart.
 func (s *Stream) Data(id int64, data []byte) error {
+	return s.DataReloadable(id, data, nil)
+}
+
+// DataReloadable is Data for bytes that can be had again, such as a row of
+// a log, which never changes: reload returns them. A hijacked stream
+// writes a large frame in chunks, and when a chunk is not taken within
+// stallProbe (the client stopped reading), it keeps only the rest of that
+// chunk while it waits the write deadline out, and calls reload to go on
+// (once per frame: see writeChunks).
+// A client that does not read thus holds a chunk of the frame, not the
+// frame, provided the caller kept no reference to data either. With reload
+// nil it is Data.
+func (s *Stream) DataReloadable(id int64, data []byte, reload func() ([]byte, error)) error {
 	if !singleLine(data) {
 		return s.Frame(id, DataFrame(data))
+	}
+	if len(data) >= spillSize {
+		return s.large(id, data, reload)
 	}
 	b := s.buffer()
 	*b = appendID(*b, id)
 	*b = appendDataLine(*b, data)
 	return s.spill()
+}
+
+// large writes a single-line frame of data without copying data: what was
+// gathered and the frame's head in one write, data from where it lies,
+// and its end gathered for the next write.
+func (s *Stream) large(id int64, data []byte, reload func() ([]byte, error)) error {
+	b := s.buffer()
+	*b = appendID(*b, id)
+	*b = append(*b, "data: "...)
+	if err := s.write(); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case s.conn == nil:
+		if err = s.setWriteDeadline(); err == nil {
+			_, err = s.w.Write(data)
+		}
+	case reload == nil:
+		if err = s.setWriteDeadline(); err == nil {
+			_, err = s.conn.Write(data)
+		}
+	default:
+		err = s.writeChunks(data, reload)
+	}
+	if err != nil {
+		return err
+	}
+	*s.buffer() = append(*s.buffer(), "\n\n"...)
+	return s.spill()
+}
+
+// chunkSize is what a hijacked stream writes of a large frame at a time,
+// and so what it holds of one while its client does not read.
+const chunkSize = 16 << 10
+
+// writeChunks writes data to a hijacked connection in chunks (see
+// DataReloadable). A frame is read again at most once: a client that
+// reads, however slowly, after it stalled is then written the rest whole,
+// so that a slow reader cannot make the stream read a large frame once
+// per chunk.
+func (s *Stream) writeChunks(data []byte, reload func() ([]byte, error)) error {
+	total := len(data)
+	reloaded := false
+	for off := 0; off < total; {
+		end := min(off+chunkSize, total)
+		deadline := time.Now().Add(stallProbe)
+		if reloaded {
+			deadline = time.Now().Add(s.writeTimeout)
+		}
+		if err := s.conn.SetWriteDeadline(deadline); err != nil {
+			return err
+		}
+		n, err := s.conn.Write(data[off:end])
+		off += n
+		if err == nil {
+			continue
+		}
+		if reloaded || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		// The client is not taking what it is sent: wait with the rest of
+		// this chunk alone, and read the frame again once it moved.
+		rest := bytes.Clone(data[off:end])
+		data = nil
+		if err := s.setWriteDeadline(); err != nil {
+			return err
+		}
+		if _, err := s.conn.Write(rest); err != nil {
+			return err
+		}
+		off = end
+		if off == total {
+			break
+		}
+		if data, err = reload(); err != nil {
+			return err
+		}
+		reloaded = true
+		if len(data) != total {
+			return fmt.Errorf("ssestream: a reloaded frame has %d bytes, not %d", len(data), total)
+		}
+	}
+	return nil
 }
 
 // singleLine reports whether data is one non-empty line, which frames as a

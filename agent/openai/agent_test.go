@@ -310,8 +310,11 @@ func TestClientToolLeftOpen(t *testing.T) {
 		t.Errorf("tools = %+v", names)
 	}
 
-	// The client answers: the next run sends the result as the tool message.
-	next := h.play(t, instanceai.StartRequest{Tools: []instanceai.ToolSpec{{Name: "show_diff"}},
+	// The client answers: the next run sends the result as the tool message,
+	// and the conversation ends with it. /run-agent names the earlier user
+	// message as the run's message, which the model must not be sent a
+	// second time after the tool answer: it would take it as a new request.
+	next := h.play(t, instanceai.StartRequest{Message: "diff please", Tools: []instanceai.ToolSpec{{Name: "show_diff"}},
 		ToolResult: &instanceai.ClientToolResult{RunID: run.ID, AgentID: run.AgentID, ToolCallID: "c1", ToolName: "show_diff", Content: "shown"}})
 	if fin := finishOf(t, next); fin.Status != instanceai.RunCompleted {
 		t.Fatalf("status %q: %s", fin.Status, shape(next))

@@ -218,7 +218,10 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 		}
 	}
 	l := a.newLoop(run, history, run.Tools)
-	if run.Message != "" || run.ToolResult == nil {
+	if run.ToolResult == nil {
+		// A run that answers a client tool has no new user message: the
+		// conversation ends with the tool's answer. (Its Message, when a
+		// client sent one, is the earlier user message the history holds.)
 		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: run.Message})
 	}
 	return l.loop(ctx)

@@ -40,6 +40,8 @@ type serveConfig struct {
 	scriptDelay     time.Duration
 	maxBody         int64
 	subscriberQueue int
+	queueBytes      int
+	historyBytes    int
 	checkpointBytes int
 	checkpointEvery time.Duration
 	heartbeat       time.Duration
@@ -77,6 +79,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpjson.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames an SSE subscriber may fall behind; past that its queued token deltas are merged, and one still that far behind is disconnected and resumes from its cursor")
+	f.Int(&c.queueBytes, "subscriber-queue-bytes", "THREADLINE_SUBSCRIBER_QUEUE_BYTES", instanceai.DefaultQueueBytes,
+		"bytes of frames an SSE subscriber may fall behind, beside --subscriber-queue: one that far behind is disconnected and resumes from its cursor")
+	f.Int(&c.historyBytes, "history-max-bytes", "THREADLINE_HISTORY_MAX_BYTES", server.DefaultHistoryMaxBytes,
+		"bytes a /messages page or an AG-UI rejoin's MESSAGES_SNAPSHOT holds past its newest message; older messages are read with ?before=olderCursor")
 	f.Int(&c.checkpointBytes, "checkpoint-bytes", "THREADLINE_CHECKPOINT_BYTES", instanceai.DefaultCheckpointBytes,
 		"store the text of a reply still streaming once this many bytes of it are not stored, so that a crash loses at most that much (SQLite and PostgreSQL; 0 = not by size)")
 	f.Duration(&c.checkpointEvery, "checkpoint-interval", "THREADLINE_CHECKPOINT_INTERVAL", instanceai.DefaultCheckpointInterval,
@@ -245,6 +251,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.checkpointBytes < 0 || c.checkpointEvery < 0 {
 		return usageError{"--checkpoint-bytes and --checkpoint-interval must be 0 (off) or more"}
 	}
+	if c.subscriberQueue < 1 || c.queueBytes < 1 || c.historyBytes < 1 {
+		return usageError{"--subscriber-queue, --subscriber-queue-bytes and --history-max-bytes must be positive"}
+	}
 	if c.connections.Total < 0 || c.connections.PerIP < 0 {
 		return usageError{"--max-connections and --max-connections-per-ip must be 0 (no cap) or more"}
 	}
@@ -288,7 +297,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
-		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
+		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.

@@ -28,6 +28,7 @@ import (
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -39,6 +40,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// WriteTimeout bounds each SSE flush.
 	WriteTimeout time.Duration
+	// HistoryMaxBytes bounds what a rejoin's MESSAGES_SNAPSHOT holds past
+	// its newest message (history.DefaultMaxBytes when 0).
+	HistoryMaxBytes int
 	// Agents names the agents /health and /status report.
 	Agents []string
 	// Tasks, when set, adds agents that count their own work to /health
@@ -80,6 +84,9 @@ func New(core *instanceai.Core, cfg Config) *Handler {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.HistoryMaxBytes <= 0 {
+		cfg.HistoryMaxBytes = history.DefaultMaxBytes
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -309,7 +316,7 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	// Chat records the user's message (not a tool answer) as the native
 	// chat does, so /messages, the title and the model history have it.
 	run, err := h.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
-		Tools: tools, ToolResult: result, AgentName: req.agent, History: history(req.input.Messages),
+		Tools: tools, ToolResult: result, AgentName: req.agent, History: clientHistory(req.input.Messages),
 		Context: clientContext(req.input.Context)})
 	if err != nil {
 		feed.Close()

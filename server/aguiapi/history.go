@@ -7,7 +7,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 )
 
-// history is the conversation a client sent before the message the run
+// clientHistory is the conversation a client sent before the message the run
 // answers, for agents that talk to a model. Clients such as CopilotKit send
 // the whole conversation on every run; a client that sends only the new
 // message (one user message, or a tool answer alone) gets nil, and the agent
@@ -18,7 +18,7 @@ import (
 // the input; a trailing tool message (a frontend tool's answer) stays, since
 // the model must see it after the call it answers. Reasoning and activity
 // messages are display state, not conversation, and are dropped.
-func history(msgs []agui.Message) []instanceai.HistoryMessage {
+func clientHistory(msgs []agui.Message) []instanceai.HistoryMessage {
 	n := len(msgs)
 	if n > 0 && msgs[n-1].Role == agui.RoleUser {
 		n--

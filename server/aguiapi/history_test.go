@@ -50,7 +50,7 @@ func TestHistory(t *testing.T) {
 				{Role: "tool", ToolCallID: "c1", Content: "sunny"},
 			}},
 	} {
-		if got := history(tc.in); !reflect.DeepEqual(got, tc.want) {
+		if got := clientHistory(tc.in); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}
 	}
@@ -67,7 +67,7 @@ func FuzzHistory(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, m := range history(in.Messages) {
+		for _, m := range clientHistory(in.Messages) {
 			for _, c := range m.ToolCalls {
 				if !json.Valid(c.Arguments) {
 					t.Fatalf("arguments %q are not JSON", c.Arguments)

@@ -1,6 +1,7 @@
 package aguiapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -60,10 +62,13 @@ type rejoinTarget struct {
 	threadID string
 	runID    string
 	cursor   int64
-	users    []instanceai.Message
-	// rows is the whole log read at connect; runRows the latest run's rows.
-	rows    []instanceai.StoredEvent
+	// first and last are the seqs of the log's first and last events at
+	// connect (0 for an empty log).
+	first, last int64
+	// runRows are the latest run's rows.
 	runRows []instanceai.StoredEvent
+	// snapshot is the conversation as of a seq (see buildSnapshot).
+	snapshot func(through int64) ([]agui.Message, error)
 }
 
 func (h *Handler) rejoin(w http.ResponseWriter, r *http.Request) {
@@ -94,35 +99,31 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	if _, err := h.core.Thread(ctx, id, auth.UserFrom(ctx)); err != nil {
 		return nil, err
 	}
-	users, err := h.store.ListMessages(ctx, id)
+	next, err := h.store.NextSeq(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := h.store.ReadAfter(ctx, id, 0, 0)
+	ix, err := history.Load(ctx, h.store, id, next-1)
 	if err != nil {
 		return nil, err
 	}
-	runID := latestRun(rows)
+	runID := ix.LatestRun()
 	if runID == "" {
 		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "threadId", "thread %q has no run to rejoin", id)
 	}
-	t := &rejoinTarget{threadID: id, runID: runID, cursor: cursor, users: users, rows: rows}
-	for _, row := range rows {
-		if row.Event.RunID == runID {
-			t.runRows = append(t.runRows, row)
-		}
+	t := &rejoinTarget{threadID: id, runID: runID, cursor: cursor, last: next - 1}
+	if first, err := h.store.ReadAfter(ctx, id, 0, 1); err != nil {
+		return nil, err
+	} else if len(first) > 0 {
+		t.first = first[0].Seq
+	}
+	if t.runRows, err = ix.RunRows(ctx, h.store, id, runID); err != nil {
+		return nil, err
+	}
+	t.snapshot = func(through int64) ([]agui.Message, error) {
+		return buildSnapshot(ctx, h.store, id, through, h.cfg.HistoryMaxBytes)
 	}
 	return t, nil
-}
-
-// latestRun returns the run id of the last run-start in rows.
-func latestRun(rows []instanceai.StoredEvent) string {
-	for i := len(rows) - 1; i >= 0; i-- {
-		if rows[i].Event.Type == instanceai.TypeRunStart {
-			return rows[i].Event.RunID
-		}
-	}
-	return ""
 }
 
 // foldRun pushes one run's rows through m and returns what it emitted. An
@@ -143,29 +144,52 @@ func foldRun(m *mapping.InstanceToAGUI, runID string, rows []instanceai.StoredEv
 // stored, each followed by the assistant message of its run (id = run id,
 // the run's text folded from its rows with seq <= cursor), then the
 // assistant messages of runs no stored user message names. Runs with no
-// text yet have no assistant message.
-func buildSnapshot(users []instanceai.Message, rows []instanceai.StoredEvent, cursor int64) []agui.Message {
-	runs := agenttree.FoldRuns(rows, cursor)
+// text yet have no assistant message. It holds the newest messages that
+// fit in maxBytes (the newest one always; see history): a client that
+// wants older ones pages /messages.
+func buildSnapshot(ctx context.Context, store history.Store, threadID string, cursor int64, maxBytes int) ([]agui.Message, error) {
+	ix, err := history.Load(ctx, store, threadID, cursor)
+	if err != nil {
+		return nil, err
+	}
+	entries := ix.Entries[ix.Window(len(ix.Entries), 0, maxBytes):]
+	got, err := ix.Read(ctx, store, threadID, entries)
+	if err != nil {
+		return nil, err
+	}
 	out := []agui.Message{}
-	done := map[string]bool{}
-	assistant := func(r *agenttree.Run) {
-		done[r.ID] = true
-		if text := r.State.Tree().TextContent; text != "" {
-			out = append(out, agui.Message{ID: r.ID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
+	for _, e := range entries {
+		if e.User != nil {
+			out = append(out, agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.TextContent(got.Users[e.User.ID].Content)})
+		} else if text := assistantText(got.Runs.Get(e.RunID).State.Tree()); text != "" {
+			out = append(out, agui.Message{ID: e.RunID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
 		}
 	}
-	for _, m := range users {
-		out = append(out, agui.Message{ID: m.ID, Role: agui.RoleUser, Content: agui.TextContent(m.Content)})
-		if r := runs.Get(m.RunID); r != nil && !done[m.RunID] {
-			assistant(r)
+	return out, nil
+}
+
+// assistantText is a run's answer as one message: the text of the
+// orchestrator's timeline, a blank line between its responses. The tree's
+// TextContent (n8n's reducer's) runs the responses together ("…for
+// you.Done: …"), which a client that shows the snapshot as a message
+// would print as it is; live, each response was a message of its own.
+func assistantText(tree *agenttree.AgentNode) string {
+	var b strings.Builder
+	last := ""
+	for _, e := range tree.Timeline {
+		if e.Type != agenttree.EntryText || e.Content == "" {
+			continue
 		}
-	}
-	for _, r := range runs.All() {
-		if !done[r.ID] {
-			assistant(r)
+		if b.Len() > 0 && e.ResponseID != last {
+			b.WriteString("\n\n")
 		}
+		b.WriteString(e.Content)
+		last = e.ResponseID
 	}
-	return out
+	if b.Len() == 0 {
+		return tree.TextContent
+	}
+	return b.String()
 }
 
 // openItem is a text message, reasoning span or tool call open at the
@@ -326,20 +350,17 @@ func lastTasksState(threadID, runID string, rows []instanceai.StoredEvent) agui.
 // that carries on with the live tail (nil when the run is already over,
 // the opening events then ending with its terminal event), with the id to
 // put on the last opening frame.
-func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAGUI, cursor int64) {
-	if len(t.rows) > 0 && t.rows[0].Seq > 1 {
+func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAGUI, cursor int64, err error) {
+	if t.first > 1 {
 		// A bounded store evicted the thread's first events: the
 		// snapshot, which replaces the client's whole conversation,
 		// would silently lack them, so the rejoin ends at once.
 		reset := &instanceai.Reset{Reason: instanceai.ReasonEventsEvicted, ThreadID: t.threadID,
-			LastEventID: t.cursor, NextEventID: t.rows[0].Seq}
-		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0
+			LastEventID: t.cursor, NextEventID: t.first}
+		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0, nil
 	}
 	cursor = t.cursor
-	var lastSeq int64
-	if n := len(t.rows); n > 0 {
-		lastSeq = t.rows[n-1].Seq
-	}
+	lastSeq := t.last
 	if cursor > lastSeq {
 		// A cursor the log never reached (a thread deleted and created
 		// again under the client): whatever the client holds lines up
@@ -347,7 +368,7 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 		// events, rather than continue from a point that does not exist.
 		reset := &instanceai.Reset{Reason: instanceai.ReasonCursorAhead, ThreadID: t.threadID,
 			LastEventID: cursor, NextEventID: 1}
-		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0
+		return mapping.NewInstanceToAGUI(t.threadID, t.runID).Close(reset), nil, 0, nil
 	}
 	var startTS int64
 	if len(t.runRows) > 0 {
@@ -359,9 +380,13 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	probe := mapping.NewInstanceToAGUI(t.threadID, t.runID)
 	all := foldRun(probe, t.runID, t.runRows)
 	if probe.Finished() && len(all) > 0 {
-		snap := &agui.MessagesSnapshot{Messages: buildSnapshot(t.users, t.rows, lastSeq)}
+		msgs, err := t.snapshot(lastSeq)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		snap := &agui.MessagesSnapshot{Messages: msgs}
 		snap.Timestamp = startTS
-		return []agui.Event{started, snap, all[len(all)-1]}, nil, lastSeq
+		return []agui.Event{started, snap, all[len(all)-1]}, nil, lastSeq, nil
 	}
 
 	// The run's rows up to the cursor (its run-start always) rebuild the
@@ -380,24 +405,32 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 		// The run went on after the interrupt (it is not over at connect).
 		st.apply(m.Resume(t.runID))
 	}
-	snap := &agui.MessagesSnapshot{Messages: buildSnapshot(t.users, t.rows, cursor)}
+	msgs, err := t.snapshot(cursor)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	snap := &agui.MessagesSnapshot{Messages: msgs}
 	snap.Timestamp = startTS
 	opening = []agui.Event{started, snap}
 	if s := lastTasksState(t.threadID, t.runID, prefix); s != nil {
 		opening = append(opening, s)
 	}
 	opening = append(opening, st.reopen()...)
-	return opening, m, cursor
+	return opening, m, cursor, nil
 }
 
 // streamRejoin writes the rejoined run, then its live tail.
 func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoinTarget) {
 	log := h.cfg.Logger.With("thread", t.threadID, "run", t.runID)
+	opening, m, cursor, err := rejoinStart(t)
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
 	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
 	if err != nil {
 		return
 	}
-	opening, m, cursor := rejoinStart(t)
 	out := &writer{s: s}
 	if err := out.write(cursor, opening); err != nil || s.Flush() != nil || m == nil {
 		return

@@ -1,10 +1,12 @@
 package aguiapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/internal/history"
+	"github.com/threadline/threadline/storage/memory"
 )
 
 func TestParseCursor(t *testing.T) {
@@ -85,6 +89,45 @@ func snapshotLog() ([]instanceai.Message, []instanceai.StoredEvent) {
 	return users, rows
 }
 
+// logStore is a store holding the users' messages and the rows, in thread
+// "th"; the rows must be seqs 1, 2, … in order.
+func logStore(t *testing.T, users []instanceai.Message, rows []instanceai.StoredEvent) *memory.Store {
+	t.Helper()
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range users {
+		m.ThreadID = "th"
+		if err := store.AddMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rows {
+		if first, err := store.Append(ctx, "th", []instanceai.Event{r.Event}); err != nil || first != int64(i+1) || r.Seq != first {
+			t.Fatalf("row %d stored at %d, %v", r.Seq, first, err)
+		}
+	}
+	return store
+}
+
+// snapshotAt is buildSnapshot of the store's thread without a byte bound.
+func snapshotAt(t *testing.T, store *memory.Store, cursor int64) []agui.Message {
+	t.Helper()
+	ms, err := buildSnapshot(context.Background(), store, "th", cursor, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// target is a rejoin target of the store's thread.
+func target(t *testing.T, store *memory.Store, runID string, cursor, last int64, runRows []instanceai.StoredEvent) *rejoinTarget {
+	return &rejoinTarget{threadID: "th", runID: runID, cursor: cursor, first: 1, last: last, runRows: runRows,
+		snapshot: func(through int64) ([]agui.Message, error) { return snapshotAt(t, store, through), nil }}
+}
+
 type msg struct{ id, role, text string }
 
 func snapshotOf(t *testing.T, ms []agui.Message) []msg {
@@ -105,6 +148,7 @@ func snapshotOf(t *testing.T, ms []agui.Message) []msg {
 
 func TestBuildSnapshot(t *testing.T) {
 	users, rows := snapshotLog()
+	store := logStore(t, users, rows)
 	cases := []struct {
 		cursor int64
 		want   []msg
@@ -116,7 +160,7 @@ func TestBuildSnapshot(t *testing.T) {
 		{99, []msg{{"u1", "user", "first"}, {"r1", "assistant", "Hello there."}, {"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
 	}
 	for _, c := range cases {
-		got := snapshotOf(t, buildSnapshot(users, rows, c.cursor))
+		got := snapshotOf(t, snapshotAt(t, store, c.cursor))
 		if len(got) != len(c.want) {
 			t.Errorf("cursor %d: %v, want %v", c.cursor, got, c.want)
 			continue
@@ -133,12 +177,12 @@ func TestBuildSnapshotRunWithoutUserMessage(t *testing.T) {
 	// A run started through /run-agent has no stored user message: its
 	// assistant message follows the stored conversation.
 	_, rows := snapshotLog()
-	got := snapshotOf(t, buildSnapshot(nil, rows, 99))
+	got := snapshotOf(t, snapshotAt(t, logStore(t, nil, rows), 99))
 	want := []msg{{"r1", "assistant", "Hello there."}, {"r2", "assistant", "Working on it"}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("snapshot %v, want %v", got, want)
 	}
-	if ms := buildSnapshot(nil, nil, 0); ms == nil || len(ms) != 0 {
+	if ms := snapshotAt(t, logStore(t, nil, nil), 0); ms == nil || len(ms) != 0 {
 		t.Errorf("empty conversation: %#v, want an empty non-nil list", ms)
 	}
 }
@@ -149,8 +193,10 @@ func TestRejoinStartReopensOpenItems(t *testing.T) {
 		row(8, "r2", instanceai.TypeToolInputStart, &instanceai.ToolInputStart{ToolCallID: "tc1", ToolName: "workflows"}),
 		row(9, "r2", instanceai.TypeToolCall, &instanceai.ToolCall{ToolCallID: "tc1", ToolName: "workflows", Args: json.RawMessage(`{"a":1}`)}),
 	)
-	target := &rejoinTarget{threadID: "th", runID: "r2", cursor: 8, users: users, rows: rows, runRows: rows[4:]}
-	opening, m, cursor := rejoinStart(target)
+	opening, m, cursor, err := rejoinStart(target(t, logStore(t, users, rows), "r2", 8, 9, rows[4:]))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if m == nil || cursor != 8 {
 		t.Fatalf("mapper %v cursor %d, want a live mapper at 8", m, cursor)
 	}
@@ -180,8 +226,10 @@ func TestRejoinStartReopensOpenItems(t *testing.T) {
 
 func TestRejoinStartFinishedRun(t *testing.T) {
 	users, rows := snapshotLog()
-	target := &rejoinTarget{threadID: "th", runID: "r1", cursor: 2, users: users, rows: rows[:4], runRows: rows[:4]}
-	opening, m, cursor := rejoinStart(target)
+	opening, m, cursor, err := rejoinStart(target(t, logStore(t, users, rows[:4]), "r1", 2, 4, rows[:4]))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if m != nil || cursor != 4 {
 		t.Fatalf("mapper %v cursor %d, want none at 4", m, cursor)
 	}
@@ -229,5 +277,54 @@ func TestOpenStateReopen(t *testing.T) {
 	}
 	if r := out[5].(*agui.ReasoningMessageContent); r.Delta != "hm" {
 		t.Errorf("reasoning content %+v", r)
+	}
+}
+
+// A snapshot holds the newest messages that fit in its byte bound, the
+// newest one always.
+func TestBuildSnapshotIsBoundedInBytes(t *testing.T) {
+	users, rows := snapshotLog()
+	store := logStore(t, users, rows)
+	ix, err := history.Load(context.Background(), store, "th", 99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newestTwo := ix.Entries[2].Size + ix.Entries[3].Size // u2, r2
+	for _, c := range []struct {
+		maxBytes int
+		want     []msg
+	}{
+		{1, []msg{{"r2", "assistant", "Working on it"}}},
+		{newestTwo, []msg{{"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
+		{newestTwo + ix.Entries[1].Size, []msg{{"r1", "assistant", "Hello there."}, {"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
+	} {
+		ms, err := buildSnapshot(context.Background(), store, "th", 99, c.maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snapshotOf(t, ms); !slices.Equal(got, c.want) {
+			t.Errorf("%d bytes: %v, want %v", c.maxBytes, got, c.want)
+		}
+	}
+}
+
+// A run that answered in two responses is one assistant message with a
+// blank line between them, not their text run together.
+func TestBuildSnapshotSeparatesResponses(t *testing.T) {
+	block := func(seq int64, resp, text string) instanceai.StoredEvent {
+		r := row(seq, "r1", instanceai.TypeTextBlock, &instanceai.Text{Text: text})
+		r.Event.ResponseID = resp
+		return r
+	}
+	rows := []instanceai.StoredEvent{
+		row(1, "r1", instanceai.TypeRunStart, &instanceai.RunStart{MessageID: "u1"}),
+		block(2, "a", "Here it is for you."),
+		block(3, "b", "Done: "),
+		block(4, "b", "all good."),
+		row(5, "r1", instanceai.TypeRunFinish, &instanceai.RunFinish{Status: instanceai.RunCompleted}),
+	}
+	got := snapshotOf(t, snapshotAt(t, logStore(t, nil, rows), 5))
+	if want := (msg{"r1", "assistant", "Here it is for you.\n\nDone: all good."}); len(got) != 1 || got[0] != want {
+		t.Fatalf("snapshot %v, want %v", got, want)
 	}
 }

@@ -290,10 +290,19 @@ func TestVersions(t *testing.T) {
 		if len(vs) != 1 || vs[0].Filename != *sv.BackupFilename {
 			t.Fatalf("cleanup kept %+v, want the newest", vs)
 		}
+		// Keeping none deletes every version: confirmed as a delete is.
+		msg := projWantError(t, s, http.MethodPost, flow+"/cleanup-versions", `{"keep_versions":0}`, http.StatusBadRequest, "confirmation_required", "confirm")
+		if !strings.Contains(msg, "add ?confirm=true to delete every version of") {
+			t.Fatalf("guidance %q", msg)
+		}
+		projWant(t, s, http.MethodGet, flow+"/versions", "", http.StatusOK, &vs)
+		if len(vs) != 1 {
+			t.Fatalf("an unconfirmed cleanup to 0 left %+v", vs)
+		}
 
 		// Delete, guarded.
 		last := vs[0].Filename
-		msg := projWantError(t, s, http.MethodDelete, flow+"/versions/"+last, "", http.StatusBadRequest, "confirmation_required", "confirm")
+		msg = projWantError(t, s, http.MethodDelete, flow+"/versions/"+last, "", http.StatusBadRequest, "confirmation_required", "confirm")
 		if !strings.Contains(msg, "add ?confirm=true to delete the version "+last) {
 			t.Fatalf("guidance %q", msg)
 		}

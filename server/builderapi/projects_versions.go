@@ -108,6 +108,17 @@ func (a *API) cleanupVersions(w http.ResponseWriter, r *http.Request) error {
 	var keep int
 	if req.KeepVersions != nil {
 		keep = *req.KeepVersions
+		if keep == 0 {
+			// Every version goes: as sure a deletion as a single one's,
+			// so it asks for the same confirmation (once the file is
+			// known to be the caller's, as a single delete does).
+			if _, err := a.store.ListVersions(r.Context(), loc.owner, loc.project, loc.filename); err != nil {
+				return a.projectStoreError(r.Context(), loc, err)
+			}
+			if err := deleteConfirmed(r, "every version of %s (keep_versions is 0)", loc.filename); err != nil {
+				return err
+			}
+		}
 	} else {
 		p, err := a.store.GetProject(r.Context(), loc.owner, loc.project)
 		if err != nil {

@@ -193,14 +193,63 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 		if errors.As(err, &typeErr) {
 			if typeErr.Field == "" {
 				return NewError(http.StatusBadRequest, "invalid_json", "",
-					"request body must be a JSON %s, got %s", jsonKind(typeErr.Type), typeErr.Value)
+					"request body must be a JSON %s, got %s", jsonKind(typeErr.Type), valueKind(typeErr.Value))
 			}
-			return NewError(http.StatusBadRequest, "invalid_field", typeErr.Field,
-				"field %q must be a JSON %s, got %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
+			field := jsonPath(reflect.TypeOf(v), typeErr.Field)
+			return NewError(http.StatusBadRequest, "invalid_field", field,
+				"field %q must be a JSON %s, got %s", field, jsonKind(typeErr.Type), valueKind(typeErr.Value))
 		}
 		return NewError(http.StatusBadRequest, "invalid_json", "", "request body is not valid JSON: %v", err)
 	}
 	return nil
+}
+
+// valueKind names the kind of JSON value encoding/json reports as a type
+// error's Value in JSON's words ("bool" is a boolean).
+func valueKind(v string) string {
+	if v == "bool" {
+		return "boolean"
+	}
+	return v
+}
+
+// jsonPath is the path encoding/json reports for a field of t (dotted, in
+// the JSON's names) without the names of embedded structs, which it puts
+// in although the JSON has no such level: "tracking.run_id" is the
+// client's "run_id".
+func jsonPath(t reflect.Type, path string) string {
+	var out []string
+	for seg := range strings.SplitSeq(path, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			out, t = append(out, seg), nil
+			continue
+		}
+		next, embedded := fieldType(t, seg)
+		if !embedded {
+			out = append(out, seg)
+		}
+		t = next
+	}
+	return strings.Join(out, ".")
+}
+
+// fieldType finds the field of struct t that a path segment names: by its
+// JSON name, or an embedded struct by its Go name.
+func fieldType(t reflect.Type, seg string) (ft reflect.Type, embedded bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Name == seg {
+			return f.Type, true
+		}
+		if name == seg || (name == "" && strings.EqualFold(f.Name, seg)) {
+			return f.Type, false
+		}
+	}
+	return nil, false
 }
 
 // storageUnavailable reports whether err is the store failing to reach its

@@ -105,11 +105,16 @@ func TestDecodeNamesJSONKinds(t *testing.T) {
 	type inner struct {
 		Count int `json:"count"`
 	}
+	type Embedded struct {
+		RunID string `json:"run_id"`
+	}
 	type body struct {
 		Name  string   `json:"name"`
 		Tags  []string `json:"tags"`
 		Inner inner    `json:"inner"`
 		On    *bool    `json:"on"`
+		List  []inner  `json:"list"`
+		Embedded
 	}
 	cases := []struct{ in, code, field, message string }{
 		{`[1]`, "invalid_json", "", "request body must be a JSON object, got array"},
@@ -118,6 +123,9 @@ func TestDecodeNamesJSONKinds(t *testing.T) {
 		{`{"tags":"a"}`, "invalid_field", "tags", `field "tags" must be a JSON array, got string`},
 		{`{"inner":{"count":"1"}}`, "invalid_field", "inner.count", `field "inner.count" must be a JSON integer, got string`},
 		{`{"on":"yes"}`, "invalid_field", "on", `field "on" must be a JSON boolean, got string`},
+		// An embedded struct's fields are the body's own.
+		{`{"run_id":5}`, "invalid_field", "run_id", `field "run_id" must be a JSON string, got number`},
+		{`{"list":[{"count":true}]}`, "invalid_field", "list.count", `field "list.count" must be a JSON integer, got boolean`},
 	}
 	for _, c := range cases {
 		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.in))

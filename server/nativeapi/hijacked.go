@@ -227,7 +227,7 @@ func (h *hijacked) run() {
 		}
 		switch {
 		case batch != nil:
-			err = h.a.send(h.s, batch, h.filter)
+			err = h.a.send(h.s, h.threadID, batch, h.filter)
 		case pingDue:
 			err = h.s.Ping()
 		}

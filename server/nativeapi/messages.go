@@ -7,6 +7,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/internal/history"
 )
 
 // Message page limits, as n8n's InstanceAiThreadMessagesQuery sets them.
@@ -32,35 +33,61 @@ type messagesResponse struct {
 	ThreadID    string        `json:"threadId"`
 	Messages    []richMessage `json:"messages"`
 	NextEventID int64         `json:"nextEventId"`
+	// OlderCursor, when there are older messages than these, is the
+	// ?before= that reads them: the position of the oldest one here.
+	OlderCursor *int `json:"olderCursor,omitempty"`
 }
 
-// pageParams reads ?limit and ?page (0 = the newest messages).
-func pageParams(r *http.Request) (limit, page int, err error) {
-	limit, page = messagesDefaultLimit, 0
+// window is which messages a request asks for: the newest limit before
+// position before (a cursor from olderCursor), or page pages of limit
+// back from the newest.
+type window struct {
+	limit, page int
+	before      *int
+}
+
+// windowParams reads ?limit, ?page (0 = the newest messages) and ?before.
+func windowParams(r *http.Request) (window, error) {
+	w := window{limit: messagesDefaultLimit}
 	q := r.URL.Query()
 	if v := q.Get("limit"); v != "" {
 		n, perr := strconv.Atoi(v)
 		if perr != nil || n < 1 || n > messagesMaxLimit {
-			return 0, 0, httpjson.NewError(http.StatusBadRequest, "invalid_field", "limit",
+			return w, httpjson.NewError(http.StatusBadRequest, "invalid_field", "limit",
 				"limit must be an integer from 1 to %d", messagesMaxLimit)
 		}
-		limit = n
+		w.limit = n
 	}
 	if v := q.Get("page"); v != "" {
 		n, perr := strconv.Atoi(v)
 		if perr != nil || n < 0 || n > messagesMaxPage {
-			return 0, 0, httpjson.NewError(http.StatusBadRequest, "invalid_field", "page",
+			return w, httpjson.NewError(http.StatusBadRequest, "invalid_field", "page",
 				"page must be an integer from 0 to %d", messagesMaxPage)
 		}
-		page = n
+		w.page = n
 	}
-	return limit, page, nil
+	if v := q.Get("before"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 0 {
+			return w, httpjson.NewError(http.StatusBadRequest, "invalid_field", "before",
+				"before must be a non-negative integer (an olderCursor), got %q", v)
+		}
+		if q.Has("page") {
+			return w, httpjson.NewError(http.StatusBadRequest, "invalid_field", "before",
+				"before and page cannot be used together: before continues from an olderCursor")
+		}
+		w.before = &n
+	}
+	return w, nil
 }
 
 // messages serves the session-restore view: user messages as stored and one
 // assistant message per run, folded from the log with the same reducer as
 // the browser. nextEventId is read before the log, so a client that then
 // connects with lastEventId = nextEventId-1 gets every later event once.
+// A page holds at most limit messages and, past its newest message, no
+// more than history.DefaultMaxBytes of them: a request holds that much of
+// a thread, however long the thread (see history).
 func (a *API) messages(w http.ResponseWriter, r *http.Request) {
 	resp, err := a.buildMessages(r)
 	if err != nil {
@@ -75,7 +102,7 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit, page, err := pageParams(r)
+	win, err := windowParams(r)
 	if err != nil {
 		return nil, err
 	}
@@ -84,47 +111,39 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	users, err := a.store.ListMessages(ctx, t.ID)
+	ix, err := history.Load(ctx, a.store, t.ID, next-1)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := a.store.ReadAfter(ctx, t.ID, 0, 0)
+	end := len(ix.Entries) - win.page*win.limit
+	if win.before != nil {
+		end = min(*win.before, len(ix.Entries))
+	}
+	end = max(end, 0)
+	start := ix.Window(end, win.limit, a.cfg.MessagesMaxBytes)
+	entries := ix.Entries[start:end]
+	got, err := ix.Read(ctx, a.store, t.ID, entries)
 	if err != nil {
 		return nil, err
 	}
-	// Fold each run's events, up to the cursor handed out.
-	runs := agenttree.FoldRuns(rows, next-1)
-	var all []richMessage
-	byRun := map[string]bool{}
-	assistant := func(r *agenttree.Run) richMessage {
-		tree := r.State.Tree()
-		return richMessage{ID: r.ID, RunID: r.ID, Role: "assistant", CreatedAt: isoMillis(r.StartedAt),
-			Content: tree.TextContent, Reasoning: tree.Reasoning, IsStreaming: r.State.Active(), AgentTree: tree}
-	}
-	for _, m := range users {
-		all = append(all, richMessage{ID: m.ID, RunID: m.RunID, Role: "user", CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339Nano),
-			Content: m.Content})
-		if r := runs.Get(m.RunID); r != nil && !byRun[m.RunID] {
-			byRun[m.RunID] = true
-			all = append(all, assistant(r))
+	msgs := make([]richMessage, 0, len(entries))
+	for _, e := range entries {
+		if e.User != nil {
+			m := got.Users[e.User.ID]
+			msgs = append(msgs, richMessage{ID: e.User.ID, RunID: e.User.RunID, Role: "user",
+				CreatedAt: e.User.CreatedAt.UTC().Format(time.RFC3339Nano), Content: m.Content})
+			continue
 		}
+		run := got.Runs.Get(e.RunID)
+		tree := run.State.Tree()
+		msgs = append(msgs, richMessage{ID: run.ID, RunID: run.ID, Role: "assistant", CreatedAt: isoMillis(run.StartedAt),
+			Content: tree.TextContent, Reasoning: tree.Reasoning, IsStreaming: run.State.Active(), AgentTree: tree})
 	}
-	for _, r := range runs.All() {
-		if !byRun[r.ID] {
-			all = append(all, assistant(r))
-		}
+	resp := &messagesResponse{ThreadID: t.ID, Messages: msgs, NextEventID: next}
+	if start > 0 {
+		resp.OlderCursor = &start
 	}
-	// Page 0 is the newest limit messages, in chronological order.
-	end := len(all) - page*limit
-	if end < 0 {
-		end = 0
-	}
-	start := max(end-limit, 0)
-	msgs := all[start:end]
-	if msgs == nil {
-		msgs = []richMessage{}
-	}
-	return &messagesResponse{ThreadID: t.ID, Messages: msgs, NextEventID: next}, nil
+	return resp, nil
 }
 
 func isoMillis(ms int64) string {

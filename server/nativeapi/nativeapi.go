@@ -5,6 +5,7 @@ package nativeapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -26,7 +28,10 @@ type Config struct {
 	Heartbeat time.Duration
 	// WriteTimeout bounds each SSE flush.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger
+	// MessagesMaxBytes bounds what one /messages page holds past its
+	// newest message (history.DefaultMaxBytes when 0).
+	MessagesMaxBytes int
+	Logger           *slog.Logger
 }
 
 // API is the native Instance AI HTTP surface.
@@ -47,6 +52,9 @@ func New(core *instanceai.Core, cfg Config) *API {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MessagesMaxBytes <= 0 {
+		cfg.MessagesMaxBytes = history.DefaultMaxBytes
 	}
 	return &API{core: core, store: core.Store, cfg: cfg}
 }
@@ -235,7 +243,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 		if batch == nil {
 			err = s.Ping()
 		} else {
-			err = a.send(s, batch, filter)
+			err = a.send(s, threadID, batch, filter)
 		}
 		if err != nil {
 			return
@@ -251,8 +259,8 @@ func (a *API) feed(threadID string, after int64) *instanceai.Feed {
 	return f
 }
 
-// send writes a batch of deliveries and flushes it.
-func (a *API) send(s *ssestream.Stream, batch []instanceai.Delivery, filter func(*instanceai.Delivery) bool) error {
+// send writes a batch of deliveries of the thread and flushes it.
+func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Delivery, filter func(*instanceai.Delivery) bool) error {
 	for i := range batch {
 		d := &batch[i]
 		if d.Kind == instanceai.TypeCustom {
@@ -269,12 +277,33 @@ func (a *API) send(s *ssestream.Stream, batch []instanceai.Delivery, filter func
 			err = s.EventWithID(d.ID, d.Type, d.Data)
 		case d.Type != "":
 			err = s.Event(d.ID, d.Type, d.Data)
-		default:
+		case d.Wire != nil:
 			err = s.Frame(d.ID, d.Wire)
+		default:
+			// A row of the log: the batch lets go of its bytes, so that a
+			// client that stops reading in the middle of a large one
+			// holds a chunk of it, not all of it (see DataReloadable).
+			data, seq := d.Data, d.ID
+			d.Data = nil
+			err = s.DataReloadable(seq, data, func() ([]byte, error) { return a.row(threadID, seq) })
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return s.Flush()
+}
+
+// row reads the bytes of one row of the thread's log again.
+func (a *API) row(threadID string, seq int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WriteTimeout)
+	defer cancel()
+	rows, err := instanceai.ReadRowsAfter(ctx, a.store, threadID, seq-1, 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 || rows[0].Seq != seq {
+		return nil, fmt.Errorf("event %d of thread %q is no longer stored", seq, threadID)
+	}
+	return rows[0].Data, nil
 }

@@ -398,7 +398,9 @@ func (s *Store) ListIterations(_ context.Context, owner, workflowID string) ([]b
 	out := slices.Clone(s.b.iterations[ownedName{owner, workflowID}])
 	s.mu.Unlock()
 	for i := range out {
-		out[i].ChangesSummary = slices.Clone(out[i].ChangesSummary)
+		it := &out[i]
+		it.ChangesSummary = slices.Clone(it.ChangesSummary)
+		it.OriginalHash, it.ModifiedHash = builder.HashOf(it.OriginalHash), builder.HashOf(it.ModifiedHash)
 	}
 	slices.SortStableFunc(out, func(a, b builder.Iteration) int { return a.Timestamp.Compare(b.Timestamp) })
 	return out, nil

@@ -278,11 +278,12 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 }
 
 // ReadRowsAfter implements instanceai.RowReader.
-func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
+func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
 	window, err := s.window(ctx, threadID, after, limit)
 	if err != nil || len(window) == 0 {
 		return nil, err
 	}
+	window = window[:instanceai.WithinBytes(len(window), maxBytes, func(i int) int { return len(window[i].data) })]
 	out := make([]instanceai.StoredRow, len(window))
 	for i, e := range window {
 		out[i] = instanceai.StoredRow{Seq: e.seq, Type: e.typ, RunID: e.runID, Data: e.data}

@@ -82,6 +82,21 @@ func (s *Store) ListMessages(_ context.Context, threadID string) ([]instanceai.M
 	return out, nil
 }
 
+// MessageHeads implements instanceai.MessageStore.
+func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	out, err := s.ListMessages(ctx, threadID)
+	for i := range out {
+		out[i].Size, out[i].Content = len(out[i].Content), ""
+	}
+	return out, err
+}
+
+// MessagesByID implements instanceai.MessageStore.
+func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error) {
+	out, err := s.ListMessages(ctx, threadID)
+	return slices.DeleteFunc(out, func(m instanceai.Message) bool { return !slices.Contains(ids, m.ID) }), err
+}
+
 // AddConfirmation implements instanceai.ConfirmationStore. A zero CreatedAt
 // means now.
 func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
 	"github.com/threadline/threadline/storage/internal/sqllog"
@@ -52,26 +53,55 @@ type messageRow struct {
 	RunID     string    `db:"run_id"`
 	Role      string    `db:"role"`
 	Content   string    `db:"content"`
+	Size      int       `db:"size"`
 	CreatedAt time.Time `db:"created_at"`
 }
 
 // ListMessages implements instanceai.MessageStore: oldest first, equal
 // timestamps in insertion order. A missing thread is ErrNotFound.
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	out, err := s.queryMessages(ctx, threadID, "content", "")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
+	}
+	return out, nil
+}
+
+// MessageHeads implements instanceai.MessageStore.
+func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	out, err := s.queryMessages(ctx, threadID, "'' AS content, octet_length(content) AS size", "")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list message heads of thread %q: %w", threadID, withCtx(ctx, err))
+	}
+	return out, nil
+}
+
+// MessagesByID implements instanceai.MessageStore.
+func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error) {
+	out, err := s.queryMessages(ctx, threadID, "content", " AND id = ANY($2)", pq.Array(ids))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read messages of thread %q: %w", threadID, withCtx(ctx, err))
+	}
+	return out, nil
+}
+
+// queryMessages lists the thread's messages with the content columns
+// given, filtered by where and its arguments ($2 on).
+func (s *Store) queryMessages(ctx context.Context, threadID, content, where string, args ...any) ([]instanceai.Message, error) {
 	var rows []messageRow
 	err := s.db.SelectContext(ctx, &rows,
-		`SELECT id, thread_id, run_id, role, content, created_at FROM messages WHERE thread_id = $1 ORDER BY created_at, ord`,
-		threadID)
+		`SELECT id, thread_id, run_id, role, `+content+`, created_at FROM messages WHERE thread_id = $1`+where+` ORDER BY created_at, ord`,
+		append([]any{threadID}, args...)...)
 	if err == nil && len(rows) == 0 {
 		err = s.ThreadExists(ctx, threadID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
+		return nil, err
 	}
 	var out []instanceai.Message
 	for _, r := range rows {
 		out = append(out, instanceai.Message{ID: r.ID, ThreadID: r.ThreadID, RunID: r.RunID, Role: r.Role,
-			Content: r.Content, CreatedAt: r.CreatedAt.UTC()})
+			Content: r.Content, CreatedAt: r.CreatedAt.UTC(), Size: r.Size})
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
@@ -48,18 +49,56 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 	return out, nil
 }
 
+// MessageHeads implements instanceai.MessageStore.
+func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	out, err := s.queryMessages(ctx, threadID, `octet_length(content)`, "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list message heads of thread %q: %w", threadID, err)
+	}
+	return out, nil
+}
+
+// MessagesByID implements instanceai.MessageStore.
+func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error) {
+	if len(ids) == 0 {
+		return nil, s.ThreadExists(ctx, threadID)
+	}
+	in := strings.Repeat("?, ", len(ids)-1) + "?"
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	out, err := s.queryMessages(ctx, threadID, "content", " AND id IN ("+in+")", args)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: read messages of thread %q: %w", threadID, err)
+	}
+	return out, nil
+}
+
 func (s *Store) listMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	return s.queryMessages(ctx, threadID, "content", "", nil)
+}
+
+// queryMessages lists the thread's messages with the content column
+// given (the content, or its size), filtered by where and its args.
+func (s *Store) queryMessages(ctx context.Context, threadID, content, where string, args []any) ([]instanceai.Message, error) {
 	rows, err := s.rdb.QueryContext(ctx,
-		`SELECT id, run_id, role, content, created_at FROM messages WHERE thread_id = ? ORDER BY created_at, rowid`, threadID)
+		`SELECT id, run_id, role, `+content+`, created_at FROM messages WHERE thread_id = ?`+where+` ORDER BY created_at, rowid`,
+		append([]any{threadID}, args...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	heads := content != "content"
 	var out []instanceai.Message
 	for rows.Next() {
 		m := instanceai.Message{ThreadID: threadID}
 		var created string
-		if err := rows.Scan(&m.ID, &m.RunID, &m.Role, &m.Content, &created); err != nil {
+		dst := any(&m.Content)
+		if heads {
+			dst = &m.Size
+		}
+		if err := rows.Scan(&m.ID, &m.RunID, &m.Role, dst, &created); err != nil {
 			return nil, err
 		}
 		if m.CreatedAt, err = parseTime(created); err != nil {

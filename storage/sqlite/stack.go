@@ -34,8 +34,10 @@ func (s *Store) ReadAfter(ctx context.Context, threadID string, after int64, lim
 }
 
 // ReadRowsAfter implements instanceai.RowReader (see onFreshStack).
-func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
-	return onFreshStack(func() ([]instanceai.StoredRow, error) { return s.Log.ReadRowsAfter(ctx, threadID, after, limit) })
+func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
+	return onFreshStack(func() ([]instanceai.StoredRow, error) {
+		return s.Log.ReadRowsAfter(ctx, threadID, after, limit, maxBytes)
+	})
 }
 
 // NextSeq implements instanceai.EventLog (see onFreshStack).

@@ -215,7 +215,7 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 			if !ok {
 				return errors.New("no RowReader: nothing to call")
 			}
-			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0)
+			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0, 0)
 			return err
 		},
 		"EnsureThread": func() error {

@@ -61,6 +61,36 @@ func testMessages(t *testing.T, s instanceai.Store) {
 		}
 	}
 
+	// Heads: the same messages in the same order, sizes for contents.
+	heads, err := s.MessageHeads(ctx, "m")
+	if err != nil || len(heads) != len(want) {
+		t.Fatalf("MessageHeads = %d messages, %v; want %d", len(heads), err, len(want))
+	}
+	for i, w := range want {
+		h := heads[i]
+		if h.ID != w.ID || h.RunID != w.RunID || h.Content != "" || h.Size != len(w.Content) || !h.CreatedAt.Equal(w.CreatedAt) {
+			t.Errorf("head %d = %+v, want %s of %d bytes", i, h, w.ID, len(w.Content))
+		}
+	}
+	// By id: those asked for (another thread's and unknown ones are not
+	// found), whole, in the list's order.
+	byID, err := s.MessagesByID(ctx, "m", []string{"m3", "x1", "m2b", "nope", "m1"})
+	if err != nil || len(byID) != 3 || !sameMessage(byID[0], want[1]) || !sameMessage(byID[1], want[2]) || !sameMessage(byID[2], want[4]) {
+		t.Fatalf("MessagesByID(m3, x1, m2b, nope, m1) = %+v, %v; want m1, m2b, m3", byID, err)
+	}
+	if none, err := s.MessagesByID(ctx, "m", nil); err != nil || len(none) != 0 {
+		t.Fatalf("MessagesByID of no ids = %+v, %v", none, err)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := s.MessageHeads(ctx, "missing"); return err },
+		func() error { _, err := s.MessagesByID(ctx, "missing", []string{"m1"}); return err },
+		func() error { _, err := s.MessagesByID(ctx, "missing", nil); return err },
+	} {
+		if err := call(); !errors.Is(err, instanceai.ErrNotFound) {
+			t.Errorf("a missing thread: %v, want ErrNotFound", err)
+		}
+	}
+
 	// A zero CreatedAt is now; such a message sorts after the 2025 ones.
 	before := time.Now()
 	add(instanceai.Message{ID: "now", ThreadID: "m", Role: "user", Content: "just now"})

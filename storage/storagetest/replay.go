@@ -150,8 +150,8 @@ func replayFeed(b *testing.B, s instanceai.Store, hub *instanceai.Hub, id string
 			b.Fatalf("feed: %v", err)
 		}
 		for _, d := range batch {
-			if d.ID != last+1 || len(d.Wire) == 0 || d.Kind == "" || (d.Event == nil) != skipDecode {
-				b.Fatalf("feed delivered id %d (%d bytes, kind %q, decoded %t) after %d", d.ID, len(d.Wire), d.Kind, d.Event != nil, last)
+			if d.ID != last+1 || len(d.Data) == 0 || d.Kind == "" || (d.Event == nil) != skipDecode {
+				b.Fatalf("feed delivered id %d (%d bytes, kind %q, decoded %t) after %d", d.ID, len(d.Data), d.Kind, d.Event != nil, last)
 			}
 			last = d.ID
 		}

@@ -386,25 +386,46 @@ func testReadRowsAfter(t *testing.T, s instanceai.Store) {
 			if err != nil {
 				t.Fatalf("ReadAfter(%d, %d): %v", after, limit, err)
 			}
-			got, err := rr.ReadRowsAfter(ctx, "rows", after, limit)
-			if err != nil {
-				t.Fatalf("ReadRowsAfter(%d, %d): %v", after, limit, err)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("ReadRowsAfter(%d, %d) returned %d rows, ReadAfter %d", after, limit, len(got), len(want))
-			}
-			for i := range got {
-				g, w := got[i], want[i]
-				if g.Seq != w.Seq || g.Type != w.Event.Type || g.RunID != w.Event.RunID || !bytes.Equal(g.Data, w.Data) {
-					t.Fatalf("ReadRowsAfter(%d, %d)[%d] = seq %d %s run %q %s, ReadAfter seq %d %s run %q %s",
-						after, limit, i, g.Seq, g.Type, g.RunID, g.Data, w.Seq, w.Event.Type, w.Event.RunID, w.Data)
-				}
-				types[g.Type] = true
+			for _, maxBytes := range []int{0, 1, 150, 600, 1 << 20} {
+				checkRowsPage(t, rr, "rows", after, limit, maxBytes, want, types)
 			}
 		}
 	}
 	if len(types) < 3 {
 		t.Fatalf("the batch covered only the types %v", types)
+	}
+}
+
+// checkRowsPage checks one ReadRowsAfter page against ReadAfter's (want):
+// the same rows, cut at the byte budget as RowReader says, recording the
+// types it met.
+func checkRowsPage(t *testing.T, rr instanceai.RowReader, thread string, after int64, limit, maxBytes int, want []instanceai.StoredEvent, types map[instanceai.EventType]bool) {
+	t.Helper()
+	got, err := rr.ReadRowsAfter(context.Background(), thread, after, limit, maxBytes)
+	if err != nil {
+		t.Fatalf("ReadRowsAfter(%d, %d, %d): %v", after, limit, maxBytes, err)
+	}
+	// The budget keeps the shortest prefix whose bytes reach it.
+	if maxBytes > 0 {
+		total := 0
+		for i := range want {
+			total += len(want[i].Data)
+			if total >= maxBytes {
+				want = want[:i+1]
+				break
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ReadRowsAfter(%d, %d, %d) returned %d rows, want %d", after, limit, maxBytes, len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Seq != w.Seq || g.Type != w.Event.Type || g.RunID != w.Event.RunID || !bytes.Equal(g.Data, w.Data) {
+			t.Fatalf("ReadRowsAfter(%d, %d, %d)[%d] = seq %d %s run %q %s, ReadAfter seq %d %s run %q %s",
+				after, limit, maxBytes, i, g.Seq, g.Type, g.RunID, g.Data, w.Seq, w.Event.Type, w.Event.RunID, w.Data)
+		}
+		types[g.Type] = true
 	}
 }
 
@@ -779,8 +800,10 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 	_, err = s.ReadAfter(ctx, "missing", 5, 1)
 	check("ReadAfter(5, 1)", err)
 	if rr, ok := s.(instanceai.RowReader); ok {
-		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 0)
+		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 0, 0)
 		check("ReadRowsAfter", err)
+		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 10, 100)
+		check("ReadRowsAfter(sized)", err)
 	}
 	_, err = s.NextSeq(ctx, "missing")
 	check("NextSeq", err)

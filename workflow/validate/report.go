@@ -72,6 +72,14 @@ func kind(raw json.RawMessage) string {
 	}
 }
 
+// kindOrMissing is kind, or "missing" for a field that is not there.
+func kindOrMissing(raw json.RawMessage) string {
+	if raw == nil {
+		return "missing"
+	}
+	return kind(raw)
+}
+
 // excerpt is raw, shortened for technical details.
 func excerpt(raw json.RawMessage) string {
 	const limit = 80

@@ -139,7 +139,7 @@ func (v *validator) readNodes(raw json.RawMessage) bool {
 		}
 		v.fail(issue{rule: RuleWorkflowNodes, category: CategoryStructure,
 			title: "The workflow has no node list", message: message,
-			guidance: `Put the workflow's nodes in a "nodes" array.`, technical: fmt.Sprintf("nodes = %s", excerpt(raw)),
+			guidance: `Put the workflow's nodes in a "nodes" array.`, technical: "nodes = " + describe(raw),
 			fixes: []string{`Add "nodes": [ … ] with at least a trigger node`}})
 		return false
 	}
@@ -237,7 +237,7 @@ func (v *validator) connectionsObject(raw json.RawMessage) (map[string]json.RawM
 		}
 		v.fail(issue{rule: RuleWorkflowConnections, category: CategoryStructure,
 			title: "The workflow has no connections object", message: message,
-			guidance: `Add "connections": {} (empty when no node is connected yet).`, technical: fmt.Sprintf("connections = %s", excerpt(raw)),
+			guidance: `Add "connections": {} (empty when no node is connected yet).`, technical: "connections = " + describe(raw),
 			fixes: []string{`Add "connections": {"Trigger": {"main": [[{"node": "Next", "type": "main", "index": 0}]]}}`}})
 		return nil, false
 	}
@@ -284,14 +284,26 @@ func (v *validator) readConnections(connections map[string]json.RawMessage) {
 
 func (v *validator) readTarget(where, source, typ string, output int, raw json.RawMessage) {
 	v.report.edges++
-	var t struct {
-		Node  *string  `json:"node"`
-		Type  *string  `json:"type"`
-		Index *float64 `json:"index"`
-	}
-	if json.Unmarshal(raw, &t) != nil || t.Node == nil || t.Type == nil || t.Index == nil {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil || fields == nil {
 		v.shape(where, raw, `an object {"node", "type", "index"}`)
 		return
+	}
+	var t struct {
+		Node  *string
+		Type  *string
+		Index *float64
+	}
+	// Each field on its own, so that the one of the wrong kind is named.
+	for _, f := range []struct {
+		name, want string
+		dst        any
+	}{{"node", "a string (the target node's name)", &t.Node}, {"type", "a string (the connection type)", &t.Type}, {"index", "a number (the input's index)", &t.Index}} {
+		value, ok := fields[f.name]
+		if !ok || json.Unmarshal(value, f.dst) != nil || string(value) == "null" {
+			v.shape(where+"."+f.name, value, f.want)
+			return
+		}
 	}
 	ok := true
 	if v.byName[*t.Node] == nil {
@@ -326,8 +338,8 @@ func (v *validator) readTarget(where, source, typ string, output int, raw json.R
 
 func (v *validator) shape(where string, raw json.RawMessage, want string) {
 	v.fail(issue{rule: RuleConnectionShape, category: CategoryStructure,
-		title: "A connection entry has the wrong shape", message: fmt.Sprintf("%s is %s; it must be %s.", where, kind(raw), want),
-		guidance: "Write connections as n8n exports them: source name → connection type → outputs → targets.", technical: where + " = " + excerpt(raw),
+		title: "A connection entry has the wrong shape", message: fmt.Sprintf("%s is %s; it must be %s.", where, kindOrMissing(raw), want),
+		guidance: "Write connections as n8n exports them: source name → connection type → outputs → targets.", technical: where + " = " + describe(raw),
 		fixes: []string{`Use {"Source": {"main": [[{"node": "Target", "type": "main", "index": 0}]]}}`}})
 }
 

@@ -167,6 +167,7 @@ var brokenCases = []struct {
 	errors, warns []string  // exact rules hit
 	fix           string    // a fix suggestion that must be offered
 	message       string    // text the first issue's message must contain
+	technical     string    // text the first issue's technical details must contain
 }{
 	{name: "not JSON", raw: "{\n  \"name\": \"x\",\n  \"nodes\": [,]\n}", errors: []string{RuleJSONSyntax}, message: "line 3, column 13"},
 	{name: "truncated", raw: `{"name": "x", "nodes": [`, errors: []string{RuleJSONSyntax}, message: "line 1, column 25"},
@@ -175,7 +176,8 @@ var brokenCases = []struct {
 	{name: "no name", edit: func(d doc) { delete(d, "name") }, errors: []string{RuleWorkflowName}},
 	{name: "empty name", edit: func(d doc) { d["name"] = "  " }, errors: []string{RuleWorkflowName}},
 	{name: "numeric name", edit: func(d doc) { d["name"] = 7 }, errors: []string{RuleWorkflowName}, message: "a number"},
-	{name: "no nodes", edit: func(d doc) { delete(d, "nodes") }, errors: []string{RuleWorkflowNodes}},
+	{name: "no nodes", edit: func(d doc) { delete(d, "nodes") }, errors: []string{RuleWorkflowNodes}, technical: "nodes = missing"},
+	{name: "no connections", edit: func(d doc) { delete(d, "connections") }, errors: []string{RuleWorkflowConnections}, technical: "connections = missing"},
 	{name: "nodes object", edit: func(d doc) { d["nodes"] = map[string]any{} }, errors: []string{RuleWorkflowNodes}, message: "an object"},
 	{name: "no connections", edit: func(d doc) { delete(d, "connections") }, errors: []string{RuleWorkflowConnections}},
 	{name: "connections array", edit: func(d doc) { d["connections"] = []any{} }, errors: []string{RuleWorkflowConnections}},
@@ -208,7 +210,12 @@ var brokenCases = []struct {
 	{name: "negative index", edit: func(d doc) { d.addTarget(target("AI Agent", "main", -1)) }, errors: []string{RuleConnectionIndex}},
 	{name: "fractional index", edit: func(d doc) { d.addTarget(target("AI Agent", "main", 0.5)) }, errors: []string{RuleConnectionIndex}},
 	{name: "outputs not an array", edit: func(d doc) { d.conns()["Webhook"].(map[string]any)["ai_tool"] = "nope" }, errors: []string{RuleConnectionShape}},
-	{name: "target without index", edit: func(d doc) { d.addTarget(map[string]any{"node": "AI Agent", "type": "main"}) }, errors: []string{RuleConnectionShape}},
+	{name: "target without index", edit: func(d doc) { d.addTarget(map[string]any{"node": "AI Agent", "type": "main"}) }, errors: []string{RuleConnectionShape},
+		message: `.index is missing; it must be a number`},
+	{name: "target with a text index", edit: func(d doc) { d.addTarget(map[string]any{"node": "AI Agent", "type": "main", "index": "0"}) },
+		errors: []string{RuleConnectionShape}, message: `.index is a string; it must be a number`, technical: `.index = "0"`},
+	{name: "target that is a list", edit: func(d doc) { d.addTarget([]any{"AI Agent"}) }, errors: []string{RuleConnectionShape},
+		message: `is an array; it must be an object {"node", "type", "index"}`},
 	{name: "empty output is fine", edit: func(d doc) {
 		outs := d.conns()["Webhook"].(map[string]any)["main"].([]any)
 		d.conns()["Webhook"].(map[string]any)["main"] = append(outs, nil, []any{})
@@ -288,6 +295,9 @@ func TestBrokenWorkflows(t *testing.T) {
 			first := append(append([]ErrorDetail{}, res.Errors...), res.WarningDetails...)
 			if c.message != "" && (len(first) == 0 || !strings.Contains(first[0].Message, c.message)) {
 				t.Errorf("message %+v does not contain %q", first, c.message)
+			}
+			if c.technical != "" && (len(first) == 0 || !strings.Contains(first[0].TechnicalDetails, c.technical)) {
+				t.Errorf("technical details %+v do not contain %q", first, c.technical)
 			}
 			if c.fix != "" && (len(first) == 0 || !slices.Contains(first[0].FixSuggestions, c.fix)) {
 				t.Errorf("fixes %+v do not offer %q", first, c.fix)

@@ -66,13 +66,19 @@ func main() {
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
 	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay,stall", "figures to run, comma-separated")
 	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
-	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags)")
+	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags); nonreading: what streams that read nothing cost (the -nonreading-* flags)")
 	gp := growthParams{subscribers: intList{10, 100, 1000, 5000}, threads: intList{1, 100, 1000}}
 	flag.Var(&gp.subscribers, "growth-subscribers", "growth: subscriber counts of the one-thread rows")
 	flag.IntVar(&gp.messages, "growth-messages", 1000, "growth: deltas of the one thread's run (the agent's long N)")
 	flag.Var(&gp.threads, "growth-threads", "growth: thread counts of the many-thread rows")
 	flag.IntVar(&gp.threadSubscribers, "growth-thread-subscribers", 10, "growth: subscribers of each thread in the many-thread rows")
 	flag.IntVar(&gp.threadMessages, "growth-thread-messages", 100, "growth: deltas of each thread's run (long N) in the many-thread rows")
+	np := figures.NonReadingParams{Hold: 6 * time.Second}
+	nonReadingCounts := intList{60, 300}
+	flag.Var(&nonReadingCounts, "nonreading-conns", "nonreading: counts of streams that read nothing, one row each")
+	flag.IntVar(&np.Chats, "nonreading-chats", 40, "nonreading: `simple` runs written to the thread")
+	flag.IntVar(&np.MessageBytes, "nonreading-message", 1<<20, "nonreading: bytes of each run's message")
+	flag.IntVar(&np.Healthy, "nonreading-healthy", 4, "nonreading: healthy readers replaying the thread beside them")
 	flag.Parse()
 
 	var err error
@@ -81,8 +87,10 @@ func main() {
 		err = run(bin, p, *repeats, strings.Split(*only, ","), strings.Split(*serverList, ","))
 	case "growth":
 		err = runGrowth(bin, gp, *repeats)
+	case "nonreading":
+		err = runNonReading(bin, np, nonReadingCounts, *repeats)
 	default:
-		err = fmt.Errorf("unknown -mode %q (peers or growth)", *mode)
+		err = fmt.Errorf("unknown -mode %q (peers, growth or nonreading)", *mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)

@@ -229,18 +229,19 @@ async function openThread(id) {
   if (!$('agui-view').hidden) agui.open(id);
 }
 
-// loadMessages reads every page of the thread's stored messages: the user
-// messages by run, each run's folded tree, and the cursor they are folded
-// up to.
+// loadMessages reads every page of the thread's stored messages, newest
+// first, each page continuing from the olderCursor of the one before (a
+// page is bounded in bytes as well as count): the user messages by run,
+// each run's folded tree, and the cursor they are folded up to.
 async function loadMessages() {
-  const limit = 200;
+  const base = `/instance-ai/threads/${enc(S.threadId)}/messages?limit=200`;
   const pages = [];
   let next = null;
-  for (let page = 0; ; page++) {
-    const data = await api('GET', `/instance-ai/threads/${enc(S.threadId)}/messages?limit=${limit}&page=${page}`);
+  for (let query = base; query !== null; ) {
+    const data = await api('GET', query);
     if (next === null) next = data.nextEventId;
     pages.push(data.messages);
-    if (data.messages.length < limit) break;
+    query = data.olderCursor === undefined ? null : `${base}&before=${data.olderCursor}`;
   }
   // Page 0 is the newest; each page is in chronological order.
   const users = new Map();

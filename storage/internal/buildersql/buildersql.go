@@ -724,7 +724,7 @@ func (s *Store) ListIterations(ctx context.Context, owner, workflowID string) ([
 			if err := rows.Scan(&at, &it.Description, &original, &modified, &changes, &it.OriginalSize, &it.ModifiedSize); err != nil {
 				return err
 			}
-			it.OriginalHash, it.ModifiedHash, it.ChangesSummary = uint64(original), uint64(modified), json.RawMessage(changes)
+			it.OriginalHash, it.ModifiedHash, it.ChangesSummary = builder.HashOf(uint64(original)), builder.HashOf(uint64(modified)), json.RawMessage(changes)
 			var err error
 			it.Timestamp, err = s.d.ParseTime(at)
 			out = append(out, it)

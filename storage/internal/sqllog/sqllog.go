@@ -489,10 +489,36 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 	return out, nil
 }
 
+// sizedPageQuery is pageQuery cut at a byte budget (see
+// instanceai.RowReader): the rows up to the last seq whose preceding rows
+// of the page hold less than maxBytes. The budget is worked out on the
+// rows' lengths alone (octet_length reads a value's size from its header
+// on both databases, not its bytes), over the page's first limit rows, so
+// a page costs two walks of limit index entries and reads only the rows
+// it returns.
+func sizedPageQuery(columns, threadID string, after int64, limit, maxBytes int) (q string, args []any, capacity int) {
+	if maxBytes <= 0 {
+		return pageQuery(columns, threadID, after, limit)
+	}
+	inner := `SELECT seq, octet_length(data) AS len FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
+	args = []any{threadID, after}
+	if limit > 0 {
+		inner += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	q = `SELECT ` + columns + ` FROM events WHERE thread_id = ? AND seq > ? AND seq <= (
+		SELECT COALESCE(MAX(seq), 0) FROM (
+			SELECT seq, SUM(len) OVER (ORDER BY seq) - len AS before FROM (` + inner + `) page
+		) sized WHERE before < ?
+	) ORDER BY seq`
+	args = append([]any{threadID, after}, append(args, maxBytes)...)
+	return q, args, min(max(limit, 0), 64)
+}
+
 // ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
 // their type column, not decoded.
-func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredRow, error) {
-	q, args, capacity := pageQuery("seq, type, run_id, data", threadID, after, limit)
+func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
+	q, args, capacity := sizedPageQuery("seq, type, run_id, data", threadID, after, limit, maxBytes)
 	out, err := query(ctx, l, threadID, scanRows, capacity, q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
@@ -526,23 +552,44 @@ func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 			out = make([]instanceai.StoredRow, 0, capacity)
 		}
 		var r instanceai.StoredRow
-		var typ, runID, data sql.RawBytes
-		if err := rows.Scan(&r.Seq, &typ, &runID, &data); err != nil {
+		var typ, runID sql.RawBytes
+		// The bytes are scanned as the driver made them (a string, or a
+		// slice database/sql copied), not as RawBytes: a large row is
+		// then kept as it came, one allocation instead of three.
+		var value any
+		if err := rows.Scan(&r.Seq, &typ, &runID, &value); err != nil {
 			return nil, err
 		}
 		t, ok := eventTypes[string(typ)]
 		if !ok {
 			t = instanceai.EventType(typ) // a type this build does not know
 		}
-		if cap(arena)-len(arena) < len(data)+len(runID) {
-			arena = make([]byte, 0, max(rowArenaChunk, len(data)+len(runID)))
+		var data []byte
+		switch v := value.(type) {
+		case string:
+			data = unsafe.Slice(unsafe.StringData(v), len(v)) // never written to
+		case []byte:
+			data = v
+		default:
+			return nil, fmt.Errorf("row %d: data is a %T", r.Seq, value)
 		}
-		start := len(arena)
-		arena = append(arena, data...)
-		r.Type, r.Data = t, arena[start:len(arena):len(arena)]
+		if len(data) >= rowArenaChunk {
+			r.Data = data[:len(data):len(data)]
+		} else {
+			if cap(arena)-len(arena) < len(data)+len(runID) {
+				arena = make([]byte, 0, max(rowArenaChunk, len(data)+len(runID)))
+			}
+			start := len(arena)
+			arena = append(arena, data...)
+			r.Data = arena[start:len(arena):len(arena)]
+		}
+		r.Type = t
+		if cap(arena)-len(arena) < len(runID) {
+			arena = make([]byte, 0, max(rowArenaChunk, len(runID)))
+		}
 		// The run id is read far less often than the bytes: a string
 		// over the arena costs no allocation of its own.
-		start = len(arena)
+		start := len(arena)
 		arena = append(arena, runID...)
 		r.RunID = unsafe.String(unsafe.SliceData(arena[start:]), len(runID))
 		out = append(out, r)

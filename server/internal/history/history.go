@@ -1,0 +1,218 @@
+// Package history reads a thread's conversation (its stored user messages
+// and one assistant message per run) a window at a time, in bounded
+// memory: the list of messages is built from the messages' heads and one
+// pass over the log in bounded pages, without contents; only the
+// messages of the window are then read whole and only their runs folded.
+// A long thread's history costs a request what its window holds, not
+// what the thread holds. The native /messages, the AG-UI rejoin snapshot
+// and the console read it so.
+package history
+
+import (
+	"context"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+)
+
+// DefaultMaxBytes bounds what one window holds of a thread's messages
+// (see Window): a few MB, far more than a screen of chat, far less than
+// what a thread of long tool outputs or pasted documents may hold.
+const DefaultMaxBytes = 4 << 20
+
+// Store is what the history is read from.
+type Store interface {
+	instanceai.EventLog
+	instanceai.MessageStore
+}
+
+// Entry is one message of the conversation, as a head: a stored user
+// message without its content, or the assistant message of a run.
+type Entry struct {
+	// User is the user message's head (Content empty), nil for an
+	// assistant message.
+	User *instanceai.Message
+	// RunID is the assistant message's run (a user message's run is in
+	// User.RunID).
+	RunID string
+	// Size is the message's bytes: a user message's content, a run's
+	// stored events (what its folded text and tree are made from).
+	Size int
+}
+
+// Index is the conversation's list of messages up to a cursor.
+type Index struct {
+	Entries []Entry
+	// runStart is the seq of each run's run-start: a fold of some runs
+	// starts reading the log at the first of theirs.
+	runStart map[string]int64
+	through  int64
+}
+
+// Load lists the thread's conversation as of the log's seq through: each
+// stored user message, followed by the assistant message of its run once
+// the run has started, then the assistant messages of runs no stored
+// user message names, in the order they started.
+func Load(ctx context.Context, store Store, threadID string, through int64) (*Index, error) {
+	heads, err := store.MessageHeads(ctx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	ix := &Index{runStart: map[string]int64{}, through: through}
+	var order []string
+	size := map[string]int{}
+	err = scan(ctx, store, threadID, 0, through, func(r *instanceai.StoredRow) error {
+		if r.RunID == "" {
+			return nil
+		}
+		if r.Type == instanceai.TypeRunStart {
+			if _, ok := ix.runStart[r.RunID]; !ok {
+				ix.runStart[r.RunID] = r.Seq
+				order = append(order, r.RunID)
+			}
+		}
+		size[r.RunID] += len(r.Data)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	placed := map[string]bool{}
+	for i := range heads {
+		h := &heads[i]
+		ix.Entries = append(ix.Entries, Entry{User: h, Size: h.Size})
+		if _, ok := ix.runStart[h.RunID]; ok && !placed[h.RunID] {
+			placed[h.RunID] = true
+			ix.Entries = append(ix.Entries, Entry{RunID: h.RunID, Size: size[h.RunID]})
+		}
+	}
+	for _, id := range order {
+		if !placed[id] {
+			ix.Entries = append(ix.Entries, Entry{RunID: id, Size: size[id]})
+		}
+	}
+	return ix, nil
+}
+
+// Window returns the start of the newest messages before end: at most
+// limit of them (limit <= 0: no such bound) and, counted from the newest,
+// as many as fit in maxBytes (maxBytes <= 0: no such bound), but always
+// the newest one, however large.
+func (ix *Index) Window(end, limit, maxBytes int) (start int) {
+	end = min(max(end, 0), len(ix.Entries))
+	total := 0
+	for start = end; start > 0; start-- {
+		n := end - start
+		size := ix.Entries[start-1].Size
+		if n > 0 && ((limit > 0 && n >= limit) || (maxBytes > 0 && total+size > maxBytes)) {
+			break
+		}
+		total += size
+	}
+	return start
+}
+
+// Messages is what a window holds, read whole.
+type Messages struct {
+	// Users are the user messages of the window, by id.
+	Users map[string]instanceai.Message
+	// Runs are the window's runs folded from their run-start up to the
+	// index's cursor.
+	Runs *agenttree.Runs
+}
+
+// Read reads the user messages of entries whole and folds their runs.
+func (ix *Index) Read(ctx context.Context, store Store, threadID string, entries []Entry) (*Messages, error) {
+	var ids []string
+	runs := map[string]bool{}
+	from := int64(-1)
+	for _, e := range entries {
+		if e.User != nil {
+			ids = append(ids, e.User.ID)
+			continue
+		}
+		runs[e.RunID] = true
+		if s := ix.runStart[e.RunID]; from < 0 || s < from {
+			from = s
+		}
+	}
+	out := &Messages{Users: map[string]instanceai.Message{}, Runs: &agenttree.Runs{}}
+	if len(ids) > 0 {
+		users, err := store.MessagesByID(ctx, threadID, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range users {
+			out.Users[m.ID] = m
+		}
+	}
+	if len(runs) == 0 {
+		return out, nil
+	}
+	err := scan(ctx, store, threadID, from-1, ix.through, func(r *instanceai.StoredRow) error {
+		if !runs[r.RunID] {
+			return nil
+		}
+		var ev instanceai.Event
+		if err := ev.UnmarshalJSON(r.Data); err != nil {
+			return err
+		}
+		out.Runs.Apply(ev)
+		return nil
+	})
+	return out, err
+}
+
+// RunRows returns the stored events of one run, from its run-start up to
+// the index's cursor.
+func (ix *Index) RunRows(ctx context.Context, store Store, threadID, runID string) ([]instanceai.StoredEvent, error) {
+	var out []instanceai.StoredEvent
+	err := scan(ctx, store, threadID, ix.runStart[runID]-1, ix.through, func(r *instanceai.StoredRow) error {
+		if r.RunID != runID {
+			return nil
+		}
+		row := instanceai.StoredEvent{Seq: r.Seq, Data: r.Data}
+		if err := row.Event.UnmarshalJSON(r.Data); err != nil {
+			return err
+		}
+		out = append(out, row)
+		return nil
+	})
+	return out, err
+}
+
+// LatestRun is the run that started last, "" for none.
+func (ix *Index) LatestRun() string {
+	var id string
+	var at int64
+	for run, seq := range ix.runStart {
+		if seq > at {
+			id, at = run, seq
+		}
+	}
+	return id
+}
+
+// scan calls fn with each row of the log after after up to through, read
+// in pages bounded in bytes.
+func scan(ctx context.Context, store Store, threadID string, after, through int64, fn func(*instanceai.StoredRow) error) error {
+	for after < through {
+		rows, err := instanceai.ReadRowsAfter(ctx, store, threadID, after, 1000, instanceai.ReplayPageBytes)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		for i := range rows {
+			if rows[i].Seq > through {
+				return nil
+			}
+			if err := fn(&rows[i]); err != nil {
+				return err
+			}
+			after = rows[i].Seq
+		}
+	}
+	return nil
+}
