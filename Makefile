@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth lint node-deps chaos
+.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -45,6 +45,12 @@ bench-growth:
 	$(GO) build -o bin/threadline ./cmd/threadline
 	cd bench && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
 	bench/.cache/bin/loadclient -mode growth -threadline bin/threadline -repeats 5 $(BENCH_GROWTH_FLAGS)
+
+## bench-nonreading: what 60 and 300 streams that read nothing cost on a 40 MB thread of 1 MB events (SQLite), and whether healthy readers beside them slow down (about 7 minutes; BENCH_NONREADING_FLAGS passes loadclient flags)
+bench-nonreading:
+	$(GO) build -o bin/threadline ./cmd/threadline
+	cd bench && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
+	bench/.cache/bin/loadclient -mode nonreading -threadline bin/threadline -repeats 3 $(BENCH_NONREADING_FLAGS)
 
 ## bench-peers-smoke: vet and test the peer benchmark's own module
 bench-peers-smoke:

@@ -27,6 +27,10 @@ type Delivery struct {
 	// frame's delivery; nil on a row read from the log, which a stream
 	// frames as it writes it.
 	Wire []byte
+	// Size is the bytes of a row delivered without Data: a large one,
+	// which the feed left in the log (see SkipDecode) for the stream to
+	// read in parts (PartReader.ReadRowPart) as it writes it.
+	Size int
 	// Reset is set on a reset frame (Type ResetFrameType): the events
 	// between the connection's cursor and Reset.NextEventID are no longer
 	// in the log, or never were (a cursor ahead of the log).
@@ -140,6 +144,8 @@ type Feed struct {
 	// pending are the undecoded blocks the replay sent, by run, until the
 	// replay ends (see noteReplayed).
 	pending map[string][]pendingBlock
+	// pageRows is how many rows the next page asks for (0: replayPage).
+	pageRows int
 
 	// SkipDecode, when set before the first Next, delivers the rows the
 	// feed reads from the log with their bytes and Kind but no Event: a
@@ -236,7 +242,7 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 	for {
 		switch f.phase {
 		case phaseReplay:
-			out, n, err := f.readPage(ctx, 0)
+			out, n, _, err := f.readPage(ctx, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -263,7 +269,7 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 				f.phase = phaseOpen
 				continue
 			}
-			out, _, err := f.readPage(ctx, f.snap.Committed)
+			out, _, _, err := f.readPage(ctx, f.snap.Committed)
 			if err != nil {
 				return nil, err
 			}
@@ -287,7 +293,7 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 			return out, nil
 		case phaseOpen:
 			f.phase = phaseLive
-			if err := f.notePending(); err != nil {
+			if err := f.notePending(ctx); err != nil {
 				return nil, err
 			}
 			if err := f.noteBefore(ctx); err != nil {
@@ -359,38 +365,89 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 func (f *Feed) catchUp(ctx context.Context, upTo int64) ([]Delivery, error) {
 	var out []Delivery
 	for {
-		page, n, err := f.readPage(ctx, upTo)
+		page, _, more, err := f.readPage(ctx, upTo)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, page...)
-		if n < replayPage || (upTo > 0 && f.last >= upTo) {
+		if !more || (upTo > 0 && f.last >= upTo) {
 			return out, nil
 		}
 	}
 }
 
 // readPage reads one page of the log after f.last and turns it into
-// deliveries (see replayed); n is the number of rows the page held. A page
+// deliveries (see replayed); n is the number of rows the page held, and
+// more whether the log may hold rows after them. A page
 // is bounded in bytes as well as rows (ReplayPageBytes), and the next one
 // is read only when the caller comes back for it, after it wrote this
 // one: what a connection holds of the log is one page, however far
 // behind its client reads.
-func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int, err error) {
-	rows, err := ReadRowsAfter(ctx, f.log, f.threadID, f.last, replayPage, ReplayPageBytes)
-	if err != nil {
-		return nil, 0, err
+func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int, more bool, err error) {
+	limit := f.pageRows
+	if limit == 0 {
+		limit = replayPage
 	}
-	out, err = f.replayed(rows, upTo)
-	return out, len(rows), err
+	var rows []StoredRow
+	if pr, ok := f.log.(PartReader); ok && f.SkipDecode {
+		rows, err = pr.ReadLightRowsAfter(ctx, f.threadID, f.last, limit, ReplayPageBytes, LargeRowBytes)
+	} else {
+		rows, err = ReadRowsAfter(ctx, f.log, f.threadID, f.last, limit, ReplayPageBytes)
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	// A page the byte bound cut short says how many rows the next one
+	// will hold, about: asking for a few more than that, rather than
+	// replayPage, spares a database server sending rows the reader drops
+	// (reading them costs as much as reading the page).
+	cut := rowsBytes(rows) >= ReplayPageBytes
+	f.pageRows = replayPage
+	if cut {
+		f.pageRows = min(max(len(rows)+len(rows)/8+1, 16), replayPage)
+	}
+	out, err = f.replayed(ctx, rows, upTo)
+	return out, len(rows), len(rows) == limit || cut, err
 }
+
+// rowsBytes is the bytes of rows (a light row's size counted).
+func rowsBytes(rows []StoredRow) int {
+	n := 0
+	for i := range rows {
+		n += len(rows[i].Data) + rows[i].Size
+	}
+	return n
+}
+
+// rowData reads the whole bytes of a row a light read left out, for the
+// rare row the feed must look into itself (a live connection's block or
+// ending read from the log).
+func (f *Feed) rowData(ctx context.Context, seq int64) ([]byte, error) {
+	rows, err := ReadRowsAfter(ctx, f.log, f.threadID, seq-1, 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 || rows[0].Seq != seq {
+		return nil, fmt.Errorf("event %d of thread %q is no longer stored", seq, f.threadID)
+	}
+	return rows[0].Data, nil
+}
+
+// envelopeBytes is how much of a large row the feed reads to decode its
+// envelope: the encoder writes the payload last.
+const envelopeBytes = 4 << 10
 
 // ReplayPageBytes bounds the bytes of one page of a replay (one row more
 // when a single row is larger): small enough that thousands of
 // connections replaying at once, or stuck on clients that do not read,
-// hold little, large enough that a page is still one round trip for
-// hundreds of typical rows.
-const ReplayPageBytes = 64 << 10
+// hold little (a stream that stops reading in the middle of a page holds
+// the rest of it), large enough that a page is one query for several
+// hundred typical rows.
+const ReplayPageBytes = 128 << 10
+
+// LargeRowBytes is the size from which a row is left out of a page for
+// its stream to read in parts (see PartReader).
+const LargeRowBytes = 64 << 10
 
 // replayed turns log rows into deliveries, decoding each unless the feed
 // skips decoding, and stopping after upTo when set. The log's seqs are
@@ -398,7 +455,7 @@ const ReplayPageBytes = 64 << 10
 // were evicted: a reset frame goes first. On a live connection the rows
 // also pass the ledger (see note). Deliveries of rows carry no Wire: a
 // stream frames Data as it writes it, so the page is not copied twice.
-func (f *Feed) replayed(rows []StoredRow, upTo int64) ([]Delivery, error) {
+func (f *Feed) replayed(ctx context.Context, rows []StoredRow, upTo int64) ([]Delivery, error) {
 	out := make([]Delivery, 0, len(rows))
 	for i := range rows {
 		r := &rows[i]
@@ -406,7 +463,7 @@ func (f *Feed) replayed(rows []StoredRow, upTo int64) ([]Delivery, error) {
 		if upTo > 0 && seq > upTo {
 			break
 		}
-		if seq <= f.last || len(data) == 0 {
+		if seq <= f.last || (len(data) == 0 && r.Size == 0) {
 			continue
 		}
 		var ev *Event
@@ -427,15 +484,23 @@ func (f *Feed) replayed(rows []StoredRow, upTo int64) ([]Delivery, error) {
 			}
 			f.noteReplayed(seq, kind, runID, ev, data)
 		} else {
-			if f.isLiveEnding(runID, data) {
+			whole := data
+			if whole == nil && (kind == TypeRunFinish || kind == TypeError || kind == TypeTextBlock || kind == TypeReasoningBlock) {
+				// A large row the connection's own judgement needs.
+				var err error
+				if whole, err = f.rowData(ctx, seq); err != nil {
+					return nil, err
+				}
+			}
+			if f.isLiveEnding(runID, whole) {
 				continue
 			}
 			var err error
-			if repair, err = f.noteRow(kind, ev, data, seq); err != nil {
+			if repair, err = f.noteRow(kind, ev, whole, seq); err != nil {
 				return nil, fmt.Errorf("row %d of thread %q: %w", seq, f.threadID, err)
 			}
 		}
-		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Repair: repair})
+		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Size: r.Size, Repair: repair})
 		if repair {
 			out = f.restate(out, runID, seq)
 		}
@@ -485,21 +550,47 @@ func (f *Feed) noteReplayed(seq int64, kind EventType, runID string, ev *Event, 
 		if f.pending == nil {
 			f.pending = map[string][]pendingBlock{}
 		}
-		f.pending[runID] = append(f.pending[runID], pendingBlock{seq: seq, data: data})
+		// The head of its bytes, where the envelope is, copied: the row's
+		// bytes share memory with the rest of its page, which the feed
+		// would otherwise keep as long as the block waits.
+		var head []byte
+		if data != nil {
+			head = bytes.Clone(data[:min(len(data), envelopeBytes)])
+		}
+		f.pending[runID] = append(f.pending[runID], pendingBlock{seq: seq, head: head})
 	}
 }
 
 // pendingBlock is an undecoded block the replay sent.
 type pendingBlock struct {
-	seq  int64
-	data []byte
+	seq int64
+	// head is the first bytes of the block (up to envelopeBytes), nil for
+	// a block the replay left in the log.
+	head []byte
 }
 
 // notePending notes the blocks the replay sent of runs it left unfinished.
-func (f *Feed) notePending() error {
+func (f *Feed) notePending(ctx context.Context) error {
 	for runID, blocks := range f.pending {
 		for _, b := range blocks {
-			ev, err := decodeEnvelope(b.data)
+			data := b.head
+			if data == nil {
+				// A large block the replay left in the log: its envelope
+				// is at its head.
+				pr, _ := f.log.(PartReader)
+				var err error
+				if data, err = pr.ReadRowPart(ctx, f.threadID, b.seq, 0, envelopeBytes); err != nil {
+					return err
+				}
+			}
+			if ev, err := decodeEnvelope(data); err != nil || ev.Type == "" {
+				// An envelope longer than the head: the whole row.
+				var rerr error
+				if data, rerr = f.rowData(ctx, b.seq); rerr != nil {
+					return rerr
+				}
+			}
+			ev, err := decodeEnvelope(data)
 			if err != nil {
 				return fmt.Errorf("row %d of thread %q: %w", b.seq, f.threadID, err)
 			}

@@ -40,25 +40,7 @@ func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub := instanceai.NewHub(64)
-	gate := &gatedPublisher{hub: hub, release: make(chan struct{})}
-	writer := instanceai.NewWriter(store, gate, instanceai.WriterConfig{IdleFlush: time.Hour})
-	t.Cleanup(func() {
-		select {
-		case <-gate.release:
-		default:
-			close(gate.release)
-		}
-		_ = writer.Close(ctx)
-	})
-	enqueue := func(ev instanceai.Event) {
-		ev.RunID, ev.UserID, ev.TS = "r", "u", 1
-		if ev.AgentID == "" {
-			ev.AgentID = "a"
-		}
-		if err := writer.Enqueue("t", ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writer, gate, enqueue := gatedWriter(t, store, hub)
 	// The delta is published (it is not stored, so the gate lets it by).
 	enqueue(textDelta("x", "hello"))
 	if err := writer.Sync(ctx, "t"); err != nil {
@@ -92,6 +74,33 @@ func TestFeedDoesNotRepeatASegmentReplayedBeforeItsPublish(t *testing.T) {
 	if len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 {
 		t.Fatalf("deliveries = %v (ids %v), want the block and the call once each", shape, ids(got))
 	}
+}
+
+// gatedWriter is a writer of thread "t" into log whose publishes of
+// stored frames wait at the gate until it is released, and a function
+// that queues an event of run "r" of user "u" (agent "a" unless set).
+func gatedWriter(t *testing.T, log instanceai.EventLog, hub *instanceai.Hub) (*instanceai.Writer, *gatedPublisher, func(instanceai.Event)) {
+	t.Helper()
+	gate := &gatedPublisher{hub: hub, release: make(chan struct{})}
+	writer := instanceai.NewWriter(log, gate, instanceai.WriterConfig{IdleFlush: time.Hour})
+	t.Cleanup(func() {
+		select {
+		case <-gate.release:
+		default:
+			close(gate.release)
+		}
+		_ = writer.Close(context.Background())
+	})
+	enqueue := func(ev instanceai.Event) {
+		ev.RunID, ev.UserID, ev.TS = "r", "u", 1
+		if ev.AgentID == "" {
+			ev.AgentID = "a"
+		}
+		if err := writer.Enqueue("t", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return writer, gate, enqueue
 }
 
 // available returns what the feed delivers without waiting for more.

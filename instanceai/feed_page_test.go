@@ -63,9 +63,9 @@ func TestReplayPagesAreBoundedInBytes(t *testing.T) {
 				t.Fatalf("a page of %d rows holds %d bytes before its last row, bound %d", len(page), before, instanceai.ReplayPageBytes)
 			}
 		}
-		// 100 B + 2×30 KB + 40 KB | 2×40 KB | 200 KB | 5×10 B + 70 KB | 2×5 KB
-		if pages != 5 {
-			t.Fatalf("%d rows in %d pages, want 5", len(events), pages)
+		// 100 B + 2×30 KB + 2×40 KB | 40 KB + 200 KB | 5×10 B + 70 KB + 2×5 KB
+		if pages != 3 {
+			t.Fatalf("%d rows in %d pages, want 3", len(events), pages)
 		}
 		feed.Close()
 	}

@@ -37,6 +37,9 @@ type StoredRow struct {
 	// log), so that a replay knows which runs it resumes without decoding.
 	RunID string
 	Data  json.RawMessage
+	// Size is the row's bytes when a light read (PartReader) left Data
+	// out; 0 otherwise.
+	Size int
 }
 
 // RowReader is implemented by an EventLog that can read rows without
@@ -49,6 +52,18 @@ type StoredRow struct {
 // ReadAfter otherwise.
 type RowReader interface {
 	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error)
+}
+
+// PartReader is implemented by a log that can leave a large row's bytes
+// out of a page and read them in parts, so that a connection replaying a
+// log of large events never holds one whole (see Feed.SkipDecode).
+type PartReader interface {
+	// ReadLightRowsAfter is ReadRowsAfter, except that a row of more
+	// than large bytes comes without its Data, with its Size.
+	ReadLightRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes, large int) ([]StoredRow, error)
+	// ReadRowPart returns n bytes of the data of row seq from byte off
+	// (fewer at its end, none past it). A missing row is ErrNotFound.
+	ReadRowPart(ctx context.Context, threadID string, seq int64, off, n int) ([]byte, error)
 }
 
 // ReadRowsAfter reads rows through log's RowReader, or through ReadAfter

@@ -202,6 +202,26 @@ func runText(msgs []map[string]any, events []aguiEvent, runID string) string {
 	return b.String()
 }
 
+// responsesText is a run's text as a snapshot's assistant message holds
+// it: the orchestrator's text of each response, in the log's order, a
+// blank line between responses.
+func responsesText(events []instanceai.Event) string {
+	var b strings.Builder
+	last := ""
+	for _, ev := range events {
+		p, ok := ev.Payload.(*instanceai.Text)
+		if !ok || ev.Type != instanceai.TypeTextBlock || ev.AgentID != instanceai.OrchestratorAgentID(ev.RunID) || p.Text == "" {
+			continue
+		}
+		if b.Len() > 0 && ev.ResponseID != last {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(p.Text)
+		last = ev.ResponseID
+	}
+	return b.String()
+}
+
 // storedRun returns the stored events of one run and the highest seq of
 // the thread's log.
 func storedRun(t *testing.T, store instanceai.Store, thread, runID string) ([]instanceai.Event, int64) {
@@ -260,7 +280,7 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 			t.Fatalf("finished run rejoined as %v", got)
 		}
 		runEvents, last := storedRun(t, store, "th", first)
-		text := agenttree.Fold(runEvents).TextContent
+		text := responsesText(runEvents)
 		want := []string{"user:" + msgs[0]["id"].(string) + ":tools", "assistant:" + first + ":" + text}
 		if got := messageSummary(msgs); strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("snapshot %q, want %q", got, want)

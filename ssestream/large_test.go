@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,5 +108,68 @@ func TestLargeFrameWriteEndsAtTheDeadline(t *testing.T) {
 	go io.Copy(io.Discard, client2)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "reloaded frame") {
 		t.Fatalf("a reload of other bytes: %v", err)
+	}
+}
+
+// A frame read in parts as it is written: a client that keeps reading
+// gets it with parts growing; one that pauses gets the same bytes, and
+// the part after the stall starts where the write stopped, small again.
+func TestDataPartsAfterAStall(t *testing.T) {
+	data := []byte(`"` + strings.Repeat("0123456789", 60_000) + `"`) // 600 KB
+	wire := "id: 9\ndata: " + string(data) + "\n\n"
+	for _, pause := range []time.Duration{0, 3 * stallProbe} {
+		server, client := net.Pipe()
+		s := &Stream{conn: server, writeTimeout: 10 * time.Second}
+		type call struct{ off, n int }
+		var mu sync.Mutex
+		var calls []call
+		done := make(chan error, 1)
+		go func() {
+			err := s.DataParts(9, len(data), func(off, n int) ([]byte, error) {
+				mu.Lock()
+				calls = append(calls, call{off, n})
+				mu.Unlock()
+				return bytes.Clone(data[off : off+n]), nil
+			})
+			if err == nil {
+				err = s.Flush()
+			}
+			done <- err
+		}()
+		got := make([]byte, len(wire))
+		first := 100 << 10 // into the second part
+		if _, err := io.ReadFull(client, got[:first]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if _, err := io.ReadFull(client, got[first:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("pause %v: %v", pause, err)
+		}
+		if string(got) != wire {
+			t.Fatalf("pause %v: the client read other bytes than the frame", pause)
+		}
+		mu.Lock()
+		end := 0
+		for i, c := range calls {
+			if c.off > end || c.n > maxPart || (i == 0 && c.n != firstPart) {
+				t.Fatalf("pause %v: parts %v", pause, calls)
+			}
+			end = max(end, c.off+c.n)
+		}
+		// A pause past the probe makes a part start again where the
+		// write stopped, before the end of the part it had read.
+		restarted := false
+		for i := 1; i < len(calls); i++ {
+			restarted = restarted || calls[i].off < calls[i-1].off+calls[i-1].n
+		}
+		if end != len(data) || (pause > 0 && !restarted) {
+			t.Fatalf("pause %v: parts %v", pause, calls)
+		}
+		mu.Unlock()
+		server.Close()
+		client.Close()
 	}
 }

@@ -40,6 +40,9 @@ type Stream struct {
 	conn         net.Conn
 	buf          *[]byte // nil between a Flush and the next frame
 	writeTimeout time.Duration
+	// partSize is the size of DataParts' next part (0: firstPart): it
+	// grows while the client takes whole parts, from frame to frame.
+	partSize int
 }
 
 // spillSize is how much a stream gathers before it writes without waiting
@@ -259,10 +262,7 @@ func (s *Stream) DataReloadable(id int64, data []byte, reload func() ([]byte, er
 // gathered and the frame's head in one write, data from where it lies,
 // and its end gathered for the next write.
 func (s *Stream) large(id int64, data []byte, reload func() ([]byte, error)) error {
-	b := s.buffer()
-	*b = appendID(*b, id)
-	*b = append(*b, "data: "...)
-	if err := s.write(); err != nil {
+	if err := s.writeHead(id); err != nil {
 		return err
 	}
 	var err error
@@ -285,8 +285,103 @@ func (s *Stream) large(id int64, data []byte, reload func() ([]byte, error)) err
 	return s.spill()
 }
 
+// DataParts writes a single-line frame of size bytes that part reads, n
+// bytes from off at a time, as the frame is written: a frame the caller
+// never held whole (a large row of a log). Parts grow four times from
+// firstPart to maxPart while the client takes them, from one frame to the
+// next, so a client that keeps up soon reads a frame in one part; on a
+// hijacked stream, when a chunk is not taken within stallProbe, the
+// stream keeps only the rest of that chunk while it waits the write
+// deadline out, and the next part is read from where it stopped, as small
+// as the first. A client that stops reading thus holds a chunk of the
+// frame at most.
+func (s *Stream) DataParts(id int64, size int, part func(off, n int) ([]byte, error)) error {
+	if err := s.writeHead(id); err != nil {
+		return err
+	}
+	n := max(s.partSize, firstPart)
+	for off := 0; off < size; {
+		p, err := part(off, min(n, size-off))
+		if err != nil {
+			return err
+		}
+		if len(p) != min(n, size-off) || bytes.ContainsAny(p, "\r\n") {
+			return fmt.Errorf("ssestream: part %d+%d of a %d-byte frame is not what it was", off, len(p), size)
+		}
+		written, stalled, err := s.writePart(p)
+		if err != nil {
+			return err
+		}
+		off += written
+		if stalled {
+			n = firstPart
+		} else if written == n {
+			n = min(4*n, maxPart)
+		}
+	}
+	s.partSize = n
+	*s.buffer() = append(*s.buffer(), "\n\n"...)
+	return s.spill()
+}
+
+// Part sizes of DataParts.
+const (
+	firstPart = 64 << 10
+	maxPart   = 4 << 20
+)
+
+// writePart writes p in chunks; when a chunk stalls (see DataParts) it
+// writes the rest of that chunk alone and reports how much of p went out.
+func (s *Stream) writePart(p []byte) (written int, stalled bool, err error) {
+	if s.conn == nil {
+		if err := s.setWriteDeadline(); err != nil {
+			return 0, false, err
+		}
+		_, err := s.w.Write(p)
+		return len(p), false, err
+	}
+	for off := 0; off < len(p); {
+		end := min(off+chunkSize, len(p))
+		if err := s.conn.SetWriteDeadline(time.Now().Add(stallProbe)); err != nil {
+			return off, false, err
+		}
+		n, err := s.conn.Write(p[off:end])
+		off += n
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return off, false, err
+		}
+		rest := bytes.Clone(p[off:end])
+		p = nil // what the caller holds of it is all that is left
+		if err := s.setWriteDeadline(); err != nil {
+			return off, true, err
+		}
+		if _, err := s.conn.Write(rest); err != nil {
+			return off, true, err
+		}
+		return end, true, nil
+	}
+	return len(p), false, nil
+}
+
+// writeHead writes what was gathered and the head of a frame whose data
+// follows, and gives the buffer back to the pool: a stream that then
+// waits on a client that does not read holds none.
+func (s *Stream) writeHead(id int64) error {
+	b := s.buffer()
+	*b = appendID(*b, id)
+	*b = append(*b, "data: "...)
+	err := s.write()
+	s.putBuffer()
+	return err
+}
+
 // chunkSize is what a hijacked stream writes of a large frame at a time,
-// and so what it holds of one while its client does not read.
+// and so what it holds of one while its client does not read. (Writes
+// that grow while the client keeps up made no faster replay, and a
+// stall then holds the rest of a larger one.)
 const chunkSize = 16 << 10
 
 // writeChunks writes data to a hijacked connection in chunks (see

@@ -232,6 +232,7 @@ func (h *hijacked) run() {
 			err = h.s.Ping()
 		}
 		if err != nil {
+			h.a.cfg.Logger.Debug("event stream write failed", "thread", h.threadID, "err", err)
 			h.end()
 			return
 		}

@@ -50,6 +50,9 @@ func New(core *instanceai.Core, cfg Config) *API {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = ssestream.DefaultHeartbeat
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = ssestream.DefaultWriteTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -259,10 +262,15 @@ func (a *API) feed(threadID string, after int64) *instanceai.Feed {
 	return f
 }
 
-// send writes a batch of deliveries of the thread and flushes it.
+// send writes a batch of deliveries of the thread and flushes it. It lets
+// go of each delivery as it takes it: a row's bytes share their page's
+// memory with the rows read with it, which a stream waiting on a client
+// that stopped reading in the middle of a large event would hold else.
 func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Delivery, filter func(*instanceai.Delivery) bool) error {
 	for i := range batch {
-		d := &batch[i]
+		taken := batch[i]
+		batch[i] = instanceai.Delivery{}
+		d := &taken
 		if d.Kind == instanceai.TypeCustom {
 			continue // n8n's clients know only n8n's types
 		}
@@ -279,10 +287,13 @@ func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Deli
 			err = s.Event(d.ID, d.Type, d.Data)
 		case d.Wire != nil:
 			err = s.Frame(d.ID, d.Wire)
+		case d.Data == nil && d.Size > 0:
+			// A large row the feed left in the log: read in parts as it
+			// is written.
+			seq := d.ID
+			err = s.DataParts(seq, d.Size, func(off, n int) ([]byte, error) { return a.rowPart(threadID, seq, off, n) })
 		default:
-			// A row of the log: the batch lets go of its bytes, so that a
-			// client that stops reading in the middle of a large one
-			// holds a chunk of it, not all of it (see DataReloadable).
+			// A row of the log, let go of (see DataReloadable).
 			data, seq := d.Data, d.ID
 			d.Data = nil
 			err = s.DataReloadable(seq, data, func() ([]byte, error) { return a.row(threadID, seq) })
@@ -292,6 +303,17 @@ func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Deli
 		}
 	}
 	return s.Flush()
+}
+
+// rowPart reads n bytes of one row of the thread's log from off.
+func (a *API) rowPart(threadID string, seq int64, off, n int) ([]byte, error) {
+	pr, ok := a.store.(instanceai.PartReader)
+	if !ok {
+		return nil, errors.New("the store reads no parts of events")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WriteTimeout)
+	defer cancel()
+	return pr.ReadRowPart(ctx, threadID, seq, off, n)
 }
 
 // row reads the bytes of one row of the thread's log again.

@@ -85,6 +85,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 func logDialect(one *oneStatement) sqllog.Dialect {
 	return sqllog.Dialect{
 		Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
+		// substring counts characters in text and bytes in bytea.
+		ByteSlice: `substring(convert_to(data, 'UTF8') from ?::int for ?::int)`,
 		Reserve: func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (int64, any, error) {
 			var last int64
 			var now time.Time

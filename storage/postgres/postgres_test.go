@@ -270,7 +270,8 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	storagetest.BenchReplay(b, s, storagetest.SQLReplayPage(s.db.DB,
-		`SELECT seq, data FROM events WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`))
+		`SELECT seq, data FROM events WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`),
+		func() error { _, err := s.db.Exec(`ANALYZE events`); return err })
 }
 
 // embeddedVersions are the versions of the embedded migrations, in order.

@@ -155,6 +155,8 @@ func dsn(path string, params ...string) string {
 // timeLayout.
 var logDialect = sqllog.Dialect{
 	Name: "sqlite", Placeholders: sqllog.Question, MaxParams: maxParams,
+	// substr counts characters in text and bytes in a blob.
+	ByteSlice: `substr(CAST(data AS BLOB), ?, ?)`,
 	Reserve: func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (int64, any, error) {
 		now := formatTime(time.Now())
 		var last int64

@@ -59,3 +59,15 @@ func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, er
 func (s *Store) ActiveRun(ctx context.Context, threadID string) (instanceai.ActiveRun, error) {
 	return onFreshStack(func() (instanceai.ActiveRun, error) { return s.Table.ActiveRun(ctx, threadID) })
 }
+
+// ReadLightRowsAfter implements instanceai.PartReader (see onFreshStack).
+func (s *Store) ReadLightRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes, large int) ([]instanceai.StoredRow, error) {
+	return onFreshStack(func() ([]instanceai.StoredRow, error) {
+		return s.Log.ReadLightRowsAfter(ctx, threadID, after, limit, maxBytes, large)
+	})
+}
+
+// ReadRowPart implements instanceai.PartReader (see onFreshStack).
+func (s *Store) ReadRowPart(ctx context.Context, threadID string, seq int64, off, n int) ([]byte, error) {
+	return onFreshStack(func() ([]byte, error) { return s.Log.ReadRowPart(ctx, threadID, seq, off, n) })
+}

@@ -59,7 +59,7 @@ func SQLReplayPage(db *sql.DB, query string) RawReplayPage {
 //	       reports the three rates, feed/raw and rows/raw
 //
 // Both check what they read: every seq once, in order, with bytes.
-func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage) {
+func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage, analyze func() error) {
 	ctx := context.Background()
 	id := fmt.Sprintf("replay-%d", time.Now().UnixNano())
 	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "bench"}); err != nil {
@@ -69,6 +69,14 @@ func BenchReplay(b *testing.B, s instanceai.Store, raw RawReplayPage) {
 	for done := 0; done < ReplayEvents; done += chunk {
 		if _, err := s.Append(ctx, id, TypicalBatch("run-replay", min(chunk, ReplayEvents-done))); err != nil {
 			b.Fatalf("Append: %v", err)
+		}
+	}
+	if analyze != nil {
+		// The planner's statistics, as the database's own maintenance
+		// would have them by now: without them PostgreSQL plans each page
+		// as a scan and sort of the whole table.
+		if err := analyze(); err != nil {
+			b.Fatalf("analyze: %v", err)
 		}
 	}
 	hub := instanceai.NewHub(16)

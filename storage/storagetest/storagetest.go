@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"ThreadsHaveIndependentSeqs", testIndependentThreads},
 		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
 		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
+		{"PartReader", testPartReader},
 		{"HeadsOfManyThreads", testHeads},
 		{"Instances", testInstances},
 		{"CancelRequests", testCancelRequests},
@@ -985,5 +986,82 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 	}
 	if _, err := s.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("append to a missing thread: %v", err)
+	}
+}
+
+// testPartReader: a store that reads large rows in parts
+// (instanceai.PartReader) returns the rows ReadRowsAfter does, a row of
+// more than large bytes without its data and with its size, and its bytes
+// (not characters) part by part. A store without it is skipped.
+func testPartReader(t *testing.T, s instanceai.Store) {
+	pr, ok := s.(instanceai.PartReader)
+	if !ok {
+		t.Skip("the store does not implement instanceai.PartReader")
+	}
+	rr := s.(instanceai.RowReader)
+	ctx := context.Background()
+	ensure(t, s, "parts", "owner")
+	var events []instanceai.Event
+	for i, text := range []string{"small", strings.Repeat("ü☃x", 700), "tiny", strings.Repeat("é", 90), strings.Repeat("abc", 5000)} {
+		ev := instanceai.Event{Type: instanceai.TypeTextBlock, RunID: "run-parts", AgentID: "a", ResponseID: fmt.Sprint("r", i),
+			Payload: &instanceai.Text{Text: text}}
+		events = append(events, ev)
+	}
+	if _, err := s.Append(ctx, "parts", events); err != nil {
+		t.Fatal(err)
+	}
+	const large = 200
+	for _, maxBytes := range []int{0, 1, 3000} {
+		want, err := rr.ReadRowsAfter(ctx, "parts", 0, 100, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pr.ReadLightRowsAfter(ctx, "parts", 0, 100, maxBytes, large)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("ReadLightRowsAfter(max %d) = %d rows, %v; ReadRowsAfter %d", maxBytes, len(got), err, len(want))
+		}
+		for i, g := range got {
+			w := want[i]
+			if g.Seq != w.Seq || g.Type != w.Type || g.RunID != w.RunID {
+				t.Fatalf("row %d: %+v, want %+v", i, g, w)
+			}
+			if len(w.Data) > large {
+				if g.Data != nil || g.Size != len(w.Data) {
+					t.Fatalf("row %d of %d bytes: data %d bytes, size %d; want none and its size", g.Seq, len(w.Data), len(g.Data), g.Size)
+				}
+			} else if !bytes.Equal(g.Data, w.Data) || g.Size != 0 {
+				t.Fatalf("row %d: %q (size %d), want %q", g.Seq, g.Data, g.Size, w.Data)
+			}
+		}
+	}
+	all, err := rr.ReadRowsAfter(ctx, "parts", 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range all {
+		for _, n := range []int{97, 1000, 1 << 20} {
+			var b []byte
+			for off := 0; off < len(row.Data); off += n {
+				part, err := pr.ReadRowPart(ctx, "parts", row.Seq, off, n)
+				if err != nil || len(part) != min(n, len(row.Data)-off) {
+					t.Fatalf("ReadRowPart(%d, %d, %d) = %d bytes, %v", row.Seq, off, n, len(part), err)
+				}
+				b = append(b, part...)
+			}
+			if !bytes.Equal(b, row.Data) {
+				t.Fatalf("row %d read in parts of %d differs", row.Seq, n)
+			}
+		}
+		if past, err := pr.ReadRowPart(ctx, "parts", row.Seq, len(row.Data), 10); err != nil || len(past) != 0 {
+			t.Fatalf("a part past the end of row %d: %q, %v", row.Seq, past, err)
+		}
+	}
+	for _, c := range []struct {
+		thread string
+		seq    int64
+	}{{"parts", 99}, {"missing", 1}} {
+		if _, err := pr.ReadRowPart(ctx, c.thread, c.seq, 0, 10); !errors.Is(err, instanceai.ErrNotFound) {
+			t.Errorf("ReadRowPart(%s, %d): %v, want ErrNotFound", c.thread, c.seq, err)
+		}
 	}
 }

@@ -154,6 +154,9 @@ type Dialect struct {
 	// Err, when set, amends every error before it is wrapped (PostgreSQL
 	// adds the context's error to its driver's own).
 	Err func(ctx context.Context, err error) error
+	// ByteSlice is the expression of bytes [?, ? more) of the data column
+	// (1-based start, then length), counted in bytes, not characters.
+	ByteSlice string
 }
 
 // Log implements instanceai.EventLog and instanceai.RunIndex on one
@@ -489,41 +492,43 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 	return out, nil
 }
 
-// sizedPageQuery is pageQuery cut at a byte budget (see
-// instanceai.RowReader): the rows up to the last seq whose preceding rows
-// of the page hold less than maxBytes. The budget is worked out on the
-// rows' lengths alone (octet_length reads a value's size from its header
-// on both databases, not its bytes), over the page's first limit rows, so
-// a page costs two walks of limit index entries and reads only the rows
-// it returns.
-func sizedPageQuery(columns, threadID string, after int64, limit, maxBytes int) (q string, args []any, capacity int) {
-	if maxBytes <= 0 {
-		return pageQuery(columns, threadID, after, limit)
-	}
-	inner := `SELECT seq, octet_length(data) AS len FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq`
-	args = []any{threadID, after}
-	if limit > 0 {
-		inner += ` LIMIT ?`
-		args = append(args, limit)
-	}
-	q = `SELECT ` + columns + ` FROM events WHERE thread_id = ? AND seq > ? AND seq <= (
-		SELECT COALESCE(MAX(seq), 0) FROM (
-			SELECT seq, SUM(len) OVER (ORDER BY seq) - len AS before FROM (` + inner + `) page
-		) sized WHERE before < ?
-	) ORDER BY seq`
-	args = append([]any{threadID, after}, append(args, maxBytes)...)
-	return q, args, min(max(limit, 0), 64)
-}
-
 // ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
-// their type column, not decoded.
+// their type column, not decoded. The byte budget is kept by stopping the
+// scan at the row that reaches it: SQLite then steps no further, and a
+// server's rows past it (at most the page's limit) are read and dropped.
+// (A budget worked out in SQL, over the rows' lengths, made the query of
+// every page cost as much as several.)
 func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
-	q, args, capacity := sizedPageQuery("seq, type, run_id, data", threadID, after, limit, maxBytes)
-	out, err := query(ctx, l, threadID, scanRows, capacity, q, args...)
+	q, args, capacity := pageQuery("seq, type, run_id, data", threadID, after, limit)
+	out, err := query(ctx, l, threadID, rowScanner(false, maxBytes), capacity, q, args...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
 	return out, nil
+}
+
+// ReadLightRowsAfter implements instanceai.PartReader: ReadRowsAfter's
+// rows, a row of more than large bytes without its data (the database
+// reads its size from the value's header, not the value).
+func (l *Log) ReadLightRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes, large int) ([]instanceai.StoredRow, error) {
+	q, args, capacity := pageQuery("seq, type, run_id, CASE WHEN octet_length(data) > ? THEN NULL ELSE data END, octet_length(data)",
+		threadID, after, limit)
+	out, err := query(ctx, l, threadID, rowScanner(true, maxBytes), capacity, q, append([]any{large}, args...)...)
+	if err != nil {
+		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
+	}
+	return out, nil
+}
+
+// ReadRowPart implements instanceai.PartReader.
+func (l *Log) ReadRowPart(ctx context.Context, threadID string, seq int64, off, n int) ([]byte, error) {
+	var part []byte
+	err := l.r.QueryRowContext(ctx, l.q(`SELECT `+l.d.ByteSlice+` FROM events WHERE thread_id = ? AND seq = ?`),
+		off+1, n, threadID, seq).Scan(&part)
+	if err != nil {
+		return nil, l.fail(ctx, notFound(err), "read part of event %d of thread %q", seq, threadID)
+	}
+	return part, nil
 }
 
 // eventTypes maps a type column's bytes to the type's constant, so that a
@@ -539,14 +544,24 @@ var eventTypes = func() map[string]instanceai.EventType {
 // rowArenaChunk is the size of the chunks scanRows copies rows into.
 const rowArenaChunk = 64 << 10
 
-// scanRows reads (seq, type, run_id, data) rows, keeping each row's bytes,
-// and closes the rows. Like scanEvents, it makes its page at the first row.
-func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
+// rowScanner reads (seq, type, run_id, data) rows, keeping each row's
+// bytes, or with light (seq, type, run_id, data or NULL, size) rows, and
+// closes the rows. It stops after the row that brings the rows' bytes to
+// maxBytes (when > 0; a light row counts its size). Like scanEvents, it
+// makes its page at the first row.
+func rowScanner(light bool, maxBytes int) func(*sql.Rows, int) ([]instanceai.StoredRow, error) {
+	return func(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
+		return scanRowsSized(rows, capacity, light, maxBytes)
+	}
+}
+
+func scanRowsSized(rows *sql.Rows, capacity int, light bool, maxBytes int) ([]instanceai.StoredRow, error) {
 	defer rows.Close()
 	var out []instanceai.StoredRow
 	// The rows' bytes are copied into shared chunks rather than one
 	// allocation each (sql.RawBytes is valid only until the next row).
 	var arena []byte
+	total := 0
 	for rows.Next() {
 		if out == nil {
 			out = make([]instanceai.StoredRow, 0, capacity)
@@ -557,7 +572,12 @@ func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 		// slice database/sql copied), not as RawBytes: a large row is
 		// then kept as it came, one allocation instead of three.
 		var value any
-		if err := rows.Scan(&r.Seq, &typ, &runID, &value); err != nil {
+		dest := []any{&r.Seq, &typ, &runID, &value}
+		var size int
+		if light {
+			dest = append(dest, &size)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		t, ok := eventTypes[string(typ)]
@@ -570,29 +590,36 @@ func scanRows(rows *sql.Rows, capacity int) ([]instanceai.StoredRow, error) {
 			data = unsafe.Slice(unsafe.StringData(v), len(v)) // never written to
 		case []byte:
 			data = v
+		case nil:
+			if !light {
+				return nil, fmt.Errorf("row %d: data is NULL", r.Seq)
+			}
+			r.Size = size // left out: a large row
 		default:
 			return nil, fmt.Errorf("row %d: data is a %T", r.Seq, value)
 		}
-		if len(data) >= rowArenaChunk {
+		switch {
+		case data == nil:
+		case len(data) >= rowArenaChunk:
 			r.Data = data[:len(data):len(data)]
-		} else {
-			if cap(arena)-len(arena) < len(data)+len(runID) {
-				arena = make([]byte, 0, max(rowArenaChunk, len(data)+len(runID)))
+		default:
+			if cap(arena)-len(arena) < len(data) {
+				arena = make([]byte, 0, rowArenaChunk)
 			}
 			start := len(arena)
 			arena = append(arena, data...)
 			r.Data = arena[start:len(arena):len(arena)]
 		}
 		r.Type = t
-		if cap(arena)-len(arena) < len(runID) {
-			arena = make([]byte, 0, max(rowArenaChunk, len(runID)))
-		}
-		// The run id is read far less often than the bytes: a string
-		// over the arena costs no allocation of its own.
-		start := len(arena)
-		arena = append(arena, runID...)
-		r.RunID = unsafe.String(unsafe.SliceData(arena[start:]), len(runID))
+		// A string of its own, not one over the arena: a reader keeps run
+		// ids (a feed's ledger does, for the runs it saw end), and one
+		// over the arena would keep the whole chunk alive with it.
+		r.RunID = string(runID)
 		out = append(out, r)
+		total += len(r.Data) + r.Size
+		if maxBytes > 0 && total >= maxBytes {
+			break
+		}
 	}
 	return out, rows.Err()
 }
