@@ -419,16 +419,16 @@ func rowsBytes(rows []StoredRow) int {
 	return n
 }
 
-// rowData reads the whole bytes of a row a light read left out, for the
-// rare row the feed must look into itself (a live connection's block or
-// ending read from the log).
-func (f *Feed) rowData(ctx context.Context, seq int64) ([]byte, error) {
-	rows, err := ReadRowsAfter(ctx, f.log, f.threadID, seq-1, 1, 0)
+// ReadRow reads the bytes of one row of a thread's log: for a feed, a row
+// a light read left out that it must look into itself (a live
+// connection's block or ending read from the log).
+func ReadRow(ctx context.Context, log EventLog, threadID string, seq int64) ([]byte, error) {
+	rows, err := ReadRowsAfter(ctx, log, threadID, seq-1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(rows) == 0 || rows[0].Seq != seq {
-		return nil, fmt.Errorf("event %d of thread %q is no longer stored", seq, f.threadID)
+		return nil, fmt.Errorf("event %d of thread %q is no longer stored", seq, threadID)
 	}
 	return rows[0].Data, nil
 }
@@ -488,7 +488,7 @@ func (f *Feed) replayed(ctx context.Context, rows []StoredRow, upTo int64) ([]De
 			if whole == nil && (kind == TypeRunFinish || kind == TypeError || kind == TypeTextBlock || kind == TypeReasoningBlock) {
 				// A large row the connection's own judgement needs.
 				var err error
-				if whole, err = f.rowData(ctx, seq); err != nil {
+				if whole, err = ReadRow(ctx, f.log, f.threadID, seq); err != nil {
 					return nil, err
 				}
 			}
@@ -586,7 +586,7 @@ func (f *Feed) notePending(ctx context.Context) error {
 			if ev, err := decodeEnvelope(data); err != nil || ev.Type == "" {
 				// An envelope longer than the head: the whole row.
 				var rerr error
-				if data, rerr = f.rowData(ctx, b.seq); rerr != nil {
+				if data, rerr = ReadRow(ctx, f.log, f.threadID, b.seq); rerr != nil {
 					return rerr
 				}
 			}

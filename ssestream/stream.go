@@ -308,7 +308,7 @@ func (s *Stream) DataParts(id int64, size int, part func(off, n int) ([]byte, er
 		if len(p) != min(n, size-off) || bytes.ContainsAny(p, "\r\n") {
 			return fmt.Errorf("ssestream: part %d+%d of a %d-byte frame is not what it was", off, len(p), size)
 		}
-		written, stalled, err := s.writePart(p)
+		written, stalled, err := s.writePart(p, nil)
 		if err != nil {
 			return err
 		}
@@ -331,8 +331,10 @@ const (
 )
 
 // writePart writes p in chunks; when a chunk stalls (see DataParts) it
-// writes the rest of that chunk alone and reports how much of p went out.
-func (s *Stream) writePart(p []byte) (written int, stalled bool, err error) {
+// writes the rest of that chunk alone, having called release (when set)
+// for the caller to let go of what p points into, and reports how much of
+// p went out.
+func (s *Stream) writePart(p []byte, release func()) (written int, stalled bool, err error) {
 	if s.conn == nil {
 		if err := s.setWriteDeadline(); err != nil {
 			return 0, false, err
@@ -355,6 +357,9 @@ func (s *Stream) writePart(p []byte) (written int, stalled bool, err error) {
 		}
 		rest := bytes.Clone(p[off:end])
 		p = nil // what the caller holds of it is all that is left
+		if release != nil {
+			release()
+		}
 		if err := s.setWriteDeadline(); err != nil {
 			return off, true, err
 		}
@@ -385,43 +390,25 @@ func (s *Stream) writeHead(id int64) error {
 const chunkSize = 16 << 10
 
 // writeChunks writes data to a hijacked connection in chunks (see
-// DataReloadable). A frame is read again at most once: a client that
-// reads, however slowly, after it stalled is then written the rest whole,
-// so that a slow reader cannot make the stream read a large frame once
-// per chunk.
+// DataReloadable): writePart's, letting go of data at the first stall. A
+// frame is read again at most once: a client that reads, however slowly,
+// after it stalled is then written the rest whole, so that a slow reader
+// cannot make the stream read a large frame once per chunk.
 func (s *Stream) writeChunks(data []byte, reload func() ([]byte, error)) error {
 	total := len(data)
 	reloaded := false
 	for off := 0; off < total; {
-		end := min(off+chunkSize, total)
-		deadline := time.Now().Add(stallProbe)
-		if reloaded {
-			deadline = time.Now().Add(s.writeTimeout)
+		var release func()
+		if !reloaded {
+			release = func() { data = nil }
 		}
-		if err := s.conn.SetWriteDeadline(deadline); err != nil {
+		written, stalled, err := s.writePart(data[off:], release)
+		if err != nil {
 			return err
 		}
-		n, err := s.conn.Write(data[off:end])
-		off += n
-		if err == nil {
+		off += written
+		if !stalled || reloaded || off == total {
 			continue
-		}
-		if reloaded || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return err
-		}
-		// The client is not taking what it is sent: wait with the rest of
-		// this chunk alone, and read the frame again once it moved.
-		rest := bytes.Clone(data[off:end])
-		data = nil
-		if err := s.setWriteDeadline(); err != nil {
-			return err
-		}
-		if _, err := s.conn.Write(rest); err != nil {
-			return err
-		}
-		off = end
-		if off == total {
-			break
 		}
 		if data, err = reload(); err != nil {
 			return err

@@ -161,7 +161,13 @@ func buildSnapshot(ctx context.Context, store history.Store, threadID string, cu
 	for _, e := range entries {
 		if e.User != nil {
 			out = append(out, agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.TextContent(got.Users[e.User.ID].Content)})
-		} else if text := assistantText(got.Runs.Get(e.RunID).State.Tree()); text != "" {
+			continue
+		}
+		run := got.Runs.Get(e.RunID)
+		if run == nil {
+			continue // evicted by a bounded store between the two reads
+		}
+		if text := assistantText(run.State.Tree()); text != "" {
 			out = append(out, agui.Message{ID: e.RunID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
 		}
 	}

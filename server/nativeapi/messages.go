@@ -135,6 +135,9 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 			continue
 		}
 		run := got.Runs.Get(e.RunID)
+		if run == nil {
+			continue // evicted by a bounded store between the two reads
+		}
 		tree := run.State.Tree()
 		msgs = append(msgs, richMessage{ID: run.ID, RunID: run.ID, Role: "assistant", CreatedAt: isoMillis(run.StartedAt),
 			Content: tree.TextContent, Reasoning: tree.Reasoning, IsStreaming: run.State.Active(), AgentTree: tree})

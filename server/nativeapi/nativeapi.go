@@ -5,7 +5,6 @@ package nativeapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -320,12 +319,5 @@ func (a *API) rowPart(threadID string, seq int64, off, n int) ([]byte, error) {
 func (a *API) row(threadID string, seq int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WriteTimeout)
 	defer cancel()
-	rows, err := instanceai.ReadRowsAfter(ctx, a.store, threadID, seq-1, 1, 0)
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 || rows[0].Seq != seq {
-		return nil, fmt.Errorf("event %d of thread %q is no longer stored", seq, threadID)
-	}
-	return rows[0].Data, nil
+	return instanceai.ReadRow(ctx, a.store, threadID, seq)
 }
