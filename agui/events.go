@@ -508,3 +508,24 @@ type SubagentError struct {
 	Message       string `json:"message"`
 	Code          string `json:"code,omitempty"`
 }
+
+// Verbatim is an event kept as the JSON another AG-UI agent sent, written
+// back as those bytes: an upstream's event Threadline stores without
+// translating it. Its Base is not written.
+type Verbatim struct {
+	Base
+	T    EventType
+	Data json.RawMessage
+}
+
+// Type returns the event's own type.
+func (e *Verbatim) Type() EventType { return e.T }
+
+// MarshalJSON returns the event as it came.
+func (e Verbatim) MarshalJSON() ([]byte, error) { return e.Data, nil }
+
+// Lifecycle reports whether t is one of the events that open and close a
+// run.
+func Lifecycle(t EventType) bool {
+	return t == TypeRunStarted || t == TypeRunFinished || t == TypeRunError
+}

@@ -147,17 +147,25 @@ type RunAgentInput struct {
 	ParentRunID     string          `json:"parentRunId,omitempty"`
 	State           json.RawMessage `json:"state,omitempty"`
 	Messages        []Message       `json:"messages"`
-	Tools           []Tool          `json:"tools,omitempty"`
-	Context         []Context       `json:"context,omitempty"`
+	Tools           []Tool          `json:"tools"`
+	Context         []Context       `json:"context"`
 	ForwardedProps  json.RawMessage `json:"forwardedProps,omitempty"`
 	Resume          []Resume        `json:"resume,omitempty"`
 }
 
-// MarshalJSON writes nil messages as [] (the field is required).
+// MarshalJSON writes nil messages, tools and context as [] (the fields
+// are required; an agent server that reads the body as it is iterates
+// them).
 func (in RunAgentInput) MarshalJSON() ([]byte, error) {
 	type plain RunAgentInput
 	if in.Messages == nil {
 		in.Messages = []Message{}
+	}
+	if in.Tools == nil {
+		in.Tools = []Tool{}
+	}
+	if in.Context == nil {
+		in.Context = []Context{}
 	}
 	return json.Marshal(plain(in))
 }

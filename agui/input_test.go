@@ -72,7 +72,7 @@ func TestDecodeRunAgentInput(t *testing.T) {
 			t.Errorf("null kept: %+v", in)
 		}
 		out, _ := json.Marshal(in)
-		if string(out) != `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant"}]}` {
+		if string(out) != `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant"}],"tools":[],"context":[]}` {
 			t.Errorf("re-encoded as %s", out)
 		}
 	})

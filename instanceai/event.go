@@ -112,6 +112,8 @@ func newPayload(t EventType) Payload {
 		return &PreferencesApplied{}
 	case TypeCustom:
 		return &Custom{}
+	case TypeAGUI:
+		return &AGUIEvent{}
 	}
 	return nil
 }

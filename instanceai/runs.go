@@ -255,6 +255,11 @@ type StartRequest struct {
 	// input.context, e.g. CopilotKit's useCopilotReadable): LLM agents show
 	// it to their model.
 	Context []ContextItem
+	// State and ForwardedProps are AG-UI input.state and
+	// input.forwardedProps as the client sent them (nil when it did not),
+	// for an agent that passes them on to an upstream AG-UI agent.
+	State          json.RawMessage
+	ForwardedProps json.RawMessage
 	// RunID, when set, is the run's id instead of a fresh one: a client's
 	// own run id, so that a retry finds the run again. It follows the
 	// thread id rule (ValidThreadID); that no run of the thread has it yet

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
@@ -25,17 +27,19 @@ import (
 //     TOOL_CALL_CHUNKs are the same call, which ends at the first event
 //     that is not one of its chunks. TOOL_CALL_RESULT is tool-result (JSON
 //     content as that JSON, other text as a JSON string).
-//   - RUN_ERROR is error (the upstream's message and code) then run-finish
-//     error; RUN_FINISHED is run-finish completed, or cancelled.
-//   - CUSTOM is custom under its own name; every other event (state,
-//     steps, activity, snapshots, RAW) is custom named "ag-ui." and its
-//     type, with the event as it came as value.
+//   - SUBAGENT_STARTED is agent-spawned, its subagentRunId the agent's
+//     id: events that name it are that agent's; SUBAGENT_FINISHED and
+//     SUBAGENT_ERROR are its agent-completed.
+//   - Every other event (state, steps, activity, snapshots, CUSTOM, RAW,
+//     and RUN_STARTED and RUN_FINISHED for the record) is an ag-ui event
+//     that keeps it as it came, which the AG-UI stream serves back.
+//   - RUN_FINISHED and RUN_ERROR end the upstream's run: End returns them,
+//     and the agent ends the Threadline run (run-start and run-finish are
+//     the registry's), or answers the interrupts and Continues.
 //
 // An upstream that breaks AG-UI's order (content of a message or call it
 // did not start, a second start of one open, anything after the run's
 // end) gets an error naming the event; the caller ends the run with it.
-// RUN_FINISHED with an interrupt outcome is ErrInterruptOutcome: approvals
-// from upstream interrupts are not translated yet.
 type AGUIToInstance struct {
 	runID, agentID string
 	// text and reasoning are the open messages by id; calls the open tool
@@ -43,36 +47,66 @@ type AGUIToInstance struct {
 	text, reasoning map[string]bool
 	calls           map[string]*upstreamCall
 	chunked         string
-	finished        bool
+	// upstream names the agent in the ag-ui events; end is the upstream
+	// run's terminal event once translated.
+	upstream string
+	end      agui.Event
+	// subs are the upstream's active sub-agents by subagentRunId, with
+	// their names; cur is the agent the event being translated is of.
+	subs map[string]string
+	cur  string
 }
 
 // upstreamCall is a tool call whose arguments are streaming.
 type upstreamCall struct {
 	name string
 	args []byte
+	// parent is the call's parentMessageId, kept as the response id of
+	// its events: InstanceToAGUI names it as the parent again, so calls
+	// the upstream put on one message stay on one.
+	parent string
 }
-
-// ErrInterruptOutcome is returned for a RUN_FINISHED whose outcome is an
-// interrupt.
-var ErrInterruptOutcome = errors.New("the upstream finished its run on an interrupt, which is not supported yet")
-
-// CustomAGUIPrefix names the custom events that carry an upstream's AG-UI
-// events that have no Instance AI counterpart.
-const CustomAGUIPrefix = "ag-ui."
 
 // NewAGUIToInstance returns a translator whose events belong to run runID
-// and agent agentID.
-func NewAGUIToInstance(runID, agentID string) *AGUIToInstance {
-	return &AGUIToInstance{runID: runID, agentID: agentID, text: map[string]bool{}, reasoning: map[string]bool{},
-		calls: map[string]*upstreamCall{}}
+// and agent agentID, and name upstream as their source.
+func NewAGUIToInstance(runID, agentID, upstream string) *AGUIToInstance {
+	return &AGUIToInstance{runID: runID, agentID: agentID, upstream: upstream, text: map[string]bool{},
+		reasoning: map[string]bool{}, calls: map[string]*upstreamCall{}, subs: map[string]string{}}
 }
 
-// Finished reports whether the upstream's terminal event was translated.
-func (m *AGUIToInstance) Finished() bool { return m.finished }
+// End returns the upstream run's terminal event (*agui.RunFinished or
+// *agui.RunError) once translated, else nil.
+func (m *AGUIToInstance) End() agui.Event { return m.end }
+
+// Continue reads the next upstream run of the same Threadline run (after
+// an interrupt was answered): messages and calls left open carry on.
+func (m *AGUIToInstance) Continue() { m.end = nil }
+
+// PushJSON decodes one upstream event and translates it; an event kept as
+// an ag-ui event keeps these bytes (compacted).
+func (m *AGUIToInstance) PushJSON(data []byte) ([]instanceai.Event, error) {
+	ev, err := agui.DecodeEvent(data)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		return nil, err
+	}
+	return m.push(ev, buf.Bytes())
+}
 
 // Push translates one upstream event.
 func (m *AGUIToInstance) Push(ev agui.Event) ([]instanceai.Event, error) {
-	if m.finished {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	return m.push(ev, data)
+}
+
+func (m *AGUIToInstance) push(ev agui.Event, data []byte) ([]instanceai.Event, error) {
+	if m.end != nil {
 		return nil, fmt.Errorf("%s after the run's end", ev.Type())
 	}
 	var out []instanceai.Event
@@ -84,7 +118,15 @@ func (m *AGUIToInstance) Push(ev agui.Event) ([]instanceai.Event, error) {
 			return nil, err
 		}
 	}
-	more, err := m.push(ev)
+	// An event a sub-agent's subagentRunId names is that agent's.
+	m.cur = m.agentID
+	if sub := attribution(data); sub != "" {
+		if _, ok := m.subs[sub]; !ok && ev.Type() != agui.TypeSubagentStarted {
+			return nil, fmt.Errorf("%s: subagentRunId %q names no active sub-agent", ev.Type(), sub)
+		}
+		m.cur = sub
+	}
+	more, err := m.translate(ev, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ev.Type(), err)
 	}
@@ -99,10 +141,8 @@ func (m *AGUIToInstance) Push(ev agui.Event) ([]instanceai.Event, error) {
 	return out, nil
 }
 
-func (m *AGUIToInstance) push(ev agui.Event) ([]instanceai.Event, error) {
+func (m *AGUIToInstance) translate(ev agui.Event, data []byte) ([]instanceai.Event, error) {
 	switch e := ev.(type) {
-	case *agui.RunStarted:
-		return nil, nil // the Threadline run has started already
 	case *agui.TextMessageStart:
 		if e.Role != "" && e.Role != agui.RoleAssistant {
 			return nil, nil // not the agent's answer
@@ -128,7 +168,7 @@ func (m *AGUIToInstance) push(ev agui.Event) ([]instanceai.Event, error) {
 	case *agui.ReasoningMessageChunk:
 		return m.chunk(m.reasoning, instanceai.TypeReasoningDelta, e.MessageID, e.Delta, "reasoning message")
 	case *agui.ToolCallStart:
-		return m.startCall(e.ToolCallID, e.ToolCallName)
+		return m.startCall(e.ToolCallID, e.ToolCallName, e.ParentMessageID)
 	case *agui.ToolCallArgs:
 		c := m.calls[e.ToolCallID]
 		if c == nil {
@@ -145,36 +185,109 @@ func (m *AGUIToInstance) push(ev agui.Event) ([]instanceai.Event, error) {
 			return nil, errors.New("toolCallId is empty")
 		}
 		return m.emit(instanceai.TypeToolResult, "", &instanceai.ToolResult{ToolCallID: e.ToolCallID, Result: jsonOrString(e.Content)}), nil
-	case *agui.RunError:
-		m.finished = true
-		return append(m.emit(instanceai.TypeError, "", &instanceai.ErrorPayload{Content: e.Message, Code: e.Code}),
-			m.emit(instanceai.TypeRunFinish, "", &instanceai.RunFinish{Status: instanceai.RunError})...), nil
-	case *agui.RunFinished:
-		status := instanceai.RunCompleted
-		if e.Outcome != nil {
-			switch e.Outcome.Type {
-			case agui.OutcomeInterrupt:
-				return nil, ErrInterruptOutcome
-			case agui.OutcomeCancelled:
-				status = instanceai.RunCancelled
-			}
+	case *agui.SubagentStarted:
+		return m.subagentStarted(e)
+	case *agui.SubagentFinished:
+		result := string(e.Result)
+		var text string
+		if json.Unmarshal(e.Result, &text) == nil {
+			result = text
 		}
-		m.finished = true
-		return m.emit(instanceai.TypeRunFinish, "", &instanceai.RunFinish{Status: status}), nil
+		return m.subagentEnded(e.SubagentRunID, &instanceai.AgentCompleted{Result: result})
+	case *agui.SubagentError:
+		return m.subagentEnded(e.SubagentRunID, &instanceai.AgentCompleted{Error: orText(e.Message, "the sub-agent failed"), Status: instanceai.RunError})
 	case *agui.Custom:
-		return m.emit(instanceai.TypeCustom, "", &instanceai.Custom{Name: e.Name, Value: orNull(e.Value)}), nil
-	default:
-		data, err := json.Marshal(ev)
-		if err != nil {
-			return nil, err
+		if e.Name == "" {
+			return nil, errors.New("name is empty")
 		}
-		return m.emit(instanceai.TypeCustom, "", &instanceai.Custom{Name: CustomAGUIPrefix + string(ev.Type()), Value: data}), nil
+		return m.kept(data), nil
+	case *agui.RunError:
+		m.end = e
+		return m.abandonSubs(), nil // the registry ends the run with its error
+	case *agui.RunFinished:
+		m.end = e
+		if e.Outcome != nil && e.Outcome.Type == agui.OutcomeInterrupt && len(e.Outcome.Interrupts) == 0 {
+			return nil, errors.New("an interrupt outcome names no interrupt")
+		}
+		return append(m.abandonSubs(), m.kept(data)...), nil
+	default:
+		return m.kept(data), nil
 	}
+}
+
+// subagentStarted is the agent-spawned of an upstream's sub-agent, named
+// by its subagentRunId: its events are that agent's from then on.
+func (m *AGUIToInstance) subagentStarted(e *agui.SubagentStarted) ([]instanceai.Event, error) {
+	switch {
+	case e.SubagentRunID == "":
+		return nil, errors.New("subagentRunId is empty")
+	case e.Name == "":
+		return nil, fmt.Errorf("sub-agent %q has no name", e.SubagentRunID)
+	}
+	if _, open := m.subs[e.SubagentRunID]; open {
+		return nil, fmt.Errorf("sub-agent %q is active already", e.SubagentRunID)
+	}
+	parent := m.agentID
+	if e.ParentSubagentRunID != "" {
+		if _, ok := m.subs[e.ParentSubagentRunID]; !ok {
+			return nil, fmt.Errorf("parentSubagentRunId %q names no active sub-agent", e.ParentSubagentRunID)
+		}
+		parent = e.ParentSubagentRunID
+	}
+	m.subs[e.SubagentRunID] = e.Name
+	return m.emit(instanceai.TypeAgentSpawned, "", &instanceai.AgentSpawned{ParentID: parent, Role: e.Name, Title: e.Description}), nil
+}
+
+// subagentEnded is the agent-completed of an upstream's sub-agent.
+func (m *AGUIToInstance) subagentEnded(id string, p *instanceai.AgentCompleted) ([]instanceai.Event, error) {
+	name, open := m.subs[id]
+	if !open {
+		return nil, fmt.Errorf("sub-agent %q is not active", id)
+	}
+	delete(m.subs, id)
+	p.Role = name
+	return m.emit(instanceai.TypeAgentCompleted, "", p), nil
+}
+
+// abandonSubs ends the sub-agents still active when the upstream's run
+// ends (AG-UI forbids it; an agent that did not end is not waited for).
+func (m *AGUIToInstance) abandonSubs() []instanceai.Event {
+	ids := slices.Sorted(maps.Keys(m.subs))
+	var out []instanceai.Event
+	for _, id := range ids {
+		m.cur = id
+		ended, _ := m.subagentEnded(id, &instanceai.AgentCompleted{Error: "the upstream ended its run before this sub-agent finished",
+			Status: instanceai.RunError})
+		out = append(out, ended...)
+	}
+	m.cur = m.agentID
+	return out
+}
+
+// attribution is the subagentRunId of an event's JSON, "" for none.
+func attribution(data []byte) string {
+	var a struct {
+		SubagentRunID string `json:"subagentRunId"`
+	}
+	_ = json.Unmarshal(data, &a) // the event decoded already
+	return a.SubagentRunID
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// kept is the ag-ui event that keeps an upstream event as it came.
+func (m *AGUIToInstance) kept(data []byte) []instanceai.Event {
+	return m.emit(instanceai.TypeAGUI, "", &instanceai.AGUIEvent{Event: data, Upstream: m.upstream})
 }
 
 // emit is one event of the run, of the response responseID when set.
 func (m *AGUIToInstance) emit(typ instanceai.EventType, responseID string, p instanceai.Payload) []instanceai.Event {
-	return []instanceai.Event{{Type: typ, RunID: m.runID, AgentID: m.agentID, ResponseID: responseID, Payload: p}}
+	return []instanceai.Event{{Type: typ, RunID: m.runID, AgentID: m.cur, ResponseID: responseID, Payload: p}}
 }
 
 func (m *AGUIToInstance) open(open map[string]bool, id, what string) error {
@@ -224,7 +337,7 @@ func (m *AGUIToInstance) chunk(open map[string]bool, typ instanceai.EventType, i
 	return m.emit(typ, id, &instanceai.Text{Text: text}), nil
 }
 
-func (m *AGUIToInstance) startCall(id, name string) ([]instanceai.Event, error) {
+func (m *AGUIToInstance) startCall(id, name, parent string) ([]instanceai.Event, error) {
 	switch {
 	case id == "":
 		return nil, errors.New("toolCallId is empty")
@@ -233,8 +346,13 @@ func (m *AGUIToInstance) startCall(id, name string) ([]instanceai.Event, error) 
 	case m.calls[id] != nil:
 		return nil, fmt.Errorf("tool call %q is open already", id)
 	}
-	m.calls[id] = &upstreamCall{name: name}
-	return m.emit(instanceai.TypeToolInputStart, "", &instanceai.ToolInputStart{ToolCallID: id, ToolName: name}), nil
+	if parent == "" {
+		// No parent: the client makes the call a message of its own,
+		// named after it; naming it so keeps it one.
+		parent = id
+	}
+	m.calls[id] = &upstreamCall{name: name, parent: parent}
+	return m.emit(instanceai.TypeToolInputStart, parent, &instanceai.ToolInputStart{ToolCallID: id, ToolName: name}), nil
 }
 
 func (m *AGUIToInstance) endCall(id string) ([]instanceai.Event, error) {
@@ -250,7 +368,7 @@ func (m *AGUIToInstance) endCall(id string) ([]instanceai.Event, error) {
 			return nil, fmt.Errorf("the arguments of tool call %q are not a JSON object", id)
 		}
 	}
-	return m.emit(instanceai.TypeToolCall, "", &instanceai.ToolCall{ToolCallID: id, ToolName: c.name, Args: args}), nil
+	return m.emit(instanceai.TypeToolCall, c.parent, &instanceai.ToolCall{ToolCallID: id, ToolName: c.name, Args: args}), nil
 }
 
 // callChunk starts the chunked call its first chunk names, and gathers
@@ -262,7 +380,7 @@ func (m *AGUIToInstance) callChunk(e *agui.ToolCallChunk) ([]instanceai.Event, e
 			return nil, errors.New("the first chunk of a tool call has no toolCallId")
 		}
 		var err error
-		if out, err = m.startCall(e.ToolCallID, e.ToolCallName); err != nil {
+		if out, err = m.startCall(e.ToolCallID, e.ToolCallName, e.ParentMessageID); err != nil {
 			return nil, err
 		}
 		m.chunked = e.ToolCallID
@@ -290,12 +408,4 @@ func jsonOrString(text string) json.RawMessage {
 	}
 	quoted, _ := json.Marshal(text) // a string always marshals
 	return quoted
-}
-
-// orNull is a JSON value, null when there is none.
-func orNull(v json.RawMessage) json.RawMessage {
-	if len(v) == 0 {
-		return json.RawMessage("null")
-	}
-	return v
 }

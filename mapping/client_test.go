@@ -37,6 +37,14 @@ func nodeDir(t *testing.T) (node, dir string) {
 
 func runClientVerifier(t *testing.T, node, dir string, streams [][]agui.Event) (string, error) {
 	t.Helper()
+	stdout, stderr, err := runNodeOnStreams(t, node, dir, "verify.js", streams)
+	return stdout + stderr, err
+}
+
+// runNodeOnStreams writes the streams, one JSON array per line, to a file
+// and runs the script in dir on it, returning what it printed.
+func runNodeOnStreams(t *testing.T, node, dir, script string, streams [][]agui.Event) (stdout, stderr string, err error) {
+	t.Helper()
 	var b strings.Builder
 	for _, s := range streams {
 		raw, err := json.Marshal(s)
@@ -50,10 +58,12 @@ func runClientVerifier(t *testing.T, node, dir string, streams [][]agui.Event) (
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(node, "verify.js", path)
+	cmd := exec.Command(node, script, path)
 	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	return string(out), errOut.String(), err
 }
 
 // TestMappedStreamsAgainstAGUIClient runs generated streams through the real

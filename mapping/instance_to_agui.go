@@ -80,6 +80,9 @@ type agentState struct {
 	segs      [2]*segment
 	lastText  string // messageId of the agent's latest text message
 	openTools []string
+	// callGroup is the first of the agent's calls started with no text
+	// before them and no result since: the parent of the next ones.
+	callGroup string
 }
 
 type subagent struct {
@@ -301,15 +304,11 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 			m.block(ev, kindReasoning, p.Text)
 		}
 	case *instanceai.ToolInputStart:
-		m.startTool(ev.AgentID, p.ToolCallID, p.ToolName)
+		m.startTool(ev.AgentID, p.ToolCallID, p.ToolName, ev.ResponseID)
 	case *instanceai.ToolCall:
-		m.toolCall(ev.AgentID, p)
+		m.toolCall(ev.AgentID, ev.ResponseID, p)
 	case *instanceai.ToolResult:
-		content := string(p.Result)
-		if content == "" {
-			content = "null"
-		}
-		m.toolResult(ev.AgentID, p.ToolCallID, content, ResultKindResult)
+		m.toolResult(ev.AgentID, p.ToolCallID, resultText(p.Result), ResultKindResult)
 	case *instanceai.ToolError:
 		kind := ResultKindError
 		if ev.Type == instanceai.TypeToolInterrupted {
@@ -329,6 +328,14 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 	case *instanceai.Custom:
 		// The agent's own name and value, as AG-UI's CUSTOM means them.
 		m.custom(ev.AgentID, p.Name, p.Value)
+	case *instanceai.AGUIEvent:
+		// An upstream agent's event, served back as it came; its run's
+		// lifecycle is kept for the record and for resuming, this run's
+		// own lifecycle is served instead.
+		if t := agui.EventType(p.EventType()); !agui.Lifecycle(t) {
+			m.ensureStarted()
+			m.emit(ev.AgentID, &agui.Verbatim{T: t, Data: p.Event})
+		}
 	default:
 		if p, ok := ev.Payload.(*instanceai.ErrorPayload); ok {
 			m.lastError, m.lastErrorCode = p.Content, p.Code
@@ -498,7 +505,13 @@ func (m *InstanceToAGUI) isOpenTool(a *agentState, id string) bool {
 	return false
 }
 
-func (m *InstanceToAGUI) startTool(agentID, toolCallID, name string) {
+// startTool opens a tool call on its parent message: the one its events
+// name (their responseId: an upstream AG-UI agent's parentMessageId), else
+// the agent's latest text, else the first call of the calls that started
+// since the last result, so that calls made together stay one assistant
+// message (as a model's parallel calls are) where the client would
+// otherwise make a message of each.
+func (m *InstanceToAGUI) startTool(agentID, toolCallID, name, parent string) {
 	a := m.agent(agentID)
 	if m.isOpenTool(a, toolCallID) {
 		return
@@ -507,7 +520,18 @@ func (m *InstanceToAGUI) startTool(agentID, toolCallID, name string) {
 	if m.clientTools[name] && !slices.Contains(m.clientCalls, toolCallID) {
 		m.clientCalls = append(m.clientCalls, toolCallID)
 	}
-	m.emit(agentID, &agui.ToolCallStart{ToolCallID: toolCallID, ToolCallName: name, ParentMessageID: a.lastText})
+	if parent == "" {
+		parent = a.lastText
+	}
+	if parent == "" {
+		parent = a.callGroup
+		if parent == "" {
+			// The first call names the message the client makes for it
+			// (its own id, as with no parent at all).
+			a.callGroup = toolCallID
+		}
+	}
+	m.emit(agentID, &agui.ToolCallStart{ToolCallID: toolCallID, ToolCallName: name, ParentMessageID: parent})
 }
 
 func (m *InstanceToAGUI) endTool(a *agentState, toolCallID string) {
@@ -520,8 +544,8 @@ func (m *InstanceToAGUI) endTool(a *agentState, toolCallID string) {
 	}
 }
 
-func (m *InstanceToAGUI) toolCall(agentID string, p *instanceai.ToolCall) {
-	m.startTool(agentID, p.ToolCallID, p.ToolName)
+func (m *InstanceToAGUI) toolCall(agentID, parent string, p *instanceai.ToolCall) {
+	m.startTool(agentID, p.ToolCallID, p.ToolName, parent)
 	args := string(p.Args)
 	if args == "" {
 		args = "{}"
@@ -531,7 +555,9 @@ func (m *InstanceToAGUI) toolCall(agentID string, p *instanceai.ToolCall) {
 }
 
 func (m *InstanceToAGUI) toolResult(agentID, toolCallID, content, kind string) {
-	m.endTool(m.agent(agentID), toolCallID)
+	a := m.agent(agentID)
+	a.callGroup = ""
+	m.endTool(a, toolCallID)
 	m.clientCalls = slices.DeleteFunc(m.clientCalls, func(id string) bool { return id == toolCallID })
 	m.emit(agentID, &agui.ToolCallResult{
 		Base:       agui.Base{Metadata: map[string]any{MetadataKey: map[string]string{"kind": kind}}},
@@ -815,4 +841,18 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// resultText is a tool result as TOOL_CALL_RESULT content, which is text:
+// a JSON string as its text (a client tool's answer, an upstream's plain
+// text result), anything else as its JSON.
+func resultText(result json.RawMessage) string {
+	if len(result) == 0 {
+		return "null"
+	}
+	var s string
+	if json.Unmarshal(result, &s) == nil {
+		return s
+	}
+	return string(result)
 }

@@ -235,7 +235,7 @@ func TestMappingTable(t *testing.T) {
 		{
 			name: "a stream without run-start starts the run lazily",
 			in:   []instanceai.Event{toolResult(orch, "tc1", `"ok"`), finish(instanceai.RunCompleted, "")},
-			want: []string{"RUN_STARTED", `TOOL_CALL_RESULT messageId=result:tc1 toolCallId=tc1 content="ok"`, "RUN_FINISHED outcome=success"},
+			want: []string{"RUN_STARTED", `TOOL_CALL_RESULT messageId=result:tc1 toolCallId=tc1 content=ok`, "RUN_FINISHED outcome=success"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestResumeContinuesTheRun(t *testing.T) {
 	second := m.Resume("r2")
 	second = append(second, feed(m, finish(instanceai.RunCompleted, ""))...)
 	want := []string{"RUN_STARTED", "SUBAGENT_STARTED subagentRunId=agent_b1 name=builder",
-		`TOOL_CALL_RESULT subagentRunId=agent_b1 messageId=result:tc5 toolCallId=tc5 content="deleted"`,
+		`TOOL_CALL_RESULT subagentRunId=agent_b1 messageId=result:tc5 toolCallId=tc5 content=deleted`,
 		"SUBAGENT_FINISHED subagentRunId=agent_b1 result=ok outcome=success", "RUN_FINISHED outcome=success"}
 	if got := summaries(second); !slices.Equal(got, want) {
 		t.Fatalf("got:\n  %s", strings.Join(got, "\n  "))

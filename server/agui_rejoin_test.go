@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -185,11 +186,13 @@ func messageSummary(msgs []map[string]any) []string {
 }
 
 // runText is the orchestrator text a client holds at the end of a rejoin:
-// the run's message in the snapshot, then the text streamed.
+// the run's assistant messages in the snapshot (named after its responses,
+// which the reference agent names after the run), then the text streamed.
 func runText(msgs []map[string]any, events []aguiEvent, runID string) string {
 	var b strings.Builder
 	for _, m := range msgs {
-		if m["id"] == runID {
+		id, _ := m["id"].(string)
+		if m["role"] == "assistant" && strings.HasPrefix(id, runID+":") && m["subagentRunId"] == nil {
 			s, _ := m["content"].(string)
 			b.WriteString(s)
 		}
@@ -202,24 +205,26 @@ func runText(msgs []map[string]any, events []aguiEvent, runID string) string {
 	return b.String()
 }
 
-// responsesText is a run's text as a snapshot's assistant message holds
-// it: the orchestrator's text of each response, in the log's order, a
-// blank line between responses.
-func responsesText(events []instanceai.Event) string {
-	var b strings.Builder
-	last := ""
-	for _, ev := range events {
-		p, ok := ev.Payload.(*instanceai.Text)
-		if !ok || ev.Type != instanceai.TypeTextBlock || ev.AgentID != instanceai.OrchestratorAgentID(ev.RunID) || p.Text == "" {
-			continue
+// ofRole returns the messages of a role.
+func ofRole(msgs []map[string]any, role string) []map[string]any {
+	var out []map[string]any
+	for _, m := range msgs {
+		if m["role"] == role {
+			out = append(out, m)
 		}
-		if b.Len() > 0 && ev.ResponseID != last {
-			b.WriteString("\n\n")
-		}
-		b.WriteString(p.Text)
-		last = ev.ResponseID
 	}
-	return b.String()
+	return out
+}
+
+// countType counts a run's stored events of a type.
+func countStored(events []instanceai.Event, typ instanceai.EventType) int {
+	n := 0
+	for _, ev := range events {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
 }
 
 // storedRun returns the stored events of one run and the highest seq of
@@ -280,13 +285,18 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 			t.Fatalf("finished run rejoined as %v", got)
 		}
 		runEvents, last := storedRun(t, store, "th", first)
-		text := responsesText(runEvents)
-		want := []string{"user:" + msgs[0]["id"].(string) + ":tools", "assistant:" + first + ":" + text}
-		if got := messageSummary(msgs); strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Errorf("snapshot %q, want %q", got, want)
+		text := agenttree.Fold(runEvents).TextContent
+		// The conversation as the live stream built it: the user's
+		// message, the run's answers, and its calls' results as tool
+		// messages.
+		if got := messageSummary(msgs); got[0] != "user:"+msgs[0]["id"].(string)+":tools" {
+			t.Errorf("snapshot %q, want the user's message first", got)
 		}
-		if text == "" || runText(msgs, events, first) != text {
-			t.Errorf("assistant text %q, want %q", runText(msgs, events, first), text)
+		if text == "" || runText(msgs, nil, first) != text {
+			t.Errorf("assistant text %q, want %q", runText(msgs, nil, first), text)
+		}
+		if n, want := len(ofRole(msgs, "tool")), countStored(runEvents, instanceai.TypeToolResult)+countStored(runEvents, instanceai.TypeToolError); n != want {
+			t.Errorf("snapshot has %d tool messages, want one per result (%d): %q", n, want, messageSummary(msgs))
 		}
 		if events[2].id != last {
 			t.Errorf("terminal frame id %d, want the log's last seq %d", events[2].id, last)
@@ -301,8 +311,9 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 		if got := types(events); len(got) != 3 || got[2] != "RUN_ERROR" {
 			t.Fatalf("failed run rejoined as %v", got)
 		}
-		if got := messageSummary(msgs); len(got) < 3 || got[1] != want[1] || !strings.HasSuffix(got[2], ":error") {
-			t.Errorf("snapshot %q: want both runs' conversation", got)
+		users := ofRole(msgs, "user")
+		if len(users) != 2 || users[1]["content"] != "error" || runText(msgs, nil, first) != text {
+			t.Errorf("snapshot %q: want both runs' conversation", messageSummary(msgs))
 		}
 	})
 }
@@ -348,20 +359,16 @@ func TestAGUIRejoinMidRun(t *testing.T) {
 			name        string
 			events      []aguiEvent
 			cursor      int64
-			wantSummary []string
+			earlierText string // the earlier run's text in the snapshot
 		}{
-			{"no cursor", zeroEvents, 0, []string{"user", "user"}},
-			{"run-start cursor", laterEvents, startSeq, []string{"user", "assistant:" + earlier + ":" + earlierText, "user"}},
+			// Earlier runs are not in the tail: the snapshot has them
+			// whatever the cursor.
+			{"no cursor", zeroEvents, 0, earlierText},
+			{"run-start cursor", laterEvents, startSeq, earlierText},
 		} {
 			msgs := checkRejoined(t, c.events, "th", runID, c.cursor)
-			got := messageSummary(msgs)
-			for i := range got {
-				if strings.HasPrefix(got[i], "user:") {
-					got[i] = "user"
-				}
-			}
-			if strings.Join(got, "|") != strings.Join(c.wantSummary, "|") {
-				t.Errorf("%s: snapshot %q, want %q", c.name, got, c.wantSummary)
+			if len(ofRole(msgs, "user")) != 2 || runText(msgs, nil, earlier) != c.earlierText || runText(msgs, nil, runID) != "" {
+				t.Errorf("%s: snapshot %q, want both users' messages and the earlier run's text %q", c.name, messageSummary(msgs), c.earlierText)
 			}
 			if text := runText(msgs, c.events, runID); text != full {
 				t.Errorf("%s: client text (%d bytes) differs from the run's (%d bytes)", c.name, len(text), len(full))
@@ -388,16 +395,49 @@ func TestAGUIRejoinMidRun(t *testing.T) {
 
 // TestAGUIRejoinReopensToolCall: a rejoin at a cursor where a tool call is
 // open opens it again before the tail continues it, and the run's text
-// before the cursor is in the snapshot.
+// and results before the cursor are in the snapshot. The agent holds the
+// call open until the rejoin has opened, so the run cannot be over first.
 func TestAGUIRejoinReopensToolCall(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, servertest.Options{AgentDelay: 50 * time.Millisecond})
+		release := make(chan struct{})
+		agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+			seg := func(n int, text string) instanceai.Event {
+				return instanceai.Event{Type: instanceai.TypeTextDelta, ResponseID: fmt.Sprintf("%s:seg:%d", run.ID, n), Payload: &instanceai.Text{Text: text}}
+			}
+			call := func(id string) instanceai.Event {
+				return instanceai.Event{Type: instanceai.TypeToolCall, Payload: &instanceai.ToolCall{ToolCallID: id, ToolName: "workflows", Args: json.RawMessage(`{"a":1}`)}}
+			}
+			result := func(id, r string) instanceai.Event {
+				return instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{ToolCallID: id, Result: json.RawMessage(r)}}
+			}
+			for _, ev := range []instanceai.Event{seg(1, "Checking a few things."), call(run.ID + ":tc:1"), result(run.ID+":tc:1", `{"count":2}`),
+				{Type: instanceai.TypeToolInputStart, Payload: &instanceai.ToolInputStart{ToolCallID: run.ID + ":tc:2", ToolName: "workflows"}}} {
+				if err := run.Emit(ev); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			for _, ev := range []instanceai.Event{call(run.ID + ":tc:2"), result(run.ID+":tc:2", `{"id":"wf"}`), seg(2, "Done.")} {
+				if err := run.Emit(ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		h := start(t, store, servertest.Options{Agent: agent})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 
 		runID := h.Chat("th", "tools")
 		cursor := waitRow(t, store, "th", runID, rowType(instanceai.TypeToolInputStart))
-		events := h.openRejoin(ctx, "th", strconv.FormatInt(cursor, 10)).rest()
+		rd := h.openRejoin(ctx, "th", strconv.FormatInt(cursor, 10))
+		rd.until(func(ev aguiEvent) bool { return ev.typ == "TOOL_CALL_START" })
+		close(release)
+		events := rd.rest()
 		msgs := checkRejoined(t, events, "th", runID, cursor)
 		if events[2].typ != "TOOL_CALL_START" || events[2].str("toolCallId") != runID+":tc:2" {
 			t.Fatalf("after the snapshot: %s, want the open tool call opened again", events[2].raw)
@@ -410,10 +450,10 @@ func TestAGUIRejoinReopensToolCall(t *testing.T) {
 		runEvents, last := storedRun(t, store, "th", runID)
 		full := agenttree.Fold(runEvents).TextContent
 		got := messageSummary(msgs)
-		if len(got) != 2 || got[1] != "assistant:"+runID+":Checking a few things." {
-			t.Errorf("snapshot %q, want the user message and the text before the cursor", got)
+		if len(got) != 3 || got[1] != "assistant:"+runID+":seg:1:Checking a few things." || got[2] != "tool:result:"+runID+":tc:1:{\"count\":2}" {
+			t.Errorf("snapshot %q, want the user message, the text and the result before the cursor", got)
 		}
-		if text := runText(msgs, events, runID); text != full {
+		if text := runText(msgs, events, runID); text != full || full != "Checking a few things.Done." {
 			t.Errorf("client text %q, want %q", text, full)
 		}
 		if end := events[len(events)-1]; end.typ != "RUN_FINISHED" || end.id != last {

@@ -186,6 +186,32 @@ func loadingToolCall(n *agenttree.AgentNode) string {
 	return ""
 }
 
+// awaitConfirmation reads the thread's live stream until a
+// confirmation-request and returns its request id.
+func (p *process) awaitConfirmation(thread string) string {
+	p.t.Helper()
+	var requestID string
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	p.acked(ctx, thread, func(ev instanceai.Event, _ int) bool {
+		if c, ok := ev.Payload.(*instanceai.ConfirmationRequest); ok {
+			requestID = c.RequestID
+			return true
+		}
+		return false
+	})
+	return requestID
+}
+
+// stop sends the process a signal and waits for it to exit.
+func (p *process) stop(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+	_ = p.Cmd.Wait()
+}
+
 func (p *process) get(path string, out any) int { return p.API.DoInto(http.MethodGet, path, "", out) }
 
 func (p *process) post(path, body string) int { return p.API.DoInto(http.MethodPost, path, body, nil) }
@@ -205,20 +231,8 @@ func TestSuspendedRunSurvivesRestart(t *testing.T) {
 				thread := fmt.Sprintf("suspended%d", i)
 				p := launch(t, spec, 0, "-lease", "2s", "-lease-renew", "300ms")
 				runID := p.chat(thread, "confirm")
-				var requestID string
-				ctx, cancel := context.WithTimeout(context.Background(), wait)
-				p.acked(ctx, thread, func(ev instanceai.Event, _ int) bool {
-					if c, ok := ev.Payload.(*instanceai.ConfirmationRequest); ok {
-						requestID = c.RequestID
-						return true
-					}
-					return false
-				})
-				cancel()
-				if err := p.Cmd.Process.Signal(stop); err != nil {
-					t.Fatal(err)
-				}
-				_ = p.Cmd.Wait()
+				requestID := p.awaitConfirmation(thread)
+				p.stop(stop)
 
 				p = launch(t, spec, 0, "-lease", "2s", "-lease-renew", "300ms")
 				var status instanceai.ThreadStatus

@@ -183,9 +183,13 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	} else {
 		cfg.Logger.Warn("the store keeps no builder data; the builder API is off")
 	}
+	var agentStatus func() map[string]string
+	if r, ok := agent.(interface{ Reachability() map[string]string }); ok {
+		agentStatus = r.Reachability
+	}
 	aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
-		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes,
+		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes, AgentStatus: agentStatus,
 	}).Register(authed, router)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.

@@ -472,6 +472,16 @@ func (s *Stream) Frame(id int64, wire []byte) error {
 	return s.spill()
 }
 
+// ID writes a frame of an id alone (`id: <id>` and the blank line): an
+// EventSource takes the id as its last event id and dispatches nothing, so
+// a stream can move a client's cursor past an event it does not show.
+func (s *Stream) ID(id int64) error {
+	b := s.buffer()
+	*b = appendID(*b, id)
+	*b = append(*b, '\n')
+	return s.spill()
+}
+
 // Comment writes a comment line (`: text`).
 func (s *Stream) Comment(text string) error {
 	var msg sse.Message

@@ -47,7 +47,6 @@
 package n8n
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,11 +54,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/threadline/threadline/agent/internal/endpoint"
 	"github.com/threadline/threadline/agent/n8n/capture"
 	"github.com/threadline/threadline/instanceai"
 )
@@ -70,14 +69,10 @@ const (
 	DefaultIdleTimeout    = 120 * time.Second
 )
 
-// Webhook is one named n8n workflow.
-type Webhook struct {
-	// Name is what StartRequest.AgentName selects.
-	Name string
-	// URL is the webhook's production URL (…/webhook/<path>); the test URL
-	// (…/webhook-test/<path>) only answers while the editor listens.
-	URL string
-}
+// Webhook is one named n8n workflow: Name is what StartRequest.AgentName
+// selects, URL the webhook's production URL (…/webhook/<path>; the test
+// URL, …/webhook-test/<path>, only answers while the editor listens).
+type Webhook = endpoint.Named
 
 // Config configures the agent.
 type Config struct {
@@ -113,63 +108,29 @@ type Config struct {
 
 // Agent runs messages through n8n webhooks. It is safe for concurrent runs.
 type Agent struct {
-	webhooks       []Webhook
-	header         http.Header
-	client         *http.Client
-	connectTimeout time.Duration
-	idleTimeout    time.Duration
-	maxObject      int
-	noCapture      bool
-	obs            CaptureObserver
-	log            *slog.Logger
+	conn      endpoint.Conn
+	webhooks  []Webhook
+	maxObject int
+	noCapture bool
+	obs       CaptureObserver
+	log       *slog.Logger
 }
 
 // New checks cfg and returns the agent.
 func New(cfg Config) (*Agent, error) {
-	if len(cfg.Webhooks) == 0 {
-		return nil, errors.New("n8n: Config.Webhooks: at least one webhook is required")
-	}
-	seen := map[string]bool{}
-	for i, w := range cfg.Webhooks {
-		field := fmt.Sprintf("n8n: Config.Webhooks[%d]", i)
-		if strings.TrimSpace(w.Name) == "" {
-			return nil, fmt.Errorf("%s.Name: is required", field)
-		}
-		if seen[w.Name] {
-			return nil, fmt.Errorf("%s.Name: %q is used by another webhook; names must be unique", field, w.Name)
-		}
-		seen[w.Name] = true
-		u, err := url.Parse(w.URL)
-		if err != nil {
-			return nil, fmt.Errorf("%s.URL: %q is not a URL: %v", field, w.URL, err)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("%s.URL: %q must be an absolute http(s) URL, like https://n8n.example.com/webhook/<path>", field, w.URL)
-		}
-	}
-	if cfg.ConnectTimeout < 0 {
-		return nil, errors.New("n8n: Config.ConnectTimeout: must not be negative")
-	}
-	if cfg.IdleTimeout < 0 {
-		return nil, errors.New("n8n: Config.IdleTimeout: must not be negative")
+	if err := endpoint.Check("n8n: Config.Webhooks", cfg.Webhooks, "https://n8n.example.com/webhook/<path>"); err != nil {
+		return nil, err
 	}
 	if cfg.MaxObject < 0 {
 		return nil, errors.New("n8n: Config.MaxObject: must not be negative")
 	}
-	a := &Agent{
-		webhooks: slices.Clone(cfg.Webhooks), header: cfg.Header.Clone(), client: cfg.HTTPClient,
-		connectTimeout: cfg.ConnectTimeout, idleTimeout: cfg.IdleTimeout, maxObject: cfg.MaxObject,
-		noCapture: cfg.NoCapture, obs: cfg.Observer, log: cfg.Logger,
+	conn, err := endpoint.NewConn("n8n", endpoint.Conn{Client: cfg.HTTPClient, Header: cfg.Header,
+		ConnectTimeout: cfg.ConnectTimeout, IdleTimeout: cfg.IdleTimeout}, DefaultConnectTimeout, DefaultIdleTimeout)
+	if err != nil {
+		return nil, err
 	}
-	if a.client == nil {
-		a.client = &http.Client{}
-	}
-	if a.connectTimeout == 0 {
-		a.connectTimeout = DefaultConnectTimeout
-	}
-	if a.idleTimeout == 0 {
-		a.idleTimeout = DefaultIdleTimeout
-	}
+	a := &Agent{conn: conn, webhooks: slices.Clone(cfg.Webhooks), maxObject: cfg.MaxObject, noCapture: cfg.NoCapture,
+		obs: cfg.Observer, log: cfg.Logger}
 	if a.maxObject == 0 {
 		a.maxObject = capture.DefaultMaxObject
 	}
@@ -180,31 +141,11 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Names returns the webhook names, in order (instanceai.NamedAgent).
-func (a *Agent) Names() []string {
-	names := make([]string, len(a.webhooks))
-	for i, w := range a.webhooks {
-		names[i] = w.Name
-	}
-	return names
-}
+func (a *Agent) Names() []string { return endpoint.Names(a.webhooks) }
 
 func (a *Agent) webhook(name string) (Webhook, error) {
-	if name == "" {
-		return a.webhooks[0], nil
-	}
-	for _, w := range a.webhooks {
-		if w.Name == name {
-			return w, nil
-		}
-	}
-	return Webhook{}, &instanceai.UnknownAgentError{Name: name, Known: a.Names()}
+	return endpoint.Pick(a.webhooks, name)
 }
-
-// Causes of the request context's cancellation that are not the run's.
-var (
-	errConnectTimeout = errors.New("n8n: no response headers within the connect timeout")
-	errIdleTimeout    = errors.New("n8n: the stream was idle for longer than the idle timeout")
-)
 
 // Run sends the run's message to the webhook run.AgentName names and emits
 // what the stream carries. Failures come back as *instanceai.ProviderError,
@@ -220,40 +161,24 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 	if err != nil {
 		return err
 	}
-	// The request lives in its own context so that the timeouts can abort
-	// it with a cause of their own; the run's cancel aborts it as well.
-	reqCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, wh.URL, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	for k, vs := range a.header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, application/x-ndjson, text/plain;q=0.9")
-
-	connect := time.AfterFunc(a.connectTimeout, func() { cancel(errConnectTimeout) })
-	resp, err := a.client.Do(req)
-	connect.Stop()
+	st, err := a.conn.Open(ctx, wh.URL, body, "application/json", "application/json, application/x-ndjson, text/plain;q=0.9")
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if errors.Is(context.Cause(reqCtx), errConnectTimeout) {
+		var oe *endpoint.OpenError
+		if errors.As(err, &oe) && oe.TimedOut {
 			return &instanceai.ProviderError{Provider: Provider, Code: CodeTimeout,
 				Message: fmt.Sprintf("n8n did not answer the webhook %q within %s. Check that n8n is up and the workflow starts; "+
-					"a long-running workflow must use Response mode Streaming so it answers at once.", wh.Name, a.connectTimeout),
+					"a long-running workflow must use Response mode Streaming so it answers at once.", wh.Name, a.conn.ConnectTimeout),
 				Details: err.Error()}
 		}
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeConnectionFailed,
 			Message: fmt.Sprintf("Could not reach n8n for the webhook %q. Check that n8n is running and that the webhook URL's host and port are right.", wh.Name),
 			Details: err.Error()}
 	}
-	defer resp.Body.Close()
+	defer st.Close()
+	resp := st.Response
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return statusError(wh, resp)
@@ -263,20 +188,17 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 			"webhook", wh.Name, "contentType", ct)
 	}
 
-	idle := &idleReader{r: resp.Body, d: a.idleTimeout}
-	idle.timer = time.AfterFunc(a.idleTimeout, func() { cancel(errIdleTimeout) })
-	defer idle.stop()
-	err = MapStream(idle, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, NoCapture: a.noCapture, Observer: a.obs,
+	err = MapStream(st.Body, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, NoCapture: a.noCapture, Observer: a.obs,
 		Logger: a.log.With("webhook", wh.Name, "run", run.ID)}, run.Emit)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
 	var pe *instanceai.ProviderError
-	if errors.As(err, &pe) && pe.Code == CodeStreamInterrupted && errors.Is(context.Cause(reqCtx), errIdleTimeout) {
+	if errors.As(err, &pe) && pe.Code == CodeStreamInterrupted && st.Idle() {
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeTimeout,
 			Message: fmt.Sprintf("n8n sent nothing for %s, not even a keepalive, so the run was stopped; the text received so far is kept. "+
 				"Check the workflow's execution in n8n. n8n releases without the streaming heartbeat (1.123 and older) stay silent "+
-				"while the model thinks, so a slow model may need a longer idle timeout.", a.idleTimeout),
+				"while the model thinks, so a slow model may need a longer idle timeout.", a.conn.IdleTimeout),
 			Details: pe.Details}
 	}
 	return err
@@ -298,7 +220,7 @@ type n8nError struct {
 // statusError explains a non-2xx answer.
 func statusError(wh Webhook, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	details := fmt.Sprintf("POST %s: HTTP %d", redact(wh.URL), resp.StatusCode)
+	details := fmt.Sprintf("POST %s: HTTP %d", endpoint.Redact(wh.URL), resp.StatusCode)
 	var ne n8nError
 	if json.Unmarshal(b, &ne) == nil && ne.Message != "" {
 		// Only message and hint: the stacktrace n8n adds outside production
@@ -340,33 +262,5 @@ func statusError(wh Webhook, resp *http.Response) error {
 	}
 	return pe
 }
-
-// redact drops credentials from a URL before it goes into an event.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "webhook"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	return u.String()
-}
-
-// idleReader restarts the idle timer whenever bytes arrive.
-type idleReader struct {
-	r     io.Reader
-	d     time.Duration
-	timer *time.Timer
-}
-
-func (r *idleReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 {
-		r.timer.Reset(r.d)
-	}
-	return n, err
-}
-
-func (r *idleReader) stop() { r.timer.Stop() }
 
 var _ instanceai.NamedAgent = (*Agent)(nil)

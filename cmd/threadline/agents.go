@@ -16,11 +16,12 @@ import (
 	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/agent/tools/n8napi"
+	"github.com/threadline/threadline/agent/upstream"
 	"github.com/threadline/threadline/instanceai"
 )
 
 // agentNames lists the --agent values.
-const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks)"
+const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks), agui (upstream AG-UI agents)"
 
 // agentConfig is the configuration of the real agents.
 type agentConfig struct {
@@ -41,6 +42,11 @@ type agentConfig struct {
 	n8nWebhookHeader string
 	n8nIdleTimeout   time.Duration
 	n8nCapture       bool
+
+	aguiAgents         string
+	aguiHeader         string
+	aguiConnectTimeout time.Duration
+	aguiIdleTimeout    time.Duration
 }
 
 func agentFlags(f *envFlags, c *agentConfig) {
@@ -70,6 +76,14 @@ func agentFlags(f *envFlags, c *agentConfig) {
 		"n8n agent: longest silence on a webhook's stream (n8n sends keepalives every 30s)")
 	f.Bool(&c.n8nCapture, "n8n-capture", "THREADLINE_N8N_CAPTURE", true,
 		"n8n agent: read seed-004 JSON objects (tool_call, tool_result, regular_message) out of the workflow's text; false streams the text as it is")
+	f.String(&c.aguiAgents, "agui-agents", "THREADLINE_AGUI_AGENTS", "",
+		"agui agent: upstream AG-UI endpoints, name=url,name2=url2 (the first is the default; a chat picks one by agent name)")
+	f.Secret(&c.aguiHeader, "agui-header", "THREADLINE_AGUI_HEADER",
+		"agui agent: a header sent on every upstream call, \"Name: value\" (e.g. \"Authorization: Bearer …\")")
+	f.Duration(&c.aguiConnectTimeout, "agui-connect-timeout", "THREADLINE_AGUI_CONNECT_TIMEOUT", upstream.DefaultConnectTimeout,
+		"agui agent: longest wait for an upstream's response headers")
+	f.Duration(&c.aguiIdleTimeout, "agui-idle-timeout", "THREADLINE_AGUI_IDLE_TIMEOUT", upstream.DefaultIdleTimeout,
+		"agui agent: longest silence on an upstream's event stream (SSE comments count)")
 }
 
 // newAgent builds the configured agent. llmHealth is the openai agent's
@@ -89,7 +103,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, l
 		if err != nil {
 			return nil, nil, err
 		}
-		header, err := webhookHeader(c.agents.n8nWebhookHeader)
+		header, err := headerFlag("n8n-webhook-header", c.agents.n8nWebhookHeader)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -99,6 +113,12 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, l
 			return nil, nil, usageError{err.Error()}
 		}
 		return a, nil, nil
+	case "agui":
+		a, err := newUpstream(&c.agents, store, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, a.HealthHandler(), nil
 	default:
 		return nil, nil, usageError{fmt.Sprintf("--agent %q: available agents are: %s", c.agent, agentNames)}
 	}
@@ -139,18 +159,11 @@ func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*op
 func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 	var out []n8n.Webhook
 	if strings.TrimSpace(list) != "" {
-		for i, item := range strings.Split(list, ",") {
-			item = strings.TrimSpace(item)
-			name, url, named := strings.Cut(item, "=")
-			if !named {
-				name, url = "agent"+strconv.Itoa(i+1), item
-			}
-			if strings.TrimSpace(url) == "" {
-				return nil, usageError{fmt.Sprintf("--n8n-webhooks entry %d %q: want name=url", i+1, item)}
-			}
-			out = append(out, n8n.Webhook{Name: strings.TrimSpace(name), URL: strings.TrimSpace(url)})
+		pairs, err := namedURLs("n8n-webhooks", list)
+		for _, p := range pairs {
+			out = append(out, n8n.Webhook{Name: p[0], URL: p[1]})
 		}
-		return out, nil
+		return out, err
 	}
 	for n := 1; ; n++ {
 		url := getenv(fmt.Sprintf("AGENT_%d_URL", n))
@@ -169,19 +182,61 @@ func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 	return out, nil
 }
 
-// webhookHeader parses "Name: value".
-func webhookHeader(s string) (http.Header, error) {
+func newUpstream(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*upstream.Agent, error) {
+	if strings.TrimSpace(c.aguiAgents) == "" {
+		return nil, usageError{"--agent agui needs upstream agents: --agui-agents name=url (THREADLINE_AGUI_AGENTS)"}
+	}
+	pairs, err := namedURLs("agui-agents", c.aguiAgents)
+	if err != nil {
+		return nil, err
+	}
+	var ups []upstream.Upstream
+	for _, p := range pairs {
+		ups = append(ups, upstream.Upstream{Name: p[0], URL: p[1]})
+	}
+	header, err := headerFlag("agui-header", c.aguiHeader)
+	if err != nil {
+		return nil, err
+	}
+	a, err := upstream.New(upstream.Config{Upstreams: ups, Header: header, Store: store, ConnectTimeout: c.aguiConnectTimeout,
+		IdleTimeout: c.aguiIdleTimeout, Logger: logger})
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return a, nil
+}
+
+// namedURLs reads a flag's name=url,name2=url2 list; an entry without a
+// name is called agent<N>.
+func namedURLs(flag, list string) ([][2]string, error) {
+	var out [][2]string
+	for i, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		name, url, named := strings.Cut(item, "=")
+		if !named {
+			name, url = "agent"+strconv.Itoa(i+1), item
+		}
+		if strings.TrimSpace(url) == "" {
+			return nil, usageError{fmt.Sprintf("--%s entry %d %q: want name=url", flag, i+1, item)}
+		}
+		out = append(out, [2]string{strings.TrimSpace(name), strings.TrimSpace(url)})
+	}
+	return out, nil
+}
+
+// headerFlag parses the flag's "Name: value".
+func headerFlag(flag, s string) (http.Header, error) {
 	if s == "" {
 		return nil, nil
 	}
 	// The value is a secret: errors show at most the name.
 	name, value, ok := strings.Cut(s, ":")
 	if !ok {
-		return nil, usageError{"-n8n-webhook-header: want \"Name: value\" (no colon found)"}
+		return nil, usageError{"--" + flag + ": want \"Name: value\" (no colon found)"}
 	}
 	name = strings.TrimSpace(name)
 	if name == "" || strings.ContainsAny(name, " \t") {
-		return nil, usageError{fmt.Sprintf("-n8n-webhook-header: want \"Name: value\"; %q is not a header name", name)}
+		return nil, usageError{fmt.Sprintf("--%s: want \"Name: value\"; %q is not a header name", flag, name)}
 	}
 	h := http.Header{}
 	h.Set(textproto.CanonicalMIMEHeaderKey(name), strings.TrimSpace(value))

@@ -37,16 +37,16 @@ func TestWebhookList(t *testing.T) {
 }
 
 func TestWebhookHeader(t *testing.T) {
-	h, err := webhookHeader("x-api-key: s3cret value")
+	h, err := headerFlag("n8n-webhook-header", "x-api-key: s3cret value")
 	if err != nil || h.Get("X-Api-Key") != "s3cret value" {
 		t.Fatalf("header: %v %v", err, h)
 	}
-	if h, err := webhookHeader(""); h != nil || err != nil {
+	if h, err := headerFlag("n8n-webhook-header", ""); h != nil || err != nil {
 		t.Fatalf("no header: %v %v", h, err)
 	}
 	// The value is a secret: errors never repeat it.
 	for _, bad := range []string{"s3cretnovalue", ": s3cret", "two words: s3cret"} {
-		_, err := webhookHeader(bad)
+		_, err := headerFlag("n8n-webhook-header", bad)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Fatalf("%q: %v", bad, err)
 		}
@@ -66,6 +66,11 @@ func TestAgentConfigErrors(t *testing.T) {
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=ftp://x"}, "Webhooks[0]"},
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=http://x,a=http://y"}, "unique"},
 		{[]string{"-agent", "n8n", "-n8n-webhooks", "a=http://x", "-n8n-webhook-header", "bad"}, "-n8n-webhook-header"},
+		{[]string{"-agent", "agui"}, "--agui-agents name=url"},
+		{[]string{"-agent", "agui", "-agui-agents", "a="}, "--agui-agents entry 1"},
+		{[]string{"-agent", "agui", "-agui-agents", "a=localhost:8000/agent"}, "Upstreams[0].URL"},
+		{[]string{"-agent", "agui", "-agui-agents", "a=http://x,a=http://y"}, "unique"},
+		{[]string{"-agent", "agui", "-agui-agents", "a=http://x", "-agui-header", "Authorization Bearer secret"}, "--agui-header"},
 	} {
 		args := append([]string{"serve", "-store", "memory", "-addr", "127.0.0.1:0"}, c.args...)
 		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})

@@ -79,6 +79,10 @@ func stream(frames ...frame) string {
 		if f.id > 0 {
 			fmt.Fprintf(&b, "id: %d\n", f.id)
 		}
+		if f.data == "" {
+			b.WriteString("\n") // an id alone
+			continue
+		}
 		for _, name := range []string{"run-sync", "reset"} {
 			if strings.HasPrefix(f.data, name+" ") {
 				fmt.Fprintf(&b, "event: %s\n", name)
@@ -105,6 +109,41 @@ func goodReplay() replayCase {
 			1: {{2, evBlock}, {3, evCall}, {4, evResult}, {5, evFinish}},
 			3: {{4, evResult}, {5, evFinish}},
 		},
+	}
+}
+
+// A stored event the native stream does not show (an upstream AG-UI
+// agent's, kept as an extension type) is a frame of its id alone, live
+// and in every replay: the ids stay consecutive and the trees the same.
+func TestGoodReplayWithIDOnlyFrames(t *testing.T) {
+	c := replayCase{
+		live: []frame{{1, evStart}, {0, evDelta1}, {0, evDelta2}, {3, ""}, {4, evCall}, {5, evResult}, {6, ""}, {7, evFinish}},
+		full: []frame{{1, evStart}, {2, evBlock}, {3, ""}, {4, evCall}, {5, evResult}, {6, ""}, {7, evFinish}},
+		after: map[int64][]frame{
+			2: {{3, ""}, {4, evCall}, {5, evResult}, {6, ""}, {7, evFinish}},
+			3: {{4, evCall}, {5, evResult}, {6, ""}, {7, evFinish}},
+		},
+	}
+	for _, f := range c.check(t) {
+		if f.Status == conformance.Fail {
+			t.Errorf("%s: %s %s", f.Rule, f.Status, f.Detail)
+		}
+	}
+	for _, rec := range []string{stream(c.live...), stream(c.full...)} {
+		for _, f := range nativecheck.CheckConnection(parse(t, rec)) {
+			if f.Status == conformance.Fail {
+				t.Errorf("%s: %s %s", f.Rule, f.Status, f.Detail)
+			}
+		}
+	}
+	// A replay that leaves an id out is still caught.
+	c.full = append(c.full[:2], c.full[3:]...)
+	caught := false
+	for _, f := range c.check(t) {
+		caught = caught || (f.Rule == nativecheck.RuleReplayContiguous && f.Status == conformance.Fail)
+	}
+	if !caught {
+		t.Error("a replay without the id-only frame passed the contiguity rule")
 	}
 }
 

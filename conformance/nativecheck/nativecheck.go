@@ -92,6 +92,8 @@ type event struct {
 	hasID bool
 	data  string
 	ev    instanceai.Event
+	// idOnly marks a frame of an id alone: a stored event not shown.
+	idOnly bool
 }
 
 // runState is what a connection has seen of one run.
@@ -136,7 +138,7 @@ func judge(rec *conformance.Recording) *connection {
 		liveText = map[string]string{}
 	)
 	for i, f := range rec.Frames {
-		if f.Data == "" && f.Event == "" {
+		if f.Data == "" && f.Event == "" && !f.HasID {
 			continue // comments and empty frames
 		}
 		where := fmt.Sprintf("frame %d", i)
@@ -154,6 +156,13 @@ func judge(rec *conformance.Recording) *connection {
 				t.Pass(RuleIDIncreasing)
 				lastID = n
 			}
+		}
+		if f.Data == "" && f.Event == "" {
+			// An id alone: a stored event the stream does not show (an
+			// extension type), which still moves the client's cursor.
+			n, _ := strconv.ParseInt(f.ID, 10, 64)
+			c.events = append(c.events, event{index: i, hasID: true, id: n, idOnly: true})
+			continue
 		}
 		switch f.Event {
 		case "":

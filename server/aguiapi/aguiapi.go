@@ -45,6 +45,10 @@ type Config struct {
 	HistoryMaxBytes int
 	// Agents names the agents /health and /status report.
 	Agents []string
+	// AgentStatus, when set, says how each of Agents is doing ("ready",
+	// "unreachable", "unknown"), for /status: an agent whose upstreams
+	// can fail to answer reports them. Agents it does not name are ready.
+	AgentStatus func() map[string]string
 	// Tasks, when set, adds agents that count their own work to /health
 	// and /status: the builder's generator, validator and orchestrator,
 	// each with the tasks it works on now.
@@ -317,7 +321,7 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	// chat does, so /messages, the title and the model history have it.
 	run, err := h.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
 		Tools: tools, ToolResult: result, AgentName: req.agent, History: clientHistory(req.input.Messages),
-		Context: clientContext(req.input.Context)})
+		Context: clientContext(req.input.Context), State: req.input.State, ForwardedProps: req.input.ForwardedProps})
 	if err != nil {
 		feed.Close()
 		return source{}, httpjson.AtField(err, "forwardedProps.agent")
@@ -667,8 +671,16 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	// agent its count is exact; with several (n8n webhooks) each reports
 	// the total, an upper bound.
 	out.Agents = make(map[string]agentStatus, len(h.cfg.Agents))
+	var states map[string]string
+	if h.cfg.AgentStatus != nil {
+		states = h.cfg.AgentStatus()
+	}
 	for _, name := range h.cfg.Agents {
-		out.Agents[name] = agentStatus{Status: "ready", ActiveTasks: active}
+		status := states[name]
+		if status == "" {
+			status = "ready"
+		}
+		out.Agents[name] = agentStatus{Status: status, ActiveTasks: active}
 	}
 	if h.cfg.Tasks != nil {
 		for name, n := range h.cfg.Tasks() {

@@ -2,14 +2,15 @@ package aguiapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
@@ -68,7 +69,7 @@ type rejoinTarget struct {
 	// runRows are the latest run's rows.
 	runRows []instanceai.StoredEvent
 	// snapshot is the conversation as of a seq (see buildSnapshot).
-	snapshot func(through int64) ([]agui.Message, error)
+	snapshot func(through int64, open *openState) (snapshot, error)
 }
 
 func (h *Handler) rejoin(w http.ResponseWriter, r *http.Request) {
@@ -120,8 +121,8 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	if t.runRows, err = ix.RunRows(ctx, h.store, id, runID); err != nil {
 		return nil, err
 	}
-	t.snapshot = func(through int64) ([]agui.Message, error) {
-		return buildSnapshot(ctx, h.store, id, through, h.cfg.HistoryMaxBytes)
+	t.snapshot = func(through int64, open *openState) (snapshot, error) {
+		return buildSnapshot(ctx, h.store, id, through, h.cfg.HistoryMaxBytes, open)
 	}
 	return t, nil
 }
@@ -140,62 +141,80 @@ func foldRun(m *mapping.InstanceToAGUI, runID string, rows []instanceai.StoredEv
 	return out
 }
 
-// buildSnapshot is the conversation as of the cursor: the user messages as
-// stored, each followed by the assistant message of its run (id = run id,
-// the run's text folded from its rows with seq <= cursor), then the
-// assistant messages of runs no stored user message names. Runs with no
-// text yet have no assistant message. It holds the newest messages that
-// fit in maxBytes (the newest one always; see history): a client that
-// wants older ones pages /messages.
-func buildSnapshot(ctx context.Context, store history.Store, threadID string, cursor int64, maxBytes int) ([]agui.Message, error) {
-	ix, err := history.Load(ctx, store, threadID, cursor)
-	if err != nil {
-		return nil, err
-	}
-	entries := ix.Entries[ix.Window(len(ix.Entries), 0, maxBytes):]
-	got, err := ix.Read(ctx, store, threadID, entries)
-	if err != nil {
-		return nil, err
-	}
-	out := []agui.Message{}
-	for _, e := range entries {
-		if e.User != nil {
-			out = append(out, agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.TextContent(got.Users[e.User.ID].Content)})
-			continue
-		}
-		run := got.Runs.Get(e.RunID)
-		if run == nil {
-			continue // evicted by a bounded store between the two reads
-		}
-		if text := assistantText(run.State.Tree()); text != "" {
-			out = append(out, agui.Message{ID: e.RunID, Role: agui.RoleAssistant, Content: agui.TextContent(text)})
-		}
-	}
-	return out, nil
+// snapshot is the conversation and the shared state a client rejoining
+// at a cursor starts from.
+type snapshot struct {
+	messages []agui.Message
+	// state is nil when no event of the window set one.
+	state json.RawMessage
 }
 
-// assistantText is a run's answer as one message: the text of the
-// orchestrator's timeline, a blank line between its responses. The tree's
-// TextContent (n8n's reducer's) runs the responses together ("…for
-// you.Done: …"), which a client that shows the snapshot as a message
-// would print as it is; live, each response was a message of its own.
-func assistantText(tree *agenttree.AgentNode) string {
-	var b strings.Builder
-	last := ""
-	for _, e := range tree.Timeline {
-		if e.Type != agenttree.EntryText || e.Content == "" {
+// buildSnapshot is the conversation as of the cursor: the user messages as
+// stored, each followed by the messages its run's AG-UI events make (text,
+// reasoning, tool calls and results, an upstream agent's own snapshots
+// and activity), folded as the client folds them live
+// (mapping.AGUIFold), so that a client rejoining holds what one that
+// followed the stream holds; items still open at the cursor (open) are
+// left out, as the rejoin opens them again. The state is what the window's
+// events set. It holds the newest entries that fit in maxBytes (the newest
+// one always; see history): a client that wants older ones pages
+// /messages.
+func buildSnapshot(ctx context.Context, store history.Store, threadID string, cursor int64, maxBytes int, open *openState) (snapshot, error) {
+	ix, err := history.Load(ctx, store, threadID, cursor)
+	if err != nil {
+		return snapshot{}, err
+	}
+	entries := ix.Entries[ix.Window(len(ix.Entries), 0, maxBytes):]
+	users, runs, err := ix.ReadEvents(ctx, store, threadID, entries)
+	if err != nil {
+		return snapshot{}, err
+	}
+	fold := mapping.NewAGUIFold()
+	for _, e := range entries {
+		if e.User != nil {
+			fold.Add(agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.TextContent(users[e.User.ID].Content)})
 			continue
 		}
-		if b.Len() > 0 && e.ResponseID != last {
-			b.WriteString("\n\n")
+		m := mapping.NewInstanceToAGUI(threadID, e.RunID)
+		for _, ev := range runs[e.RunID] {
+			if m.Suspended() {
+				m.Resume(e.RunID)
+			}
+			if m.Finished() {
+				// Stored after the run's end: a client's result for a
+				// call to one of its tools, which the next request
+				// carried.
+				m = mapping.NewInstanceToAGUI(threadID, e.RunID)
+			}
+			for _, out := range m.Push(ev) {
+				fold.Apply(out)
+			}
 		}
-		b.WriteString(e.Content)
-		last = e.ResponseID
 	}
-	if b.Len() == 0 {
-		return tree.TextContent
+	return snapshot{messages: open.leaveOut(fold.Messages()), state: fold.State()}, nil
+}
+
+// leaveOut drops from msgs the text and reasoning messages open in s, and
+// the tool calls open in s from their messages (and a message left with
+// neither content nor calls).
+func (s *openState) leaveOut(msgs []agui.Message) []agui.Message {
+	if s == nil || len(s.byID) == 0 {
+		return msgs
 	}
-	return b.String()
+	out := msgs[:0]
+	for _, m := range msgs {
+		if s.byID[itemKey("text", m.ID)] != nil || s.byID[itemKey("reasoning", m.ID)] != nil {
+			continue
+		}
+		if len(m.ToolCalls) > 0 {
+			m.ToolCalls = slices.DeleteFunc(m.ToolCalls, func(c agui.ToolCall) bool { return s.byID[itemKey("tool", c.ID)] != nil })
+			if len(m.ToolCalls) == 0 && m.Text() == "" {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // openItem is a text message, reasoning span or tool call open at the
@@ -335,21 +354,18 @@ func (s *openState) reopen() []agui.Event {
 	return out
 }
 
-// lastTasksState returns the shared state the last tasks-update of rows
-// sets, as the mapper sends it, or nil when there is none.
-func lastTasksState(threadID, runID string, rows []instanceai.StoredEvent) agui.Event {
-	for i := len(rows) - 1; i >= 0; i-- {
-		if rows[i].Event.Type != instanceai.TypeTasksUpdate {
-			continue
-		}
-		for _, ev := range mapping.NewInstanceToAGUI(threadID, runID).Push(rows[i].Event) {
-			if ev.Type() == agui.TypeStateSnapshot {
-				return ev
-			}
-		}
-		return nil
+// events opens a rejoined stream: RUN_STARTED, MESSAGES_SNAPSHOT and,
+// when the window set one, STATE_SNAPSHOT.
+func (s snapshot) events(ts int64, started *agui.RunStarted) []agui.Event {
+	msgs := &agui.MessagesSnapshot{Messages: s.messages}
+	msgs.Timestamp = ts
+	out := []agui.Event{started, msgs}
+	if s.state != nil {
+		state := &agui.StateSnapshot{Snapshot: s.state}
+		state.Timestamp = ts
+		out = append(out, state)
 	}
-	return nil
+	return out
 }
 
 // rejoinStart returns the events that open a rejoined stream and the mapper
@@ -386,13 +402,11 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	probe := mapping.NewInstanceToAGUI(t.threadID, t.runID)
 	all := foldRun(probe, t.runID, t.runRows)
 	if probe.Finished() && len(all) > 0 {
-		msgs, err := t.snapshot(lastSeq)
+		snap, err := t.snapshot(lastSeq, nil)
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		snap := &agui.MessagesSnapshot{Messages: msgs}
-		snap.Timestamp = startTS
-		return []agui.Event{started, snap, all[len(all)-1]}, nil, lastSeq, nil
+		return append(snap.events(startTS, started), all[len(all)-1]), nil, lastSeq, nil
 	}
 
 	// The run's rows up to the cursor (its run-start always) rebuild the
@@ -411,17 +425,17 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 		// The run went on after the interrupt (it is not over at connect).
 		st.apply(m.Resume(t.runID))
 	}
-	msgs, err := t.snapshot(cursor)
+	// The tail carries this run only: whatever came before its start is
+	// the snapshot's, whatever the cursor.
+	through := cursor
+	if len(prefix) > 0 && prefix[0].Seq > through {
+		through = prefix[0].Seq
+	}
+	snap, err := t.snapshot(through, &st)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	snap := &agui.MessagesSnapshot{Messages: msgs}
-	snap.Timestamp = startTS
-	opening = []agui.Event{started, snap}
-	if s := lastTasksState(t.threadID, t.runID, prefix); s != nil {
-		opening = append(opening, s)
-	}
-	opening = append(opening, st.reopen()...)
+	opening = append(snap.events(startTS, started), st.reopen()...)
 	return opening, m, cursor, nil
 }
 

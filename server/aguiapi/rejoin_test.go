@@ -115,17 +115,19 @@ func logStore(t *testing.T, users []instanceai.Message, rows []instanceai.Stored
 // snapshotAt is buildSnapshot of the store's thread without a byte bound.
 func snapshotAt(t *testing.T, store *memory.Store, cursor int64) []agui.Message {
 	t.Helper()
-	ms, err := buildSnapshot(context.Background(), store, "th", cursor, 0)
+	snap, err := buildSnapshot(context.Background(), store, "th", cursor, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ms
+	return snap.messages
 }
 
 // target is a rejoin target of the store's thread.
 func target(t *testing.T, store *memory.Store, runID string, cursor, last int64, runRows []instanceai.StoredEvent) *rejoinTarget {
 	return &rejoinTarget{threadID: "th", runID: runID, cursor: cursor, first: 1, last: last, runRows: runRows,
-		snapshot: func(through int64) ([]agui.Message, error) { return snapshotAt(t, store, through), nil }}
+		snapshot: func(through int64, open *openState) (snapshot, error) {
+			return buildSnapshot(context.Background(), store, "th", through, 0, open)
+		}}
 }
 
 type msg struct{ id, role, text string }
@@ -154,10 +156,10 @@ func TestBuildSnapshot(t *testing.T) {
 		want   []msg
 	}{
 		{0, []msg{{"u1", "user", "first"}, {"u2", "user", "second"}}},
-		{2, []msg{{"u1", "user", "first"}, {"r1", "assistant", "Hello "}, {"u2", "user", "second"}}},
-		{5, []msg{{"u1", "user", "first"}, {"r1", "assistant", "Hello there."}, {"u2", "user", "second"}}},
-		{6, []msg{{"u1", "user", "first"}, {"r1", "assistant", "Hello there."}, {"u2", "user", "second"}, {"r2", "assistant", "Working"}}},
-		{99, []msg{{"u1", "user", "first"}, {"r1", "assistant", "Hello there."}, {"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
+		{2, []msg{{"u1", "user", "first"}, {"resp-r1", "assistant", "Hello "}, {"u2", "user", "second"}}},
+		{5, []msg{{"u1", "user", "first"}, {"resp-r1", "assistant", "Hello "}, {"resp-r1:2", "assistant", "there."}, {"u2", "user", "second"}}},
+		{6, []msg{{"u1", "user", "first"}, {"resp-r1", "assistant", "Hello "}, {"resp-r1:2", "assistant", "there."}, {"u2", "user", "second"}, {"resp-r2", "assistant", "Working"}}},
+		{99, []msg{{"u1", "user", "first"}, {"resp-r1", "assistant", "Hello "}, {"resp-r1:2", "assistant", "there."}, {"u2", "user", "second"}, {"resp-r2", "assistant", "Working"}, {"resp-r2:2", "assistant", " on it"}}},
 	}
 	for _, c := range cases {
 		got := snapshotOf(t, snapshotAt(t, store, c.cursor))
@@ -178,8 +180,8 @@ func TestBuildSnapshotRunWithoutUserMessage(t *testing.T) {
 	// assistant message follows the stored conversation.
 	_, rows := snapshotLog()
 	got := snapshotOf(t, snapshotAt(t, logStore(t, nil, rows), 99))
-	want := []msg{{"r1", "assistant", "Hello there."}, {"r2", "assistant", "Working on it"}}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	want := []msg{{"resp-r1", "assistant", "Hello "}, {"resp-r1:2", "assistant", "there."}, {"resp-r2", "assistant", "Working"}, {"resp-r2:2", "assistant", " on it"}}
+	if !slices.Equal(got, want) {
 		t.Errorf("snapshot %v, want %v", got, want)
 	}
 	if ms := snapshotAt(t, logStore(t, nil, nil), 0); ms == nil || len(ms) != 0 {
@@ -211,7 +213,7 @@ func TestRejoinStartReopensOpenItems(t *testing.T) {
 	if rs := opening[0].(*agui.RunStarted); rs.ThreadID != "th" || rs.RunID != "r2" {
 		t.Errorf("RUN_STARTED %+v", rs)
 	}
-	if ms := snapshotOf(t, opening[1].(*agui.MessagesSnapshot).Messages); len(ms) != 4 || ms[3].text != "Working on it" {
+	if ms := snapshotOf(t, opening[1].(*agui.MessagesSnapshot).Messages); len(ms) != 6 || ms[5].text != " on it" {
 		t.Errorf("snapshot %v", ms)
 	}
 	// The tool call's row after the cursor continues what was reopened.
@@ -237,7 +239,7 @@ func TestRejoinStartFinishedRun(t *testing.T) {
 		opening[2].Type() != agui.TypeRunFinished {
 		t.Fatalf("opening %v", opening)
 	}
-	if ms := snapshotOf(t, opening[1].(*agui.MessagesSnapshot).Messages); len(ms) != 3 || ms[1].text != "Hello there." {
+	if ms := snapshotOf(t, opening[1].(*agui.MessagesSnapshot).Messages); len(ms) != 4 || ms[2].text != "there." {
 		t.Errorf("snapshot %v, want the whole conversation", ms)
 	}
 }
@@ -294,23 +296,23 @@ func TestBuildSnapshotIsBoundedInBytes(t *testing.T) {
 		maxBytes int
 		want     []msg
 	}{
-		{1, []msg{{"r2", "assistant", "Working on it"}}},
-		{newestTwo, []msg{{"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
-		{newestTwo + ix.Entries[1].Size, []msg{{"r1", "assistant", "Hello there."}, {"u2", "user", "second"}, {"r2", "assistant", "Working on it"}}},
+		{1, []msg{{"resp-r2", "assistant", "Working"}, {"resp-r2:2", "assistant", " on it"}}},
+		{newestTwo, []msg{{"u2", "user", "second"}, {"resp-r2", "assistant", "Working"}, {"resp-r2:2", "assistant", " on it"}}},
+		{newestTwo + ix.Entries[1].Size, []msg{{"resp-r1", "assistant", "Hello "}, {"resp-r1:2", "assistant", "there."}, {"u2", "user", "second"}, {"resp-r2", "assistant", "Working"}, {"resp-r2:2", "assistant", " on it"}}},
 	} {
-		ms, err := buildSnapshot(context.Background(), store, "th", 99, c.maxBytes)
+		snap, err := buildSnapshot(context.Background(), store, "th", 99, c.maxBytes, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := snapshotOf(t, ms); !slices.Equal(got, c.want) {
+		if got := snapshotOf(t, snap.messages); !slices.Equal(got, c.want) {
 			t.Errorf("%d bytes: %v, want %v", c.maxBytes, got, c.want)
 		}
 	}
 }
 
-// A run that answered in two responses is one assistant message with a
-// blank line between them, not their text run together.
-func TestBuildSnapshotSeparatesResponses(t *testing.T) {
+// A run that answered in two responses is two assistant messages, as the
+// live stream made them.
+func TestBuildSnapshotKeepsResponsesApart(t *testing.T) {
 	block := func(seq int64, resp, text string) instanceai.StoredEvent {
 		r := row(seq, "r1", instanceai.TypeTextBlock, &instanceai.Text{Text: text})
 		r.Event.ResponseID = resp
@@ -319,12 +321,11 @@ func TestBuildSnapshotSeparatesResponses(t *testing.T) {
 	rows := []instanceai.StoredEvent{
 		row(1, "r1", instanceai.TypeRunStart, &instanceai.RunStart{MessageID: "u1"}),
 		block(2, "a", "Here it is for you."),
-		block(3, "b", "Done: "),
-		block(4, "b", "all good."),
-		row(5, "r1", instanceai.TypeRunFinish, &instanceai.RunFinish{Status: instanceai.RunCompleted}),
+		block(3, "b", "Done: all good."),
+		row(4, "r1", instanceai.TypeRunFinish, &instanceai.RunFinish{Status: instanceai.RunCompleted}),
 	}
-	got := snapshotOf(t, snapshotAt(t, logStore(t, nil, rows), 5))
-	if want := (msg{"r1", "assistant", "Here it is for you.\n\nDone: all good."}); len(got) != 1 || got[0] != want {
+	got := snapshotOf(t, snapshotAt(t, logStore(t, nil, rows), 4))
+	if want := []msg{{"a", "assistant", "Here it is for you."}, {"b", "assistant", "Done: all good."}}; !slices.Equal(got, want) {
 		t.Fatalf("snapshot %v, want %v", got, want)
 	}
 }

@@ -270,12 +270,21 @@ func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Deli
 		taken := batch[i]
 		batch[i] = instanceai.Delivery{}
 		d := &taken
-		if d.Kind == instanceai.TypeCustom {
-			continue // n8n's clients know only n8n's types
-		}
 		if filter != nil && !filter(d) {
 			continue
 		}
+		if d.Kind.Extension() {
+			// n8n's clients know only n8n's types. A stored one (an
+			// upstream AG-UI agent's event) still moves the cursor, so
+			// the ids a client sees stay those of the log, one by one.
+			if d.ID > 0 && d.Reset == nil {
+				if err := s.ID(d.ID); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+
 		var err error
 		switch {
 		case d.Reset != nil:

@@ -123,6 +123,23 @@ type Messages struct {
 
 // Read reads the user messages of entries whole and folds their runs.
 func (ix *Index) Read(ctx context.Context, store Store, threadID string, entries []Entry) (*Messages, error) {
+	out := &Messages{Runs: &agenttree.Runs{}}
+	var err error
+	out.Users, err = ix.read(ctx, store, threadID, entries, out.Runs.Apply)
+	return out, err
+}
+
+// ReadEvents reads the user messages of entries whole and their runs'
+// events, by run, in log order.
+func (ix *Index) ReadEvents(ctx context.Context, store Store, threadID string, entries []Entry) (map[string]instanceai.Message, map[string][]instanceai.Event, error) {
+	runs := map[string][]instanceai.Event{}
+	users, err := ix.read(ctx, store, threadID, entries, func(ev instanceai.Event) { runs[ev.RunID] = append(runs[ev.RunID], ev) })
+	return users, runs, err
+}
+
+// read reads the user messages of entries and hands each event of their
+// runs to apply.
+func (ix *Index) read(ctx context.Context, store Store, threadID string, entries []Entry, apply func(instanceai.Event)) (map[string]instanceai.Message, error) {
 	var ids []string
 	runs := map[string]bool{}
 	from := int64(-1)
@@ -136,18 +153,18 @@ func (ix *Index) Read(ctx context.Context, store Store, threadID string, entries
 			from = s
 		}
 	}
-	out := &Messages{Users: map[string]instanceai.Message{}, Runs: &agenttree.Runs{}}
+	users := map[string]instanceai.Message{}
 	if len(ids) > 0 {
-		users, err := store.MessagesByID(ctx, threadID, ids)
+		got, err := store.MessagesByID(ctx, threadID, ids)
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range users {
-			out.Users[m.ID] = m
+		for _, m := range got {
+			users[m.ID] = m
 		}
 	}
 	if len(runs) == 0 {
-		return out, nil
+		return users, nil
 	}
 	err := scan(ctx, store, threadID, from-1, ix.through, func(r *instanceai.StoredRow) error {
 		if !runs[r.RunID] {
@@ -157,10 +174,10 @@ func (ix *Index) Read(ctx context.Context, store Store, threadID string, entries
 		if err := ev.UnmarshalJSON(r.Data); err != nil {
 			return err
 		}
-		out.Runs.Apply(ev)
+		apply(ev)
 		return nil
 	})
-	return out, err
+	return users, err
 }
 
 // RunRows returns the stored events of one run, from its run-start up to
