@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"os"
@@ -195,6 +196,33 @@ func TestGoodFixture(t *testing.T) {
 	for _, id := range []string{aguicheck.StateDeltaApplies, aguicheck.StateDeltaShape, aguicheck.RunAfterFinished, aguicheck.RunNoNested} {
 		if status[id] != conformance.Pass {
 			t.Errorf("%s is %s on the fixture, want pass", id, status[id])
+		}
+	}
+}
+
+// A server under test that sends doubling "copy" operations does not make
+// the checker build a document without bound: the state is left unjudged.
+func TestCopyBombLeavesTheStateUnjudged(t *testing.T) {
+	var ops []string
+	for i := range 40 {
+		ops = append(ops, fmt.Sprintf(`{"op":"copy","from":"","path":"/c%d"}`, i))
+	}
+	body := `data: {"type":"RUN_STARTED","threadId":"t","runId":"r"}
+
+data: {"type":"STATE_SNAPSHOT","snapshot":{"a":"` + strings.Repeat("x", 1024) + `"}}
+
+data: {"type":"STATE_DELTA","delta":[` + strings.Join(ops, ",") + `]}
+
+data: {"type":"RUN_FINISHED","threadId":"t","runId":"r"}
+
+`
+	rec, err := conformance.ParseRecording(http.Header{"Content-Type": {"text/event-stream"}}, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range aguicheck.Check(rec) {
+		if f.Rule == aguicheck.StateDeltaApplies && f.Status == conformance.Fail {
+			t.Fatalf("%s: %s", f.Rule, f.Detail)
 		}
 	}
 }
