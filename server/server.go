@@ -29,6 +29,7 @@ import (
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/connlimit"
 	"github.com/threadline/threadline/server/console"
+	"github.com/threadline/threadline/server/copilotkitapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/internal/history"
@@ -71,6 +72,9 @@ type Config struct {
 	// AgentName names the agent on /health and /status; an agent with
 	// named upstreams (instanceai.NamedAgent) is listed by those names.
 	AgentName string
+	// CopilotKitPath is where CopilotKit's runtime protocol is served
+	// (copilotkitapi.DefaultBase when "").
+	CopilotKitPath string
 	// LLMHealth, when set, serves GET /llm/health (the openai agent's
 	// probe of its model server); without it /llm/health answers 503,
 	// naming AgentName as an agent without an LLM.
@@ -187,10 +191,17 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if r, ok := agent.(interface{ Reachability() map[string]string }); ok {
 		agentStatus = r.Reachability
 	}
-	aguiapi.New(s.Core, aguiapi.Config{
+	runs := aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes, AgentStatus: agentStatus,
-	}).Register(authed, router)
+	})
+	runs.Register(authed, router)
+	var named []string
+	if n, ok := agent.(instanceai.NamedAgent); ok {
+		named = n.Names()
+	}
+	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(),
+		Agent: cfg.AgentName, Named: named}).Register(authed)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.
 	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)

@@ -71,6 +71,8 @@ func TestAgentConfigErrors(t *testing.T) {
 		{[]string{"-agent", "agui", "-agui-agents", "a=localhost:8000/agent"}, "Upstreams[0].URL"},
 		{[]string{"-agent", "agui", "-agui-agents", "a=http://x,a=http://y"}, "unique"},
 		{[]string{"-agent", "agui", "-agui-agents", "a=http://x", "-agui-header", "Authorization Bearer secret"}, "--agui-header"},
+		{[]string{"-copilotkit-path", "copilotkit"}, "--copilotkit-path"},
+		{[]string{"-copilotkit-path", "/"}, "--copilotkit-path"},
 	} {
 		args := append([]string{"serve", "-store", "memory", "-addr", "127.0.0.1:0"}, c.args...)
 		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})

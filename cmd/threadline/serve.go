@@ -19,6 +19,7 @@ import (
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
 	"github.com/threadline/threadline/server/connlimit"
+	"github.com/threadline/threadline/server/copilotkitapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
@@ -42,6 +43,7 @@ type serveConfig struct {
 	subscriberQueue int
 	queueBytes      int
 	historyBytes    int
+	copilotkitPath  string
 	checkpointBytes int
 	checkpointEvery time.Duration
 	heartbeat       time.Duration
@@ -83,6 +85,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"bytes of frames an SSE subscriber may fall behind, beside --subscriber-queue: one that far behind is disconnected and resumes from its cursor")
 	f.Int(&c.historyBytes, "history-max-bytes", "THREADLINE_HISTORY_MAX_BYTES", server.DefaultHistoryMaxBytes,
 		"bytes a /messages page or an AG-UI rejoin's MESSAGES_SNAPSHOT holds past its newest message; older messages are read with ?before=olderCursor")
+	f.String(&c.copilotkitPath, "copilotkit-path", "THREADLINE_COPILOTKIT_PATH", copilotkitapi.DefaultBase,
+		"where CopilotKit's runtime protocol is served: a CopilotKit frontend's runtimeUrl is this server's URL with this path")
 	f.Int(&c.checkpointBytes, "checkpoint-bytes", "THREADLINE_CHECKPOINT_BYTES", instanceai.DefaultCheckpointBytes,
 		"store the text of a reply still streaming once this many bytes of it are not stored, so that a crash loses at most that much (SQLite and PostgreSQL; 0 = not by size)")
 	f.Duration(&c.checkpointEvery, "checkpoint-interval", "THREADLINE_CHECKPOINT_INTERVAL", instanceai.DefaultCheckpointInterval,
@@ -251,6 +255,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.checkpointBytes < 0 || c.checkpointEvery < 0 {
 		return usageError{"--checkpoint-bytes and --checkpoint-interval must be 0 (off) or more"}
 	}
+	if !strings.HasPrefix(c.copilotkitPath, "/") || c.copilotkitPath == "/" || strings.ContainsAny(c.copilotkitPath, "{}?#") {
+		return usageError{fmt.Sprintf("--copilotkit-path %q: want a path such as /copilotkit (not the root)", c.copilotkitPath)}
+	}
 	if c.subscriberQueue < 1 || c.queueBytes < 1 || c.historyBytes < 1 {
 		return usageError{"--subscriber-queue, --subscriber-queue-bytes and --history-max-bytes must be positive"}
 	}
@@ -297,7 +304,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
-		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
+		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.

@@ -242,17 +242,53 @@ type source struct {
 	feed *instanceai.Feed
 }
 
-func (h *Handler) runAgent(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) runAgent(w http.ResponseWriter, r *http.Request) { h.serveRun(w, r, RunOptions{}) }
+
+// RunOptions adapt the /run-agent machinery to another surface that starts
+// runs with a RunAgentInput (CopilotKit's runtime protocol).
+type RunOptions struct {
+	// Agent, when set, names the agent from the request (a path's agent
+	// id) instead of forwardedProps.agent.
+	Agent func(r *http.Request) string
+	// KeepOnDisconnect keeps the run going when the client goes away.
+	KeepOnDisconnect bool
+	// Busy, when set, answers a request refused because a run is active
+	// on the thread, in the surface's own way.
+	Busy func(w http.ResponseWriter, r *http.Request)
+	// Dialect, when set, makes for each stream a rewrite of the events
+	// about to be written (another version of AG-UI's events).
+	Dialect func() func([]agui.Event) []agui.Event
+}
+
+// RunHandler serves runs as /run-agent does, adapted by opts.
+func (h *Handler) RunHandler(opts RunOptions) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveRun(w, r, opts) })
+}
+
+func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, opts RunOptions) {
 	req, err := h.decode(w, r)
+	if err == nil && opts.Agent != nil {
+		req.agent = opts.Agent(r)
+	}
+	req.keepOnDisconnect = req.keepOnDisconnect || opts.KeepOnDisconnect
 	var src source
 	if err == nil {
 		src, err = h.begin(r, req)
+	}
+	var active *instanceai.RunActiveError
+	if opts.Busy != nil && errors.As(err, &active) {
+		opts.Busy(w, r)
+		return
 	}
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	h.stream(w, r, req, src)
+	var dialect func([]agui.Event) []agui.Event
+	if opts.Dialect != nil {
+		dialect = opts.Dialect()
+	}
+	h.stream(w, r, req, src, dialect)
 }
 
 // begin picks what the request does: answer the pending interrupts of a
@@ -517,7 +553,7 @@ func (h *Handler) clientToolResult(ctx context.Context, threadID string, i int, 
 }
 
 // stream maps the run's events to AG-UI until the mapper's terminal event.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest, src source) {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest, src source, dialect func([]agui.Event) []agui.Event) {
 	ctx := r.Context()
 	threadID := req.input.ThreadID
 	run, mapper := src.run, src.mapper
@@ -530,7 +566,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 		h.disconnected(ctx, req, run, log)
 		return
 	}
-	out := &writer{s: s, state: req.input.State}
+	out := &writer{s: s, state: req.input.State, dialect: dialect}
 	if len(src.first) > 0 {
 		if out.write(0, src.first) != nil || s.Flush() != nil {
 			h.disconnected(ctx, req, run, log)
@@ -565,12 +601,17 @@ type writer struct {
 	// state is input.state, sent as STATE_SNAPSHOT right after RUN_STARTED.
 	state     json.RawMessage
 	stateSent bool
+	// dialect, when set, rewrites the events before they go out.
+	dialect func([]agui.Event) []agui.Event
 }
 
 // write sends events; id (the seq of the instance-ai event they were mapped
 // from, 0 for none) goes on the last of them, so a cursor taken from it
 // covers them all.
 func (o *writer) write(id int64, events []agui.Event) error {
+	if o.dialect != nil {
+		events = o.dialect(events)
+	}
 	for i, ev := range events {
 		var frameID int64
 		if i == len(events)-1 {

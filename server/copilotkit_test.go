@@ -1,0 +1,165 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/servertest"
+)
+
+// copilotkitDir holds the pinned @copilotkitnext/core and client.mjs.
+const copilotkitDir = "testdata/copilotkit"
+
+type copilotkitReport struct {
+	InfoError string   `json:"infoError"`
+	Agents    []string `json:"agents"`
+	Version   string   `json:"version"`
+	Results   []struct {
+		Name     string `json:"name"`
+		Error    string `json:"error"`
+		Errors   []string
+		Messages []struct {
+			Role      string `json:"role"`
+			Content   string `json:"content"`
+			ToolCalls []struct {
+				Name string `json:"name"`
+			} `json:"toolCalls"`
+			ToolCallID string `json:"toolCallId"`
+		} `json:"messages"`
+	} `json:"results"`
+}
+
+// runCopilotKit runs client.mjs, CopilotKit's own runtime client, against
+// the server's runtime routes.
+func runCopilotKit(t *testing.T, url, scenarios string) copilotkitReport {
+	t.Helper()
+	node := nodeWith(t, copilotkitDir, filepath.Join("@copilotkitnext", "core"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "client.mjs", url+"/copilotkit", scenarios)
+	cmd.Dir = copilotkitDir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client.mjs: %v\n%s", err, stderr.String())
+	}
+	var rep copilotkitReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if rep.InfoError != "" {
+		t.Fatalf("the client could not read /info: %s", out)
+	}
+	return rep
+}
+
+// CopilotKit's own client (@copilotkitnext/core 1.54.1) runs agents
+// through Threadline's runtime routes: /info lists the agents, a run
+// streams its answer, a frontend tool's result comes back in the client's
+// follow-up run, and stop ends a run under way, whose stream the client is
+// still reading.
+func TestCopilotKitClientRuns(t *testing.T) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 2 * time.Millisecond})
+		rep := runCopilotKit(t, h.URL, `[
+			{"name":"simple","thread":"ck-simple","message":"simple hi"},
+			{"name":"tool","thread":"ck-tool","message":"frontend-tool","tool":{"name":"pickColor","result":"teal"}},
+			{"name":"stop","thread":"ck-stop","message":"long 100000","stopAfter":300},
+			{"name":"background","thread":"ck-bg","message":"background"}
+		]`)
+		if strings.Join(rep.Agents, ",") != "default" {
+			t.Fatalf("agents %v, want [default]", rep.Agents)
+		}
+		for _, r := range rep.Results {
+			if r.Error != "" || len(r.Errors) > 0 {
+				t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
+			}
+			if len(r.Messages) < 2 || r.Messages[0].Role != "user" {
+				t.Fatalf("%s: messages %+v", r.Name, r.Messages)
+			}
+			last := r.Messages[len(r.Messages)-1]
+			switch r.Name {
+			case "simple":
+				if last.Role != "assistant" || !strings.Contains(last.Content, "You said: simple hi") {
+					t.Fatalf("simple: last message %+v", last)
+				}
+			case "tool":
+				if last.Content != "The browser answered: teal" {
+					t.Fatalf("tool: last message %+v of %+v", last, r.Messages)
+				}
+			case "background":
+				// A sub-agent's events, which @ag-ui/client 0.0.48 has no
+				// type for, reach it as CUSTOM: the stream is read whole,
+				// up to the background agent's last result.
+				said := false
+				for _, m := range r.Messages {
+					said = said || m.Content == "Evaluation setup has started in the background."
+				}
+				if !said || last.Role != "tool" || !strings.Contains(last.Content, `"nodes":5`) {
+					t.Fatalf("background: messages %+v", r.Messages)
+				}
+			case "stop":
+				if fin := waitRunFinish(t, store, "ck-stop", 10*time.Second); fin.Status != instanceai.RunCancelled {
+					t.Fatalf("stop: the run ended %+v", fin)
+				}
+			}
+		}
+	})
+}
+
+// The runtime's answers outside a run: an unknown agent, a run on a busy
+// thread (an empty stream, which the client takes quietly), a stop with
+// nothing to stop, and an interrupt as the CUSTOM on_interrupt event the
+// client's useInterrupt waits for.
+func TestCopilotKitRuntimeAnswers(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{AgentDelay: time.Millisecond})
+	post := func(path, body string) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, h.URL+"/copilotkit"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Content-Type"), string(b)
+	}
+	input := func(thread, message string) string {
+		return fmt.Sprintf(`{"threadId":%q,"runId":"r-%s","state":{},"messages":[{"id":"u","role":"user","content":%q}],"tools":[],"context":[],"forwardedProps":{}}`,
+			thread, thread, message)
+	}
+	if code, _, body := post("/agent/nope/run", input("x", "simple")); code != http.StatusNotFound ||
+		body != `{"error":"Agent not found","message":"Agent 'nope' does not exist"}`+"\n" {
+		t.Fatalf("unknown agent: %d %s", code, body)
+	}
+	if code, _, body := post("/agent/default/stop/idle", ""); code != http.StatusOK || !strings.Contains(body, `"stopped":false`) {
+		t.Fatalf("stop with no run: %d %s", code, body)
+	}
+	runID := h.Chat("busy", "long 100000")
+	if code, ct, body := post("/agent/default/run", input("busy", "simple")); code != http.StatusOK ||
+		!strings.HasPrefix(ct, "text/event-stream") || body != "" {
+		t.Fatalf("run on a busy thread: %d %q %q", code, ct, body)
+	}
+	if code, _, body := post("/agent/default/stop/busy", ""); code != http.StatusOK || !strings.Contains(body, `"stopped":true`) {
+		t.Fatalf("stop: %d %s", code, body)
+	}
+	waitRow(t, store, "busy", runID, rowType(instanceai.TypeRunFinish))
+	code, _, body := post("/agent/default/run", input("confirm", "confirm"))
+	if code != http.StatusOK || !strings.Contains(body, `"name":"on_interrupt"`) ||
+		strings.Index(body, `"on_interrupt"`) > strings.LastIndex(body, `"RUN_FINISHED"`) {
+		t.Fatalf("interrupt: %d\n%s", code, body)
+	}
+}
