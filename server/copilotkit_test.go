@@ -13,11 +13,23 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/server/servertest"
 )
 
 // copilotkitDir holds the pinned @copilotkitnext/core and client.mjs.
 const copilotkitDir = "testdata/copilotkit"
+
+// copilotkitMessage is a message the client holds, as client.mjs reports it.
+type copilotkitMessage struct {
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	ToolCalls []struct {
+		Name string `json:"name"`
+	} `json:"toolCalls"`
+	ToolCallID string `json:"toolCallId"`
+}
 
 type copilotkitReport struct {
 	InfoError string   `json:"infoError"`
@@ -27,14 +39,7 @@ type copilotkitReport struct {
 		Name     string `json:"name"`
 		Error    string `json:"error"`
 		Errors   []string
-		Messages []struct {
-			Role      string `json:"role"`
-			Content   string `json:"content"`
-			ToolCalls []struct {
-				Name string `json:"name"`
-			} `json:"toolCalls"`
-			ToolCallID string `json:"toolCallId"`
-		} `json:"messages"`
+		Messages []copilotkitMessage `json:"messages"`
 	} `json:"results"`
 }
 
@@ -161,5 +166,116 @@ func TestCopilotKitRuntimeAnswers(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"name":"on_interrupt"`) ||
 		strings.Index(body, `"on_interrupt"`) > strings.LastIndex(body, `"RUN_FINISHED"`) {
 		t.Fatalf("interrupt: %d\n%s", code, body)
+	}
+}
+
+// copilotkitMessages is a report's messages in a line each, as compared.
+func copilotkitMessages(msgs []copilotkitMessage) string {
+	var out []string
+	for _, m := range msgs {
+		line := m.Role + ": " + m.Content
+		for _, c := range m.ToolCalls {
+			line += " [" + c.Name + "]"
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
+// A page that reloads asks the runtime to connect: CopilotKit's client
+// gets the thread back run by run, with the messages it held before (a
+// failed run in the middle included, which its verifier would refuse as a
+// RUN_ERROR), and a run under way is followed to its end.
+func TestCopilotKitConnect(t *testing.T) {
+	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
+		h := start(t, store, servertest.Options{AgentDelay: 2 * time.Millisecond})
+		live := h.Chat("ck-live", "long 100000")
+		// The run lasts minutes: it is under way when the client
+		// connects, and its connect ends when the run does, cancelled.
+		go func() {
+			time.Sleep(3 * time.Second)
+			if res, err := http.Post(h.URL+"/instance-ai/chat/ck-live/cancel", "application/json", nil); err == nil {
+				res.Body.Close()
+			}
+		}()
+		rep := runCopilotKit(t, h.URL, `[
+			{"name":"live","thread":"ck-live","connect":true},
+			{"name":"first","thread":"ck-conv","message":"simple hi"},
+			{"name":"reconnect","thread":"ck-conv","connect":true},
+			{"name":"failed","thread":"ck-fail","message":"error"},
+			{"name":"after","thread":"ck-fail","message":"simple again"},
+			{"name":"reconnect-failed","thread":"ck-fail","connect":true},
+			{"name":"empty","thread":"ck-none","connect":true}
+		]`)
+		byName := map[string]int{}
+		for i, r := range rep.Results {
+			byName[r.Name] = i
+			if r.Error != "" || (len(r.Errors) > 0 && r.Name != "failed") {
+				t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
+			}
+		}
+		res := func(name string) string { return copilotkitMessages(rep.Results[byName[name]].Messages) }
+		if got, want := res("reconnect"), res("first"); got != want {
+			t.Fatalf("reconnected:\n%s\nafter the run:\n%s", got, want)
+		}
+		if got := res("reconnect-failed"); !strings.Contains(got, "user: error") || !strings.Contains(got, "You said: simple again") {
+			t.Fatalf("reconnected to a thread with a failed run:\n%s", got)
+		}
+		if got := res("empty"); got != "" {
+			t.Fatalf("a thread with no run connected to %q", got)
+		}
+		if fin := waitRunFinish(t, store, "ck-live", 10*time.Second); fin.Status != instanceai.RunCancelled {
+			t.Fatalf("the live run ended %+v", fin)
+		}
+		runEvents, _ := storedRun(t, store, "ck-live", live)
+		full := agenttree.Fold(runEvents).TextContent
+		liveRes := rep.Results[byName["live"]]
+		var text string
+		for _, m := range liveRes.Messages {
+			if m.Role == "assistant" {
+				text += m.Content
+			}
+		}
+		if full == "" || text != full || liveRes.Messages[0].Role != "user" || liveRes.Messages[0].Content != "long 100000" {
+			t.Fatalf("the run followed live: %d bytes of text, the log's %d; messages %.300s", len(text), len(full), copilotkitMessages(liveRes.Messages))
+		}
+	})
+}
+
+// A CopilotKit page that reloads onto another instance follows there the
+// run its first instance runs.
+func TestCopilotKitConnectOnAnotherInstance(t *testing.T) {
+	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 2*time.Millisecond)
+	a, b := ps[0], ps[1]
+	run := a.chat("ck-cluster", "long 100000")
+	// The run lasts minutes: the client connects while it is under way,
+	// and its connect ends when the run does, cancelled through B.
+	done := make(chan copilotkitReport, 1)
+	go func() { done <- runCopilotKit(t, b.URL, `[{"name":"live","thread":"ck-cluster","connect":true}]`) }()
+	onA := a.stream("ck-cluster", "")
+	onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
+	time.Sleep(2 * time.Second) // node starts and connects meanwhile
+	if code := b.post("/instance-ai/chat/ck-cluster/cancel", ""); code != http.StatusOK {
+		t.Fatalf("cancel on B: %d", code)
+	}
+	rep := <-done
+	r := rep.Results[0]
+	if r.Error != "" || len(r.Errors) > 0 {
+		t.Fatalf("error %q, client errors %v", r.Error, r.Errors)
+	}
+	var text string
+	for _, m := range r.Messages {
+		if m.Role == "assistant" {
+			text += m.Content
+		}
+	}
+	var block string
+	for _, f := range a.replayAll("ck-cluster", run) {
+		if f.Decoded.Type == instanceai.TypeTextBlock {
+			block += f.Decoded.Payload.(*instanceai.Text).Text
+		}
+	}
+	if block == "" || text != block {
+		t.Fatalf("followed on B: %d bytes of text, the log's %d", len(text), len(block))
 	}
 }

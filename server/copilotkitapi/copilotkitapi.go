@@ -7,12 +7,15 @@
 // as "default", CopilotKit's default agent id, and each named one);
 // POST agent/:agentId/run starts a run as /run-agent does and streams it
 // in the AG-UI dialect of @ag-ui/client 0.0.48, which CopilotKit 1.54.1
-// pins; POST agent/:agentId/stop/:threadId cancels the thread's run.
+// pins; POST agent/:agentId/connect replays the thread run by run and
+// follows the run under way; POST agent/:agentId/stop/:threadId cancels
+// the thread's run.
 package copilotkitapi
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -76,7 +79,31 @@ func (h *Handler) Register(authed *mux.Router) {
 		Busy:    emptyStream,
 		Dialect: Dialect,
 	}))).Methods(http.MethodPost)
+	authed.Handle(b+"/agent/{agentId}/connect", h.knownAgent(http.HandlerFunc(h.connect))).Methods(http.MethodPost)
 	authed.Handle(b+"/agent/{agentId}/stop/{threadId}", h.knownAgent(http.HandlerFunc(h.stop))).Methods(http.MethodPost)
+}
+
+// maxConnectBody bounds a connect request: CopilotKit sends no messages
+// with it, only the thread and the app's tools, context and properties.
+const maxConnectBody = 1 << 20
+
+// connect replays the thread's runs and follows the one under way
+// (aguiapi.Handler.Connect), in the dialect runs are served in.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxConnectBody+1))
+	var in struct {
+		ThreadID string `json:"threadId"`
+	}
+	switch {
+	case err != nil || len(data) > maxConnectBody:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "Invalid request body", "details": "the body is unreadable or larger than 1 MB"})
+		return
+	case json.Unmarshal(data, &in) != nil || in.ThreadID == "":
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "Invalid request body",
+			"details": "want a RunAgentInput JSON object with a threadId"})
+		return
+	}
+	h.runs.Connect(w, r, in.ThreadID, aguiapi.ConnectOptions{Dialect: Dialect})
 }
 
 // agentInfo is one agent of info's answer.

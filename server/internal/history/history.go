@@ -198,6 +198,9 @@ func (ix *Index) RunRows(ctx context.Context, store Store, threadID, runID strin
 	return out, err
 }
 
+// RunStart is the seq of a run's run-start, 0 when the index has none.
+func (ix *Index) RunStart(runID string) int64 { return ix.runStart[runID] }
+
 // LatestRun is the run that started last, "" for none.
 func (ix *Index) LatestRun() string {
 	var id string

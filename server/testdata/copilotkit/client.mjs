@@ -4,7 +4,9 @@
 //   node client.mjs <runtimeUrl> '<scenarios JSON>' [bearer token]
 //
 // Each scenario is {name, agent?, thread, message, stopAfter?, tool?}: one
-// runAgent() with the user message on the thread. With stopAfter (ms), the
+// runAgent() with the user message on the thread; or {name, agent?,
+// thread, connect: true}: one connectAgent() to the thread, as a page that
+// reloads does (it resolves when the runtime ends the stream). With stopAfter (ms), the
 // client calls stopAgent() that long after the run began and waits for the
 // run to end. With tool ({name, result}), the app registers a frontend tool
 // answering result, and the client's own follow-up run after the tool is
@@ -46,14 +48,18 @@ for (const sc of scenarios) {
   }
   agent.threadId = sc.thread;
   agent.setMessages([]);
-  agent.addMessage({ id: randomUUID(), role: "user", content: sc.message });
   try {
-    const run = copilotkit.runAgent({ agent });
-    if (sc.stopAfter) {
-      await new Promise((r) => setTimeout(r, sc.stopAfter));
-      copilotkit.stopAgent({ agent });
+    if (sc.connect) {
+      await copilotkit.connectAgent({ agent });
+    } else {
+      agent.addMessage({ id: randomUUID(), role: "user", content: sc.message });
+      const run = copilotkit.runAgent({ agent });
+      if (sc.stopAfter) {
+        await new Promise((r) => setTimeout(r, sc.stopAfter));
+        copilotkit.stopAgent({ agent });
+      }
+      await run;
     }
-    await run;
   } catch (err) {
     out.error = err && err.message ? err.message : String(err);
   }

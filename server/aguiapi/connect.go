@@ -1,0 +1,131 @@
+package aguiapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/threadline/threadline/agui"
+	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/mapping"
+	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/internal/history"
+	"github.com/threadline/threadline/ssestream"
+)
+
+// ConnectOptions adapt Connect to a surface.
+type ConnectOptions struct {
+	// Dialect, as RunOptions.Dialect.
+	Dialect func() func([]agui.Event) []agui.Event
+}
+
+// Connect streams the thread's conversation as a client that lost it
+// (a reloaded page) reads it back run by run, as CopilotKit's runtime
+// replays a thread: each finished run as its own AG-UI run, its
+// RUN_STARTED carrying the run's user message as input (so the client
+// shows it again), its text and tool arguments whole; a failed run before
+// the last restated as finished (a client's verifier refuses anything
+// after a RUN_ERROR); then the run under way from its start, followed live
+// on any instance until it ends. The runs are the newest that fit in the
+// history bound. An unknown thread, another user's, or one without a run
+// is an empty stream.
+func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID string, opts ConnectOptions) {
+	ctx := r.Context()
+	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+	if err != nil {
+		return
+	}
+	defer s.Flush()
+	if !instanceai.ValidThreadID(threadID) {
+		return
+	}
+	if _, err := h.core.Thread(ctx, threadID, auth.UserFrom(ctx)); err != nil {
+		return
+	}
+	next, err := h.store.NextSeq(ctx, threadID)
+	if err != nil {
+		return
+	}
+	ix, err := history.Load(ctx, h.store, threadID, next-1)
+	if err != nil {
+		return
+	}
+	entries := ix.Entries[ix.Window(len(ix.Entries), 0, h.cfg.HistoryMaxBytes):]
+	users, runs, err := ix.ReadEvents(ctx, h.store, threadID, entries)
+	if err != nil {
+		return
+	}
+	inputs := map[string]*agui.RunAgentInput{}
+	var order []string
+	var user *agui.Message
+	for _, e := range entries {
+		if e.User != nil {
+			u := users[e.User.ID]
+			user = &agui.Message{ID: u.ID, Role: agui.RoleUser, Content: agui.TextContent(u.Content)}
+			continue
+		}
+		in := &agui.RunAgentInput{ThreadID: threadID, RunID: e.RunID}
+		if user != nil {
+			in.Messages = []agui.Message{*user}
+			user = nil
+		}
+		inputs[e.RunID] = in
+		order = append(order, e.RunID)
+	}
+	var dialect func([]agui.Event) []agui.Event
+	if opts.Dialect != nil {
+		dialect = opts.Dialect()
+	}
+	out := &writer{s: s, dialect: func(evs []agui.Event) []agui.Event {
+		for _, ev := range evs {
+			if rs, ok := ev.(*agui.RunStarted); ok && rs.Input == nil {
+				rs.Input = inputs[rs.RunID]
+			}
+		}
+		if dialect != nil {
+			return dialect(evs)
+		}
+		return evs
+	}}
+	log := h.cfg.Logger.With("thread", threadID, "stream", "connect")
+	for i, runID := range order {
+		evs := runs[runID]
+		m := mapping.NewInstanceToAGUI(threadID, runID)
+		var mapped []agui.Event
+		for _, ev := range evs {
+			if m.Suspended() {
+				mapped = append(mapped, m.Resume(runID)...)
+			}
+			if m.Finished() {
+				break // a client tool's result stored after the end: the next run's input carries it
+			}
+			mapped = append(mapped, m.Push(ev)...)
+		}
+		if !m.Finished() && i == len(order)-1 {
+			// The run under way: from its start, live until it ends.
+			h.follow(ctx, out, threadID, runID, ix.RunStart(runID)-1, mapping.NewInstanceToAGUI(threadID, runID), log, nil)
+			return
+		}
+		mapped = append(mapped, m.Close(nil)...)
+		if i < len(order)-1 {
+			mapped = restateFailure(mapped, threadID, runID)
+		}
+		if out.write(0, mapped) != nil || s.Flush() != nil {
+			return
+		}
+	}
+}
+
+// restateFailure ends a failed run with RUN_FINISHED instead of RUN_ERROR,
+// the error told as CUSTOM run_error before it, for a replay that goes on.
+func restateFailure(evs []agui.Event, threadID, runID string) []agui.Event {
+	n := len(evs)
+	if n == 0 {
+		return evs
+	}
+	e, ok := evs[n-1].(*agui.RunError)
+	if !ok {
+		return evs
+	}
+	raw, _ := json.Marshal(map[string]string{"message": e.Message, "code": e.Code})
+	return append(evs[:n-1], &agui.Custom{Name: "run_error", Value: raw}, &agui.RunFinished{ThreadID: threadID, RunID: runID})
+}
