@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +81,9 @@ func TestCopilotKitClientRuns(t *testing.T) {
 			{"name":"simple","thread":"ck-simple","message":"simple hi"},
 			{"name":"tool","thread":"ck-tool","message":"frontend-tool","tool":{"name":"pickColor","result":"teal"}},
 			{"name":"stop","thread":"ck-stop","message":"long 100000","stopAfter":300},
-			{"name":"background","thread":"ck-bg","message":"background"}
+			{"name":"background","thread":"ck-bg","message":"background"},
+			{"name":"ask","thread":"ck-int","message":"confirm"},
+			{"name":"resume","thread":"ck-int","resume":true}
 		]`)
 		if strings.Join(rep.Agents, ",") != "default" {
 			t.Fatalf("agents %v, want [default]", rep.Agents)
@@ -112,6 +115,13 @@ func TestCopilotKitClientRuns(t *testing.T) {
 				}
 				if !said || last.Role != "tool" || !strings.Contains(last.Content, `"nodes":5`) {
 					t.Fatalf("background: messages %+v", r.Messages)
+				}
+			case "resume":
+				// The approval asked in "ask" (an on_interrupt for
+				// useInterrupt) answered by the run useInterrupt makes:
+				// the run that waited goes on in this request's stream.
+				if !strings.Contains(last.Content, "is archived") {
+					t.Fatalf("resume: messages %+v", r.Messages)
 				}
 			case "stop":
 				if fin := waitRunFinish(t, store, "ck-stop", 10*time.Second); fin.Status != instanceai.RunCancelled {
@@ -162,6 +172,12 @@ func TestCopilotKitRuntimeAnswers(t *testing.T) {
 		t.Fatalf("stop: %d %s", code, body)
 	}
 	waitRow(t, store, "busy", runID, rowType(instanceai.TypeRunFinish))
+	for _, c := range []struct{ resume, field string }{{`5`, "forwardedProps.command.resume"}, {`true`, "forwardedProps.command.resume"}} {
+		body := strings.Replace(input("idle", "simple"), `"forwardedProps":{}`, `"forwardedProps":{"command":{"resume":`+c.resume+`}}`, 1)
+		if code, _, answer := post("/agent/default/run", body); code != http.StatusBadRequest || !strings.Contains(answer, c.field) {
+			t.Fatalf("resume %s with nothing to answer: %d %s", c.resume, code, answer)
+		}
+	}
 	code, _, body := post("/agent/default/run", input("confirm", "confirm"))
 	if code != http.StatusOK || !strings.Contains(body, `"name":"on_interrupt"`) ||
 		strings.Index(body, `"on_interrupt"`) > strings.LastIndex(body, `"RUN_FINISHED"`) {
@@ -277,5 +293,30 @@ func TestCopilotKitConnectOnAnotherInstance(t *testing.T) {
 	}
 	if block == "" || text != block {
 		t.Fatalf("followed on B: %d bytes of text, the log's %d", len(text), len(block))
+	}
+}
+
+// What a CopilotKit page reconnects to survives a Threadline restart: the
+// thread is read from the log, not from a process's memory.
+func TestCopilotKitConnectAfterRestart(t *testing.T) {
+	for _, st := range crashStores {
+		t.Run(st.name, func(t *testing.T) {
+			spec := st.spec(t)
+			p := launch(t, spec, 0)
+			run := p.chat("ck-restart", "simple hi")
+			p.replayAll("ck-restart", run)
+			p.stop(syscall.SIGTERM)
+			p = launch(t, spec, 0)
+			defer p.Kill()
+			rep := runCopilotKit(t, p.URL, `[{"name":"connect","thread":"ck-restart","connect":true}]`)
+			r := rep.Results[0]
+			if r.Error != "" || len(r.Errors) > 0 {
+				t.Fatalf("error %q, client errors %v", r.Error, r.Errors)
+			}
+			got := copilotkitMessages(r.Messages)
+			if !strings.HasPrefix(got, "user: simple hi") || !strings.Contains(got, "You said: simple hi") {
+				t.Fatalf("after the restart the page holds:\n%s", got)
+			}
+		})
 	}
 }

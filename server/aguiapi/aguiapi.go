@@ -258,6 +258,10 @@ type RunOptions struct {
 	// Dialect, when set, makes for each stream a rewrite of the events
 	// about to be written (another version of AG-UI's events).
 	Dialect func() func([]agui.Event) []agui.Event
+	// Prepare, when set, adapts the checked input before the run begins
+	// (a surface's own way of answering interrupts, say); an error is
+	// answered as a request error.
+	Prepare func(r *http.Request, in *agui.RunAgentInput) error
 }
 
 // RunHandler serves runs as /run-agent does, adapted by opts.
@@ -269,6 +273,9 @@ func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, opts RunOptio
 	req, err := h.decode(w, r)
 	if err == nil && opts.Agent != nil {
 		req.agent = opts.Agent(r)
+	}
+	if err == nil && opts.Prepare != nil {
+		err = opts.Prepare(r, &req.input)
 	}
 	req.keepOnDisconnect = req.keepOnDisconnect || opts.KeepOnDisconnect
 	var src source

@@ -78,9 +78,58 @@ func (h *Handler) Register(authed *mux.Router) {
 		// its client takes without an error.
 		Busy:    emptyStream,
 		Dialect: Dialect,
+		Prepare: h.resumeCommand,
 	}))).Methods(http.MethodPost)
 	authed.Handle(b+"/agent/{agentId}/connect", h.knownAgent(http.HandlerFunc(h.connect))).Methods(http.MethodPost)
 	authed.Handle(b+"/agent/{agentId}/stop/{threadId}", h.knownAgent(http.HandlerFunc(h.stop))).Methods(http.MethodPost)
+}
+
+// resumeCommand answers the thread's pending confirmations from
+// forwardedProps.command.resume, which CopilotKit's useInterrupt sends to
+// resume after an on_interrupt: true or false approve or deny, a string is
+// an approval with that text, an object is {approved, userInput?} as it
+// is. The run that waited then goes on, streamed as this request's run.
+func (h *Handler) resumeCommand(r *http.Request, in *agui.RunAgentInput) error {
+	var props struct {
+		Command *struct {
+			Resume json.RawMessage `json:"resume"`
+		} `json:"command"`
+	}
+	if len(in.ForwardedProps) == 0 || json.Unmarshal(in.ForwardedProps, &props) != nil ||
+		props.Command == nil || len(props.Command.Resume) == 0 || len(in.Resume) > 0 {
+		return nil
+	}
+	payload, err := answerPayload(props.Command.Resume)
+	if err != nil {
+		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "forwardedProps.command.resume", "%v", err)
+	}
+	awaited, err := h.core.Awaited(r.Context(), in.ThreadID)
+	if err != nil {
+		return err
+	}
+	if len(awaited) == 0 {
+		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "forwardedProps.command.resume",
+			"thread %q waits for no answer", in.ThreadID)
+	}
+	for _, c := range awaited {
+		in.Resume = append(in.Resume, agui.Resume{InterruptID: c.RequestID, Status: agui.ResumeResolved, Payload: payload})
+	}
+	return nil
+}
+
+// answerPayload is a resume value as a confirmation's answer.
+func answerPayload(v json.RawMessage) (json.RawMessage, error) {
+	var b bool
+	var s string
+	switch {
+	case json.Unmarshal(v, &b) == nil:
+		return json.Marshal(map[string]bool{"approved": b})
+	case json.Unmarshal(v, &s) == nil:
+		return json.Marshal(map[string]any{"approved": true, "userInput": s})
+	case len(v) > 0 && v[0] == '{':
+		return v, nil
+	}
+	return nil, fmt.Errorf("want true, false, a string or {\"approved\": boolean, \"userInput\"?: string}, got %s", v)
 }
 
 // maxConnectBody bounds a connect request: CopilotKit sends no messages

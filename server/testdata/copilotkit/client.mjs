@@ -6,7 +6,10 @@
 // Each scenario is {name, agent?, thread, message, stopAfter?, tool?}: one
 // runAgent() with the user message on the thread; or {name, agent?,
 // thread, connect: true}: one connectAgent() to the thread, as a page that
-// reloads does (it resolves when the runtime ends the stream). With stopAfter (ms), the
+// reloads does (it resolves when the runtime ends the stream); or {name,
+// agent?, thread, resume}: a run with forwardedProps.command.resume and no
+// new message, as useInterrupt resumes, after the thread's previous
+// scenario (whose messages the agent keeps). With stopAfter (ms), the
 // client calls stopAgent() that long after the run began and waits for the
 // run to end. With tool ({name, result}), the app registers a frontend tool
 // answering result, and the client's own follow-up run after the tool is
@@ -47,10 +50,12 @@ for (const sc of scenarios) {
     continue;
   }
   agent.threadId = sc.thread;
-  agent.setMessages([]);
+  if (sc.resume === undefined) agent.setMessages([]);
   try {
     if (sc.connect) {
       await copilotkit.connectAgent({ agent });
+    } else if (sc.resume !== undefined) {
+      await copilotkit.runAgent({ agent, forwardedProps: { command: { resume: sc.resume } } });
     } else {
       agent.addMessage({ id: randomUUID(), role: "user", content: sc.message });
       const run = copilotkit.runAgent({ agent });
