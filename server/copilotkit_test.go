@@ -320,3 +320,38 @@ func TestCopilotKitConnectAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// A resume from CopilotKit answers only the caller's own thread: on
+// another user's, it is refused as if nothing waited, and tells nothing of
+// what does.
+func TestCopilotKitResumeIsTheOwners(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{Tokens: aliceToken + "=alice," + bobToken + "=bob"})
+	alice := h.As(aliceToken)
+	runID := alice.Chat("alices", "confirm")
+	var requestID string
+	waitRow(t, store, "alices", runID, func(ev instanceai.Event) bool {
+		if p, ok := ev.Payload.(*instanceai.ConfirmationRequest); ok {
+			requestID = p.RequestID
+			return true
+		}
+		return false
+	})
+	body := `{"threadId":"alices","runId":"r","state":{},"messages":[{"id":"u","role":"user","content":"confirm"}],"tools":[],"context":[],` +
+		`"forwardedProps":{"command":{"resume":true}}}`
+	req, _ := http.NewRequest(http.MethodPost, h.URL+"/copilotkit/agent/default/run", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || strings.Contains(string(answer), requestID) {
+		t.Fatalf("bob resuming alice's run: %d %s", res.StatusCode, answer)
+	}
+	if st := alice.ThreadStatus("alices"); !st.IsSuspended {
+		t.Fatalf("alice's run after bob's resume: %+v", st)
+	}
+}

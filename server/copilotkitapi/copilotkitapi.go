@@ -103,9 +103,14 @@ func (h *Handler) resumeCommand(r *http.Request, in *agui.RunAgentInput) error {
 	if err != nil {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "forwardedProps.command.resume", "%v", err)
 	}
-	awaited, err := h.core.Awaited(r.Context(), in.ThreadID)
-	if err != nil {
-		return err
+	ctx := r.Context()
+	var awaited []instanceai.Confirmation
+	// Another user's thread, or an unknown one, waits for no answer of
+	// this caller's: nothing of its confirmations is told.
+	if _, err := h.core.Thread(ctx, in.ThreadID, auth.UserFrom(ctx)); err == nil {
+		if awaited, err = h.core.Awaited(ctx, in.ThreadID); err != nil {
+			return err
+		}
 	}
 	if len(awaited) == 0 {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "forwardedProps.command.resume",
