@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/threadline/threadline/agent/conversation"
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
 )
@@ -14,18 +13,14 @@ import (
 func (a *Agent) input(ctx context.Context, run *instanceai.Run) (agui.RunAgentInput, error) {
 	in := agui.RunAgentInput{ThreadID: run.ThreadID, RunID: run.ID, State: orEmptyObject(run.State),
 		ForwardedProps: orEmptyObject(run.ForwardedProps)}
-	history := run.History
-	if history == nil {
+	if run.History != nil {
+		in.Messages = messages(run.History, "m")
+	} else {
 		var err error
-		if history, err = conversation.Load(ctx, a.store, run.ThreadID, run.ID); err != nil {
+		if in.Messages, err = a.conversation(ctx, run.ThreadID, run.ID, run.ToolResult); err != nil {
 			return in, err
 		}
-		if tr := run.ToolResult; tr != nil {
-			// The client's own text, which the log may not hold yet.
-			history = conversation.WithToolResult(history, tr.ToolCallID, tr.Content)
-		}
 	}
-	in.Messages = messages(history, "m")
 	if run.ToolResult == nil && run.Message != "" {
 		// A run that answers a client tool has no new user message: the
 		// conversation ends with the tool's answer.
@@ -51,7 +46,7 @@ func (a *Agent) next(ctx context.Context, run *instanceai.Run, prev agui.RunAgen
 			return in, err
 		}
 		var err error
-		if in.Messages, err = a.conversation(ctx, run.ThreadID, ""); err != nil {
+		if in.Messages, err = a.conversation(ctx, run.ThreadID, "", nil); err != nil {
 			return in, err
 		}
 	}

@@ -358,11 +358,16 @@ var (
 )
 
 // conversation is the thread's conversation before the run, as AG-UI
-// messages, from the log; currentRunID "" means the whole thread.
-func (a *Agent) conversation(ctx context.Context, threadID, currentRunID string) ([]agui.Message, error) {
+// messages, from the log; currentRunID "" means the whole thread. tr, when
+// set, is a client's tool result the run answers, in the client's own text,
+// which the log may not hold yet.
+func (a *Agent) conversation(ctx context.Context, threadID, currentRunID string, tr *instanceai.ClientToolResult) ([]agui.Message, error) {
 	history, err := conversation.Load(ctx, a.store, threadID, currentRunID)
 	if err != nil {
 		return nil, err
+	}
+	if tr != nil {
+		history = conversation.WithToolResult(history, tr.ToolCallID, tr.Content)
 	}
 	return messages(history, "m"), nil
 }

@@ -284,7 +284,6 @@ func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Deli
 			}
 			continue
 		}
-
 		var err error
 		switch {
 		case d.Reset != nil:
