@@ -259,6 +259,16 @@ func (c *Core) ActiveRuns() int { return c.Runs.Count() }
 // Draining reports whether Drain began: new runs are refused.
 func (c *Core) Draining() bool { return c.Runs.Draining() }
 
+// Archive sets the thread's archived flag (ThreadStore.ArchiveThread). A
+// missing thread is *ThreadNotFoundError.
+func (c *Core) Archive(ctx context.Context, threadID string, archived bool) error {
+	err := c.Store.ArchiveThread(ctx, threadID, archived)
+	if errors.Is(err, ErrNotFound) {
+		return &ThreadNotFoundError{ThreadID: threadID}
+	}
+	return err
+}
+
 // QuiesceTimeout bounds how long DeleteThread waits for cancelled agents.
 const QuiesceTimeout = 5 * time.Second
 
@@ -480,6 +490,20 @@ func DeriveTitle(message string) string {
 }
 
 func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || NotInTitle(r) }
+
+// CleanTitle trims a client's title and checks it: at most MaxTitle
+// characters, and none of the characters NotInTitle names (a title is one
+// line). The error says what is wrong in words a client can act on.
+func CleanTitle(title string) (string, error) {
+	title = strings.TrimSpace(title)
+	if n := utf8.RuneCountInString(title); n > MaxTitle {
+		return "", fmt.Errorf("must be at most %d characters, got %d", MaxTitle, n)
+	}
+	if strings.ContainsFunc(title, NotInTitle) {
+		return "", errors.New("must be one line without control characters, line or paragraph separators (U+2028, U+2029) or bidirectional controls (U+202A-U+202E, U+2066-U+2069)")
+	}
+	return title, nil
+}
 
 // NotInTitle reports the characters a title, which is one line shown as
 // it is, must not hold: control characters, the line and paragraph

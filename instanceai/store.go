@@ -176,11 +176,23 @@ func ValidThreadID(id string) bool { return threadIDPattern.MatchString(id) }
 
 // Thread is a conversation: the unit of ordering and replay.
 type Thread struct {
-	ID        string
-	OwnerID   string
-	Title     string
+	ID      string
+	OwnerID string
+	Title   string
+	// Archived threads leave their owner's thread list unless it asks for
+	// them; nothing else about them changes.
+	Archived  bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// ThreadQuery selects a page of an owner's threads.
+type ThreadQuery struct {
+	OwnerID string
+	// Limit <= 0 means no limit.
+	Limit, Offset int
+	// IncludeArchived lists archived threads too.
+	IncludeArchived bool
 }
 
 // EventLog is the durable, per-thread ordered log. Every built-in store
@@ -256,9 +268,12 @@ type ThreadStore interface {
 	// stored record; created reports whether this call made it.
 	EnsureThread(ctx context.Context, t Thread) (stored Thread, created bool, err error)
 	GetThread(ctx context.Context, id string) (Thread, error)
-	// ListThreads returns the owner's threads, newest first.
-	ListThreads(ctx context.Context, ownerID string, limit, offset int) ([]Thread, error)
+	// ListThreads returns a page of the owner's threads, newest first
+	// (created_at, then id, descending, so that pages never overlap).
+	ListThreads(ctx context.Context, q ThreadQuery) ([]Thread, error)
 	RenameThread(ctx context.Context, id, title string) error
+	// ArchiveThread sets the thread's archived flag and its updated time.
+	ArchiveThread(ctx context.Context, id string, archived bool) error
 	// DeleteThread removes the thread and, with it, its log.
 	DeleteThread(ctx context.Context, id string) error
 }

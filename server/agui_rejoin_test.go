@@ -259,6 +259,18 @@ func waitRow(t *testing.T, store instanceai.Store, thread, runID string, match f
 	return 0
 }
 
+// waitConfirmation waits for the run's confirmation-request to be stored
+// and returns it.
+func waitConfirmation(t *testing.T, store instanceai.Store, thread, runID string) *instanceai.ConfirmationRequest {
+	t.Helper()
+	var req *instanceai.ConfirmationRequest
+	waitRow(t, store, thread, runID, func(ev instanceai.Event) bool {
+		req, _ = ev.Payload.(*instanceai.ConfirmationRequest)
+		return req != nil
+	})
+	return req
+}
+
 func rowType(typ instanceai.EventType) func(instanceai.Event) bool {
 	return func(ev instanceai.Event) bool { return ev.Type == typ }
 }

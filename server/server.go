@@ -200,7 +200,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if n, ok := agent.(instanceai.NamedAgent); ok {
 		named = n.Names()
 	}
-	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(),
+	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(), MaxBody: cfg.MaxBody,
 		Agent: cfg.AgentName, Named: named}).Register(authed)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.

@@ -82,7 +82,7 @@ func TestCleanup(t *testing.T) {
 	srv := servertest.Start(t, store, servertest.Options{Config: server.Config{AgentName: "script"}})
 	threads := func() []string {
 		t.Helper()
-		list, err := store.ListThreads(context.Background(), auth.LocalUser, 0, 0)
+		list, err := store.ListThreads(context.Background(), instanceai.ThreadQuery{OwnerID: auth.LocalUser, Limit: 0, Offset: 0})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,10 @@
 package aguiapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
@@ -16,6 +18,15 @@ import (
 type ConnectOptions struct {
 	// Dialect, as RunOptions.Dialect.
 	Dialect func() func([]agui.Event) []agui.Event
+	// After, when positive, is the seq of the last event the client holds:
+	// the id of the last frame it read from a run or connect stream of
+	// this thread. Runs it holds whole are left out; a run it holds in
+	// part goes on as the rejoin continues one (RUN_STARTED, the
+	// conversation as of the cursor as MESSAGES_SNAPSHOT, what was open
+	// at the cursor opened again, then the rest), and the runs that
+	// started later follow. A cursor beyond the log's end (a thread
+	// deleted and made again) is no cursor: the thread is replayed.
+	After int64
 }
 
 // Connect streams the thread's conversation as a client that lost it
@@ -87,6 +98,29 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 		return evs
 	}}
 	log := h.cfg.Logger.With("thread", threadID, "stream", "connect")
+	head := next - 1
+	if opts.After > 0 && opts.After <= head {
+		var cont *rejoinTarget
+		if order, cont, err = h.afterCursor(ctx, ix, threadID, order, opts.After, head); err != nil {
+			return
+		}
+		if cont != nil {
+			opening, m, cursor, err := rejoinStart(cont)
+			if err != nil {
+				return
+			}
+			if m == nil && len(order) > 0 {
+				opening = restateFailure(opening, threadID, cont.runID)
+			}
+			if out.write(cursor, opening) != nil || s.Flush() != nil {
+				return
+			}
+			if m != nil {
+				h.follow(ctx, out, threadID, cont.runID, cursor, m, log, nil)
+				return
+			}
+		}
+	}
 	for i, runID := range order {
 		evs := runs[runID]
 		m := mapping.NewInstanceToAGUI(threadID, runID)
@@ -106,13 +140,48 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 			return
 		}
 		mapped = append(mapped, m.Close(nil)...)
+		id := head // the last block's last frame: a cursor the next connect takes
 		if i < len(order)-1 {
 			mapped = restateFailure(mapped, threadID, runID)
+			id = 0
 		}
-		if out.write(0, mapped) != nil || s.Flush() != nil {
+		if out.write(id, mapped) != nil || s.Flush() != nil {
 			return
 		}
 	}
+}
+
+// afterCursor splits the runs of a connect at the client's cursor: order
+// keeps the runs that started after it, and cont is the run that started
+// at or before it and has events after it (nil when there is none), to be
+// continued as a rejoin would.
+func (h *Handler) afterCursor(ctx context.Context, ix *history.Index, threadID string, order []string, after, head int64) (
+	later []string, cont *rejoinTarget, err error) {
+	first := len(order)
+	for i, id := range order {
+		if ix.RunStart(id) > after {
+			first = i
+			break
+		}
+	}
+	later = order[first:]
+	if first == 0 {
+		return later, nil, nil
+	}
+	runID := order[first-1]
+	rows, err := ix.RunRows(ctx, h.store, threadID, runID)
+	if err != nil || len(rows) == 0 {
+		return later, nil, err
+	}
+	// A run that ended at or before the cursor is the client's whole; one
+	// not over goes on even with nothing stored after the cursor (its
+	// text may be streaming).
+	ended := slices.ContainsFunc(rows, func(r instanceai.StoredEvent) bool { return r.Event.Type == instanceai.TypeRunFinish })
+	if ended && rows[len(rows)-1].Seq <= after {
+		return later, nil, nil
+	}
+	cont, err = h.newRejoinTarget(ctx, threadID, runID, after, head, rows)
+	return later, cont, err
 }
 
 // restateFailure ends a failed run with RUN_FINISHED instead of RUN_ERROR,

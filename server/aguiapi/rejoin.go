@@ -112,17 +112,25 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	if runID == "" {
 		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "threadId", "thread %q has no run to rejoin", id)
 	}
-	t := &rejoinTarget{threadID: id, runID: runID, cursor: cursor, last: next - 1}
-	if first, err := h.store.ReadAfter(ctx, id, 0, 1); err != nil {
+	rows, err := ix.RunRows(ctx, h.store, id, runID)
+	if err != nil {
+		return nil, err
+	}
+	return h.newRejoinTarget(ctx, id, runID, cursor, next-1, rows)
+}
+
+// newRejoinTarget continues the run whose rows are runRows from cursor, on
+// the log as read up to last.
+func (h *Handler) newRejoinTarget(ctx context.Context, threadID, runID string, cursor, last int64,
+	runRows []instanceai.StoredEvent) (*rejoinTarget, error) {
+	t := &rejoinTarget{threadID: threadID, runID: runID, cursor: cursor, last: last, runRows: runRows}
+	if first, err := h.store.ReadAfter(ctx, threadID, 0, 1); err != nil {
 		return nil, err
 	} else if len(first) > 0 {
 		t.first = first[0].Seq
 	}
-	if t.runRows, err = ix.RunRows(ctx, h.store, id, runID); err != nil {
-		return nil, err
-	}
 	t.snapshot = func(through int64, open *openState) (snapshot, error) {
-		return buildSnapshot(ctx, h.store, id, through, h.cfg.HistoryMaxBytes, open)
+		return buildSnapshot(ctx, h.store, threadID, through, h.cfg.HistoryMaxBytes, open)
 	}
 	return t, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/threadline/threadline/server/aguiapi"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/ssestream"
 )
 
 // DefaultAgentID is the agent id CopilotKit's client uses when the app
@@ -47,6 +48,10 @@ type Config struct {
 	// agents): each is an agent id besides "default".
 	Agent string
 	Named []string
+	// MaxBody bounds a request body as it does /run-agent's
+	// (httpjson.DefaultMaxBody when 0); the single route's envelope may
+	// be that much larger than the body it carries.
+	MaxBody int64
 }
 
 // Handler serves the runtime protocol.
@@ -54,6 +59,8 @@ type Handler struct {
 	core *instanceai.Core
 	runs *aguiapi.Handler
 	cfg  Config
+	// run serves agent/:agentId/run, on its route and the single route.
+	run http.Handler
 }
 
 // New returns the surface; runs serves the runs as /run-agent does.
@@ -62,14 +69,11 @@ func New(core *instanceai.Core, runs *aguiapi.Handler, cfg Config) *Handler {
 		cfg.Base = DefaultBase
 	}
 	cfg.Base = strings.TrimSuffix(cfg.Base, "/")
-	return &Handler{core: core, runs: runs, cfg: cfg}
-}
-
-// Register mounts the routes on the router of authenticated routes.
-func (h *Handler) Register(authed *mux.Router) {
-	b := h.cfg.Base
-	authed.HandleFunc(b+"/info", h.info).Methods(http.MethodGet)
-	authed.Handle(b+"/agent/{agentId}/run", h.knownAgent(h.runs.RunHandler(aguiapi.RunOptions{
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = httpjson.DefaultMaxBody
+	}
+	h := &Handler{core: core, runs: runs, cfg: cfg}
+	h.run = h.knownAgent(runs.RunHandler(aguiapi.RunOptions{
 		Agent: func(r *http.Request) string { return h.agentName(mux.Vars(r)["agentId"]) },
 		// The Node runtime keeps a run going when its client leaves; only
 		// stop ends it.
@@ -79,9 +83,20 @@ func (h *Handler) Register(authed *mux.Router) {
 		Busy:    emptyStream,
 		Dialect: Dialect,
 		Prepare: h.resumeCommand,
-	}))).Methods(http.MethodPost)
+	}))
+	return h
+}
+
+// Register mounts the routes on the router of authenticated routes.
+func (h *Handler) Register(authed *mux.Router) {
+	b := h.cfg.Base
+	authed.HandleFunc(b+"/info", h.info).Methods(http.MethodGet)
+	authed.Handle(b+"/agent/{agentId}/run", h.run).Methods(http.MethodPost)
 	authed.Handle(b+"/agent/{agentId}/connect", h.knownAgent(http.HandlerFunc(h.connect))).Methods(http.MethodPost)
 	authed.Handle(b+"/agent/{agentId}/stop/{threadId}", h.knownAgent(http.HandlerFunc(h.stop))).Methods(http.MethodPost)
+	authed.HandleFunc(b+"/transcribe", transcribe).Methods(http.MethodPost)
+	h.registerThreads(authed)
+	authed.HandleFunc(b, h.single).Methods(http.MethodPost)
 }
 
 // resumeCommand answers the thread's pending confirmations from
@@ -147,6 +162,10 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxConnectBody+1))
 	var in struct {
 		ThreadID string `json:"threadId"`
+		// LastSeenEventId is the id of the last frame the client read of
+		// this thread's streams (a string, as CopilotKit's client keeps
+		// it); null or absent replays the thread.
+		LastSeenEventID *string `json:"lastSeenEventId"`
 	}
 	switch {
 	case err != nil || len(data) > maxConnectBody:
@@ -157,7 +176,17 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			"details": "want a RunAgentInput JSON object with a threadId"})
 		return
 	}
-	h.runs.Connect(w, r, in.ThreadID, aguiapi.ConnectOptions{Dialect: Dialect})
+	var after int64
+	if in.LastSeenEventID != nil && *in.LastSeenEventID != "" {
+		n, ok := ssestream.ParseEventID(*in.LastSeenEventID)
+		if !ok {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "Invalid request body",
+				"details": fmt.Sprintf("lastSeenEventId must be the id of an event this runtime sent (a non-negative integer), got %q", *in.LastSeenEventID)})
+			return
+		}
+		after = n
+	}
+	h.runs.Connect(w, r, in.ThreadID, aguiapi.ConnectOptions{Dialect: Dialect, After: after})
 }
 
 // agentInfo is one agent of info's answer.
@@ -240,6 +269,13 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"stopped": true,
 		"interrupt": map[string]string{"type": "RUN_ERROR", "message": "Run stopped by user", "code": "STOPPED"}})
+}
+
+// transcribe answers as the Node runtime does without a transcription
+// service (info says audioFileTranscriptionEnabled: false).
+func transcribe(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "service_not_configured",
+		"message": "Transcription service is not configured", "retryable": false})
 }
 
 // emptyStream is an event stream with nothing in it.

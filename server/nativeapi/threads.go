@@ -4,9 +4,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -34,12 +32,13 @@ func (a *API) registerThreads(s *mux.Router) {
 type threadJSON struct {
 	ID        string    `json:"id"`
 	Title     string    `json:"title"`
+	Archived  bool      `json:"archived"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 func threadView(t instanceai.Thread) threadJSON {
-	return threadJSON{ID: t.ID, Title: t.Title, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	return threadJSON{ID: t.ID, Title: t.Title, Archived: t.Archived, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 }
 
 type threadList struct {
@@ -47,6 +46,18 @@ type threadList struct {
 	Page    int          `json:"page"`
 	Limit   int          `json:"limit"`
 	HasMore bool         `json:"hasMore"`
+}
+
+// boolParam reads an optional boolean query parameter: true or false.
+func boolParam(r *http.Request, name string) (bool, error) {
+	switch raw := r.URL.Query().Get(name); raw {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, httpjson.NewError(http.StatusBadRequest, "invalid_query", name, "%s must be true or false, got %q", name, raw)
+	}
 }
 
 // positiveParam reads an optional positive integer query parameter.
@@ -82,8 +93,13 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 	if err != nil {
 		return threadList{}, err
 	}
+	all, err := boolParam(r, "includeArchived")
+	if err != nil {
+		return threadList{}, err
+	}
 	// One row more than the page tells whether another page follows.
-	rows, err := a.store.ListThreads(r.Context(), auth.UserFrom(r.Context()), limit+1, (page-1)*limit)
+	rows, err := a.store.ListThreads(r.Context(), instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
+		Limit: limit + 1, Offset: (page - 1) * limit, IncludeArchived: all})
 	if err != nil {
 		return threadList{}, err
 	}
@@ -94,18 +110,11 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 	return out, nil
 }
 
-// cleanTitle trims a client's title and checks it: at most instanceai.MaxTitle
-// characters, and none of the characters instanceai.NotInTitle names (a
-// title is one line).
+// cleanTitle is instanceai.CleanTitle with its error naming the field.
 func cleanTitle(title string) (string, error) {
-	title = strings.TrimSpace(title)
-	if n := utf8.RuneCountInString(title); n > instanceai.MaxTitle {
-		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
-			"title must be at most %d characters, got %d", instanceai.MaxTitle, n)
-	}
-	if strings.ContainsFunc(title, instanceai.NotInTitle) {
-		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title",
-			"title must be one line without control characters, line or paragraph separators (U+2028, U+2029) or bidirectional controls (U+202A-U+202E, U+2066-U+2069)")
+	title, err := instanceai.CleanTitle(title)
+	if err != nil {
+		return "", httpjson.NewError(http.StatusBadRequest, "invalid_field", "title", "title %v", err)
 	}
 	return title, nil
 }

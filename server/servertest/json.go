@@ -116,6 +116,7 @@ func (s *Server) Confirm(requestID, body string) map[string]any {
 type Thread struct {
 	ID        string    `json:"id"`
 	Title     string    `json:"title"`
+	Archived  bool      `json:"archived"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }

@@ -379,15 +379,14 @@ func (s *Store) GetThread(_ context.Context, id string) (instanceai.Thread, erro
 }
 
 // ListThreads implements instanceai.ThreadStore: newest first, ties broken
-// by id descending, as the SQL backends order them. limit <= 0 means no
-// limit.
-func (s *Store) ListThreads(_ context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+// by id descending, as the SQL backends order them.
+func (s *Store) ListThreads(_ context.Context, q instanceai.ThreadQuery) ([]instanceai.Thread, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	var out []instanceai.Thread
 	for _, t := range s.threads {
-		if t.meta.OwnerID == ownerID {
+		if t.meta.OwnerID == q.OwnerID && (q.IncludeArchived || !t.meta.Archived) {
 			out = append(out, t.meta)
 		}
 	}
@@ -398,13 +397,13 @@ func (s *Store) ListThreads(_ context.Context, ownerID string, limit, offset int
 		}
 		return cmp.Compare(b.ID, a.ID)
 	})
-	offset = max(offset, 0)
+	offset := max(q.Offset, 0)
 	if offset >= len(out) {
 		return nil, nil
 	}
 	out = out[offset:]
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
 	}
 	return out, nil
 }
@@ -420,6 +419,21 @@ func (s *Store) RenameThread(_ context.Context, id, title string) error {
 		return notFound("rename", id)
 	}
 	t.meta.Title = title
+	t.meta.UpdatedAt = now()
+	return nil
+}
+
+// ArchiveThread implements instanceai.ThreadStore.
+func (s *Store) ArchiveThread(_ context.Context, id string, archived bool) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	t := s.threads[id]
+	if t == nil {
+		return notFound("archive", id)
+	}
+	t.meta.Archived = archived
 	t.meta.UpdatedAt = now()
 	return nil
 }

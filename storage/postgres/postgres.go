@@ -271,16 +271,17 @@ type threadRow struct {
 	ID        string    `db:"id"`
 	OwnerID   string    `db:"owner_id"`
 	Title     string    `db:"title"`
+	Archived  bool      `db:"archived"`
 	CreatedAt time.Time `db:"created_at"`
 	UpdatedAt time.Time `db:"updated_at"`
 }
 
-const threadColumns = `id, owner_id, title, created_at, updated_at`
+const threadColumns = `id, owner_id, title, archived, created_at, updated_at`
 
 // thread converts a row; lib/pq returns timestamps in the session's time
 // zone, and the store promises UTC.
 func (r threadRow) thread() instanceai.Thread {
-	return instanceai.Thread{ID: r.ID, OwnerID: r.OwnerID, Title: r.Title,
+	return instanceai.Thread{ID: r.ID, OwnerID: r.OwnerID, Title: r.Title, Archived: r.Archived,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
 }
 
@@ -338,18 +339,19 @@ func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, er
 }
 
 // ListThreads implements instanceai.ThreadStore: newest first, ties broken
-// by id so that pages never overlap. limit <= 0 means no limit.
-func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+// by id so that pages never overlap.
+func (s *Store) ListThreads(ctx context.Context, q instanceai.ThreadQuery) ([]instanceai.Thread, error) {
 	var lim any // NULL is LIMIT ALL
-	if limit > 0 {
-		lim = limit
+	if q.Limit > 0 {
+		lim = q.Limit
 	}
 	var rows []threadRow
 	err := s.db.SelectContext(ctx, &rows,
-		`SELECT `+threadColumns+` FROM threads WHERE owner_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
-		ownerID, lim, max(offset, 0))
+		`SELECT `+threadColumns+` FROM threads WHERE owner_id = $1 AND ($2 OR NOT archived)
+		 ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4`,
+		q.OwnerID, q.IncludeArchived, lim, max(q.Offset, 0))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list threads of %q: %w", ownerID, withCtx(ctx, err))
+		return nil, fmt.Errorf("postgres: list threads of %q: %w", q.OwnerID, withCtx(ctx, err))
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -369,6 +371,18 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: rename thread %q: %w", id, withCtx(ctx, err))
+	}
+	return nil
+}
+
+// ArchiveThread implements instanceai.ThreadStore.
+func (s *Store) ArchiveThread(ctx context.Context, id string, archived bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE threads SET archived = $2, updated_at = now() WHERE id = $1`, id, archived)
+	if err == nil {
+		err = sqllog.MustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: archive thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }

@@ -236,14 +236,14 @@ func parseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
-const threadColumns = `id, owner_id, title, created_at, updated_at`
+const threadColumns = `id, owner_id, title, archived, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanThread(row scanner) (instanceai.Thread, error) {
 	var t instanceai.Thread
 	var created, updated string
-	if err := row.Scan(&t.ID, &t.OwnerID, &t.Title, &created, &updated); err != nil {
+	if err := row.Scan(&t.ID, &t.OwnerID, &t.Title, &t.Archived, &created, &updated); err != nil {
 		return instanceai.Thread{}, err
 	}
 	var err error
@@ -315,28 +315,30 @@ func (s *Store) getThread(ctx context.Context, id string) (instanceai.Thread, er
 }
 
 // ListThreads implements instanceai.ThreadStore: newest first, ties broken
-// by id so that pages never overlap. limit <= 0 means no limit.
-func (s *Store) ListThreads(ctx context.Context, ownerID string, limit, offset int) ([]instanceai.Thread, error) {
+// by id so that pages never overlap.
+func (s *Store) ListThreads(ctx context.Context, q instanceai.ThreadQuery) ([]instanceai.Thread, error) {
+	limit := q.Limit
 	if limit <= 0 {
 		limit = -1 // SQLite's "no limit"
 	}
 	rows, err := s.rdb.QueryContext(ctx,
-		`SELECT `+threadColumns+` FROM threads WHERE owner_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
-		ownerID, limit, max(offset, 0))
+		`SELECT `+threadColumns+` FROM threads WHERE owner_id = ? AND (? OR NOT archived)
+		 ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
+		q.OwnerID, q.IncludeArchived, limit, max(q.Offset, 0))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+		return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 	}
 	defer rows.Close()
 	var out []instanceai.Thread
 	for rows.Next() {
 		t, err := scanThread(rows)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+			return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: list threads of %q: %w", ownerID, err)
+		return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 	}
 	return out, nil
 }
@@ -350,6 +352,19 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sqlite: rename thread %q: %w", id, err)
+	}
+	return nil
+}
+
+// ArchiveThread implements instanceai.ThreadStore.
+func (s *Store) ArchiveThread(ctx context.Context, id string, archived bool) error {
+	res, err := s.wdb.ExecContext(ctx, `UPDATE threads SET archived = ?, updated_at = ? WHERE id = ?`,
+		archived, formatTime(time.Now()), id)
+	if err == nil {
+		err = sqllog.MustAffect(res)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: archive thread %q: %w", id, err)
 	}
 	return nil
 }

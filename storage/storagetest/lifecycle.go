@@ -222,10 +222,14 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 			_, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "new", OwnerID: "owner"})
 			return err
 		},
-		"GetThread":    func() error { _, err := s.GetThread(ctx, "t"); return err },
-		"ListThreads":  func() error { _, err := s.ListThreads(ctx, "owner", 0, 0); return err },
-		"RenameThread": func() error { return s.RenameThread(ctx, "t", "x") },
-		"DeleteThread": func() error { return s.DeleteThread(ctx, "t") },
+		"GetThread": func() error { _, err := s.GetThread(ctx, "t"); return err },
+		"ListThreads": func() error {
+			_, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "owner", Limit: 0, Offset: 0})
+			return err
+		},
+		"RenameThread":  func() error { return s.RenameThread(ctx, "t", "x") },
+		"ArchiveThread": func() error { return s.ArchiveThread(ctx, "t", true) },
+		"DeleteThread":  func() error { return s.DeleteThread(ctx, "t") },
 		"AddMessage": func() error {
 			return s.AddMessage(ctx, instanceai.Message{ID: "m2", ThreadID: "t", Role: "user", Content: "hi"})
 		},

@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		{"AppendCopiesEvents", testAppendCopies},
 		{"Threads", testThreads},
 		{"ListThreadsPages", testListThreadsPages},
+		{"ArchivedThreads", testArchivedThreads},
 		{"NotFound", testNotFound},
 		{"DeleteCascadesToLog", testDeleteCascades},
 		{"AppendChecksOwner", testAppendChecksOwner},
@@ -679,7 +680,7 @@ func testThreads(t *testing.T, s instanceai.Store) {
 	if !renamed.UpdatedAt.After(th.UpdatedAt) {
 		t.Fatalf("rename did not advance UpdatedAt: %v then %v", th.UpdatedAt, renamed.UpdatedAt)
 	}
-	if list, err := s.ListThreads(ctx, "alice", 0, 0); err != nil || len(list) != 1 || list[0].Title != "Renamed ✓" {
+	if list, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "alice", Limit: 0, Offset: 0}); err != nil || len(list) != 1 || list[0].Title != "Renamed ✓" {
 		t.Fatalf("ListThreads after rename = %+v, %v", list, err)
 	}
 
@@ -745,7 +746,7 @@ func testListThreadsPages(t *testing.T, s instanceai.Store) {
 		return out
 	}
 	for _, limit := range []int{0, -1, 100} {
-		all, err := s.ListThreads(ctx, "alice", limit, 0)
+		all, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "alice", Limit: limit, Offset: 0})
 		if err != nil {
 			t.Fatalf("ListThreads: %v", err)
 		}
@@ -756,7 +757,7 @@ func testListThreadsPages(t *testing.T, s instanceai.Store) {
 	for _, size := range []int{1, 2, 4} {
 		var paged []string
 		for off := 0; off < len(want)+size; off += size {
-			page, err := s.ListThreads(ctx, "alice", size, off)
+			page, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "alice", Limit: size, Offset: off})
 			if err != nil {
 				t.Fatalf("ListThreads(limit %d, offset %d): %v", size, off, err)
 			}
@@ -769,16 +770,76 @@ func testListThreadsPages(t *testing.T, s instanceai.Store) {
 			t.Fatalf("pages of %d = %v, want %v", size, paged, want)
 		}
 	}
-	if page, err := s.ListThreads(ctx, "alice", 2, 100); err != nil || len(page) != 0 {
+	if page, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "alice", Limit: 2, Offset: 100}); err != nil || len(page) != 0 {
 		t.Fatalf("ListThreads past the end = %v, %v; want empty", page, err)
 	}
-	if page, err := s.ListThreads(ctx, "nobody", 0, 0); err != nil || len(page) != 0 {
+	if page, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "nobody", Limit: 0, Offset: 0}); err != nil || len(page) != 0 {
 		t.Fatalf("ListThreads(nobody) = %v, %v; want empty", page, err)
 	}
-	bobs, err := s.ListThreads(ctx, "bob", 0, 0)
+	bobs, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "bob", Limit: 0, Offset: 0})
 	if err != nil || len(bobs) != 1 || bobs[0].ID != "bob-1" || bobs[0].Title != "title bob-1" ||
 		!bobs[0].CreatedAt.Equal(base.Add(10*time.Minute)) {
 		t.Fatalf("ListThreads(bob) = %+v, %v", bobs, err)
+	}
+}
+
+// Archiving takes a thread out of its owner's list, unless the list asks
+// for archived ones, and changes nothing else about it: its log is read
+// and written as before, and unarchiving brings it back in its place.
+func testArchivedThreads(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a", "b", "c"} {
+		if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: id, OwnerID: "alice", Title: id,
+			CreatedAt: base.Add(time.Duration(i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendTexts(t, s, "b", 0, 2)
+	before, err := s.GetThread(ctx, "b")
+	if err != nil || before.Archived {
+		t.Fatalf("GetThread(b) = %+v, %v; want it not archived", before, err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if err := s.ArchiveThread(ctx, "b", true); err != nil {
+		t.Fatalf("ArchiveThread: %v", err)
+	}
+	list := func(q instanceai.ThreadQuery) string {
+		t.Helper()
+		q.OwnerID = "alice"
+		ts, err := s.ListThreads(ctx, q)
+		if err != nil {
+			t.Fatalf("ListThreads(%+v): %v", q, err)
+		}
+		var out []string
+		for _, th := range ts {
+			out = append(out, fmt.Sprintf("%s:%v", th.ID, th.Archived))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := list(instanceai.ThreadQuery{}); got != "c:false a:false" {
+		t.Fatalf("list without archived = %q", got)
+	}
+	if got := list(instanceai.ThreadQuery{Limit: 1, Offset: 1}); got != "a:false" {
+		t.Fatalf("second page of one without archived = %q", got)
+	}
+	if got := list(instanceai.ThreadQuery{IncludeArchived: true}); got != "c:false b:true a:false" {
+		t.Fatalf("list with archived = %q", got)
+	}
+	after, err := s.GetThread(ctx, "b")
+	if err != nil || !after.Archived || after.Title != "b" || !after.CreatedAt.Equal(before.CreatedAt) ||
+		!after.UpdatedAt.After(before.UpdatedAt) {
+		t.Fatalf("archived thread = %+v, %v (was %+v)", after, err, before)
+	}
+	appendTexts(t, s, "b", 2, 1)
+	if evs, err := s.ReadAfter(ctx, "b", 0, 0); err != nil || len(evs) != 3 {
+		t.Fatalf("the archived thread's log = %d events, %v; want 3", len(evs), err)
+	}
+	if err := s.ArchiveThread(ctx, "b", false); err != nil {
+		t.Fatalf("ArchiveThread(false): %v", err)
+	}
+	if got := list(instanceai.ThreadQuery{}); got != "c:false b:false a:false" {
+		t.Fatalf("list after unarchiving = %q", got)
 	}
 }
 
@@ -811,6 +872,7 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 	_, err = s.GetThread(ctx, "missing")
 	check("GetThread", err)
 	check("RenameThread", s.RenameThread(ctx, "missing", "x"))
+	check("ArchiveThread", s.ArchiveThread(ctx, "missing", true))
 	check("DeleteThread", s.DeleteThread(ctx, "missing"))
 
 	// None of that created the thread, nor touched the other one.
@@ -907,7 +969,7 @@ func testDeleteCascades(t *testing.T, s instanceai.Store) {
 	if err := s.DeleteThread(ctx, "doomed"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("second DeleteThread: %v, want ErrNotFound", err)
 	}
-	if list, err := s.ListThreads(ctx, "owner", 0, 0); err != nil || len(list) != 1 || list[0].ID != "survivor" {
+	if list, err := s.ListThreads(ctx, instanceai.ThreadQuery{OwnerID: "owner", Limit: 0, Offset: 0}); err != nil || len(list) != 1 || list[0].ID != "survivor" {
 		t.Fatalf("ListThreads after delete = %+v, %v", list, err)
 	}
 	checkTexts(t, s, "survivor", 0, 1, 5)

@@ -13,18 +13,25 @@
 // client calls stopAgent() that long after the run began and waits for the
 // run to end. With tool ({name, result}), the app registers a frontend tool
 // answering result, and the client's own follow-up run after the tool is
-// part of the scenario. The report lists the agents /info announced, and
-// per scenario the messages the agent holds afterwards and every error the
-// client reported.
+// part of the scenario. A scenario {name, agent?, threadOps: [...]} drives
+// the client's thread store (the one useThreads reads) instead: each op is
+// {list: {includeArchived?, limit?}} (a fresh listing, every page of it
+// fetched), {rename: [threadId, name]}, {archive: threadId} or {delete:
+// threadId}, and its step in the report holds the listed threads or the
+// mutation's error. The report lists the agents /info announced, and per
+// scenario the messages the agent holds afterwards and every error the
+// client reported. CK_TRANSPORT=single in the environment makes the client
+// use the runtime's single-route transport.
 globalThis.window ??= {}; // else CopilotKitCore never reads /info in Node
-const { CopilotKitCore, CopilotKitCoreRuntimeConnectionStatus } = await import("@copilotkitnext/core");
+const { CopilotKitCore, CopilotKitCoreRuntimeConnectionStatus, ɵcreateThreadStore } = await import("@copilotkitnext/core");
 const { randomUUID } = await import("node:crypto");
 
 const [runtimeUrl, raw, token] = process.argv.slice(2);
 const scenarios = JSON.parse(raw);
 const headers = token ? { Authorization: `Bearer ${token}` } : {};
 
-const copilotkit = new CopilotKitCore({ runtimeUrl, headers });
+const runtimeTransport = process.env.CK_TRANSPORT || "rest";
+const copilotkit = new CopilotKitCore({ runtimeUrl, headers, runtimeTransport });
 let errors = [];
 copilotkit.subscribe({ onError: (e) => errors.push(`${e.code}: ${e.error && e.error.message}`) });
 const deadline = Date.now() + 10000;
@@ -37,8 +44,56 @@ while (copilotkit.runtimeConnectionStatus !== CopilotKitCoreRuntimeConnectionSta
 }
 const report = { agents: Object.keys(copilotkit.agents).sort(), version: copilotkit.runtimeVersion, results: [] };
 
+// threadSteps runs a threadOps scenario on a fresh thread store.
+async function threadSteps(agentId, ops) {
+  const store = ɵcreateThreadStore({ fetch: globalThis.fetch });
+  store.start();
+  const steps = [];
+  const settled = async (busy) => {
+    const until = Date.now() + 10000;
+    while (busy(store.getState())) {
+      if (Date.now() > until) throw new Error("the thread store did not settle");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  for (const op of ops) {
+    const step = {};
+    try {
+      if (op.list) {
+        store.setContext({ runtimeUrl, headers, agentId, ...op.list });
+        await settled((st) => st.isLoading);
+        let pages = 1;
+        while (store.getState().nextCursor && !store.getState().error) {
+          store.fetchNextPage();
+          await settled((st) => st.isFetchingNextPage);
+          pages++;
+        }
+        const st = store.getState();
+        if (st.error) throw st.error;
+        step.pages = pages;
+        step.threads = st.threads.map((t) => ({ id: t.id, name: t.name, archived: t.archived, agentId: t.agentId }));
+      } else if (op.rename) {
+        await store.renameThread(op.rename[0], op.rename[1]);
+      } else if (op.archive) {
+        await store.archiveThread(op.archive);
+      } else if (op.delete) {
+        await store.deleteThread(op.delete);
+      }
+    } catch (err) {
+      step.error = err && err.message ? err.message : String(err);
+    }
+    steps.push(step);
+  }
+  store.stop();
+  return steps;
+}
+
 for (const sc of scenarios) {
   errors = [];
+  if (sc.threadOps) {
+    report.results.push({ name: sc.name, steps: await threadSteps(sc.agent || "default", sc.threadOps), errors });
+    continue;
+  }
   if (sc.tool) {
     copilotkit.addTool({ name: sc.tool.name, description: "a frontend tool", handler: async () => sc.tool.result });
   }
