@@ -31,6 +31,11 @@ var ErrShuttingDown = errors.New("server is shutting down")
 // agent emits after the run-finish is written.
 var ErrRunFinished = errors.New("run has finished")
 
+// ErrStartLost is a start whose run was stopped before its run-start was
+// written, its claim on the thread lost meanwhile: nothing was stored,
+// and a retry may start it.
+var ErrStartLost = errors.New("the run lost its claim on the thread before it began")
+
 // Agent produces the events of a run. Run-start and run-finish belong to the
 // registry: the agent emits what happens in between and returns. Returning
 // an error (a *ProviderError for upstream failures) ends the run with an
@@ -443,6 +448,12 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		if cerr := m.checkThread(req); errors.Is(cerr, ErrNotFound) {
 			return nil, cerr
 		}
+		if errors.Is(err, ErrRunFinished) {
+			// Stopped before it began: its claim was lost (the store did
+			// not answer the renewal in time). Nothing of it was written;
+			// the client may simply try again.
+			return nil, fmt.Errorf("start run: %w", ErrStartLost)
+		}
 		return nil, fmt.Errorf("start run: %w", err)
 	}
 	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
@@ -791,6 +802,13 @@ func (m *Runs) Fail(threadID, runID string, err error) {
 type cancelled struct{ reason string }
 
 func (c cancelled) Error() string { return "run cancelled: " + c.reason }
+
+// IsCancelled reports whether err is a run's cancellation, as Emit returns
+// it while a cancel is under way.
+func IsCancelled(err error) bool {
+	var c cancelled
+	return errors.As(err, &c)
+}
 
 // stop cancels the run's context and finishes it as cancelled, unless
 // another instance took it meanwhile.

@@ -35,6 +35,7 @@ import (
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
+	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/workflow"
 	"github.com/threadline/threadline/workflow/catalog"
 	"github.com/threadline/threadline/workflow/validate"
@@ -75,6 +76,10 @@ type Config struct {
 	// CopilotKitPath is where CopilotKit's runtime protocol is served
 	// (copilotkitapi.DefaultBase when "").
 	CopilotKitPath string
+	// Producers is the registry of the runs external producers drive
+	// through the publish API, shared with the external agent (one with
+	// publishapi.DefaultLease when nil).
+	Producers *publishapi.Producers
 	// LLMHealth, when set, serves GET /llm/health (the openai agent's
 	// probe of its model server); without it /llm/health answers 503,
 	// naming AgentName as an agent without an LLM.
@@ -157,10 +162,11 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
-	authed.Use(cfg.Auth.Middleware, guard.Requests(guardCfg))
+	authed.Use(cfg.Auth.Middleware, auth.PublishGate(publishapi.Prefix), guard.Requests(guardCfg))
 	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 		MessagesMaxBytes: cfg.HistoryMaxBytes})
 	s.native.Register(authed)
+	publishapi.New(s.Core, publishapi.Config{MaxBody: cfg.MaxBody, Producers: cfg.Producers, Logger: cfg.Logger}).Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
 		agents = named.Names()

@@ -18,10 +18,11 @@ import (
 	"github.com/threadline/threadline/agent/tools/n8napi"
 	"github.com/threadline/threadline/agent/upstream"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/publishapi"
 )
 
 // agentNames lists the --agent values.
-const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks), agui (upstream AG-UI agents)"
+const agentNames = "script (the deterministic reference agent), openai (an OpenAI-compatible model server), n8n (n8n streaming webhooks), agui (upstream AG-UI agents), external (a producer outside Threadline drives each run through the publish API)"
 
 // agentConfig is the configuration of the real agents.
 type agentConfig struct {
@@ -43,10 +44,11 @@ type agentConfig struct {
 	n8nIdleTimeout   time.Duration
 	n8nCapture       bool
 
-	aguiAgents         string
-	aguiHeader         string
-	aguiConnectTimeout time.Duration
-	aguiIdleTimeout    time.Duration
+	aguiAgents           string
+	aguiHeader           string
+	aguiConnectTimeout   time.Duration
+	aguiIdleTimeout      time.Duration
+	externalStartTimeout time.Duration
 }
 
 func agentFlags(f *envFlags, c *agentConfig) {
@@ -82,14 +84,19 @@ func agentFlags(f *envFlags, c *agentConfig) {
 		"agui agent: a header sent on every upstream call, \"Name: value\" (e.g. \"Authorization: Bearer …\")")
 	f.Duration(&c.aguiConnectTimeout, "agui-connect-timeout", "THREADLINE_AGUI_CONNECT_TIMEOUT", upstream.DefaultConnectTimeout,
 		"agui agent: longest wait for an upstream's response headers")
+	f.Duration(&c.externalStartTimeout, "external-start-timeout", "THREADLINE_EXTERNAL_START_TIMEOUT", time.Minute,
+		"external agent: how long a chat's run waits for a producer to attach (POST /publish/threads/{threadId}/runs/{runId}/attach) before it ends in error")
 	f.Duration(&c.aguiIdleTimeout, "agui-idle-timeout", "THREADLINE_AGUI_IDLE_TIMEOUT", upstream.DefaultIdleTimeout,
 		"agui agent: longest silence on an upstream's event stream (SSE comments count)")
 }
 
 // newAgent builds the configured agent. llmHealth is the openai agent's
 // /llm/health handler (nil for the others).
-func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
+func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, producers *publishapi.Producers,
+	logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
 	switch c.agent {
+	case "external":
+		return producers.Agent(c.agents.externalStartTimeout), nil, nil
 	case "script":
 		return &script.Agent{Delay: c.scriptDelay}, nil, nil
 	case "openai":

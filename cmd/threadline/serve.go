@@ -23,6 +23,7 @@ import (
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/storage"
 	"github.com/threadline/threadline/workflow/catalog"
 )
@@ -52,6 +53,8 @@ type serveConfig struct {
 	logLevel        string
 	logFormat       string
 	tokens          string
+	publishTokens   string
+	publishLease    time.Duration
 	tokensFile      string
 	insecureNoAuth  bool
 	queryToken      bool
@@ -101,6 +104,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Secret(&c.tokens, "tokens", "THREADLINE_TOKENS",
 		"bearer tokens and their users, token1=alice,token2=bob (prefer the variable or --tokens-file: "+
 			"a command line is visible to other local users); none configured = single-user mode, no authentication")
+	f.Secret(&c.publishTokens, "publish-tokens", "THREADLINE_PUBLISH_TOKENS",
+		"bearer tokens that may only publish (the publish API, /publish/…), token=user,…: a producer's secret cannot read its user's threads, and API tokens cannot publish")
+	f.Duration(&c.publishLease, "publish-lease", "THREADLINE_PUBLISH_LEASE", publishapi.DefaultLease,
+		"how long a run driven through the publish API waits for its producer's next request before it ends in error (producer_gone)")
 	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
 		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
 	f.Bool(&c.queryToken, "query-token", "THREADLINE_QUERY_TOKEN", false,
@@ -181,6 +188,14 @@ func loadAuth(c *serveConfig) (*auth.Authenticator, []auth.Entry, error) {
 		}
 		entries = append(entries, more...)
 	}
+	publishers, err := auth.ParseList(c.publishTokens, "--publish-tokens (THREADLINE_PUBLISH_TOKENS)")
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	for i := range publishers {
+		publishers[i].Scope = auth.ScopePublish
+	}
+	entries = append(entries, publishers...)
 	a, err := auth.New(entries)
 	if err != nil {
 		return nil, nil, usageError{err.Error()}
@@ -291,7 +306,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	m := metrics.New()
-	agent, llmHealth, err := newAgent(c, store, m, logger)
+	producers := publishapi.NewProducers(c.publishLease)
+	agent, llmHealth, err := newAgent(c, store, m, producers, logger)
 	if err != nil {
 		return err
 	}
@@ -304,7 +320,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
-		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
+		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Producers: producers, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.

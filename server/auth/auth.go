@@ -36,6 +36,9 @@ type Entry struct {
 	// Source says where the entry was configured ("--tokens entry 2",
 	// "tokens.txt:7"), for messages that must not show the token.
 	Source string
+	// Scope is what the token may do: the API (the zero value) or only
+	// publish (--publish-tokens).
+	Scope Scope
 }
 
 // WeakTokenLength is the length under which a token is reported as weak.
@@ -153,6 +156,7 @@ type Authenticator struct {
 	// content shapes the time a comparison takes.
 	digests [][sha256.Size]byte
 	users   []string
+	scopes  []Scope
 	// queryToken accepts ?access_token= on GET requests (AllowQueryToken).
 	queryToken bool
 }
@@ -187,6 +191,7 @@ func New(entries []Entry) (*Authenticator, error) {
 		seen[d] = e.Source
 		a.digests = append(a.digests, d)
 		a.users = append(a.users, e.User)
+		a.scopes = append(a.scopes, e.Scope)
 	}
 	return a, nil
 }
@@ -215,8 +220,14 @@ var compare = subtle.ConstantTimeCompare
 // user without branching on a comparison, so the time it takes does not
 // tell which token (if any) matched.
 func (a *Authenticator) Match(token string) (user string, ok bool) {
+	user, _, ok = a.MatchScope(token)
+	return user, ok
+}
+
+// MatchScope is Match that also returns the token's scope.
+func (a *Authenticator) MatchScope(token string) (user string, scope Scope, ok bool) {
 	if a == nil {
-		return "", false
+		return "", ScopeAPI, false
 	}
 	d := sha256.Sum256([]byte(token))
 	found := -1
@@ -224,9 +235,9 @@ func (a *Authenticator) Match(token string) (user string, ok bool) {
 		found = subtle.ConstantTimeSelect(compare(d[:], a.digests[i][:]), i, found)
 	}
 	if found < 0 {
-		return "", false
+		return "", ScopeAPI, false
 	}
-	return a.users[found], true
+	return a.users[found], a.scopes[found], true
 }
 
 // bearerToken returns the token of an `Authorization: Bearer <token>`
@@ -286,14 +297,14 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 				"authentication required: %s", how))
 			return
 		}
-		user, ok := a.Match(token)
+		user, scope, ok := a.MatchScope(token)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="invalid_token"`)
 			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "invalid_token", "",
 				"the bearer token is not valid"))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithUser(r.Context(), user)))
+		next.ServeHTTP(w, r.WithContext(withScope(WithUser(r.Context(), user), scope)))
 	})
 }
 

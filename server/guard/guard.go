@@ -111,7 +111,9 @@ func checkContentType(r *http.Request) error {
 		return nil // no body, no type: a cancel, a delete
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err == nil && mt == "application/json" {
+	// NDJSON (the publish API's streamed append) is no more a form's type
+	// than JSON is.
+	if err == nil && (mt == "application/json" || mt == "application/x-ndjson") {
 		return nil
 	}
 	if ct == "" {

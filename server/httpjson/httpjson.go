@@ -127,6 +127,13 @@ func FromCore(err error) *Error {
 			"this instance is shutting down and takes no new runs; retry in a moment")
 		e.RetryAfter = 1
 		return e
+	case errors.Is(err, instanceai.ErrStartLost):
+		// The store did not keep the run's claim while it started (a
+		// frozen or partitioned database): nothing was written.
+		e = NewError(http.StatusServiceUnavailable, "start_interrupted", "",
+			"the run could not begin: its claim on the thread was lost while it started (the store is slow or unreachable); nothing was stored, retry")
+		e.RetryAfter = 1
+		return e
 	case errors.Is(err, context.Canceled):
 		// The request was cut short: by the client, which reads no
 		// answer, or by a shutdown, whose client should retry elsewhere.

@@ -43,6 +43,7 @@ func TestWriteErrorMapsCoreErrors(t *testing.T) {
 		{"invalid run id", AtField(&instanceai.InvalidRunIDError{RunID: "../x"}, "run_id"), 400, "invalid_field", "run_id", "", ""},
 		{"draining", fmt.Errorf("start: %w", instanceai.ErrDraining), 503, "server_draining", "", "", "1"},
 		{"cancelled", fmt.Errorf("read: %w", context.Canceled), 503, "server_shutting_down", "", "", "1"},
+		{"a start that lost its claim", fmt.Errorf("start run: %w", instanceai.ErrStartLost), 503, "start_interrupted", "", "", "1"},
 		{"an *Error as it is", NewError(418, "teapot", "pot", "short and stout"), 418, "teapot", "pot", "", ""},
 		{"anything else", errors.New("disk on fire"), 500, "internal_error", "", "", ""},
 	}

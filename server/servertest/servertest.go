@@ -37,6 +37,8 @@ type Options struct {
 	// --tokens takes it. The server's own requests carry no token; As
 	// gives a copy whose requests do.
 	Tokens string
+	// PublishTokens are tokens that may only publish, as --publish-tokens.
+	PublishTokens string
 	// QueryToken accepts ?access_token= on GET requests (with Tokens).
 	QueryToken bool
 	// Logs, if set, receives the server's log at debug level.
@@ -78,10 +80,17 @@ type Server struct {
 func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 	t.Helper()
 	cfg := o.Config
-	if o.Tokens != "" {
+	if o.Tokens != "" || o.PublishTokens != "" {
 		entries, err := auth.ParseList(o.Tokens, "tokens")
+		publishers, perr := auth.ParseList(o.PublishTokens, "publish tokens")
+		for i := range publishers {
+			publishers[i].Scope = auth.ScopePublish
+		}
 		if err == nil {
-			cfg.Auth, err = auth.New(entries)
+			err = perr
+		}
+		if err == nil {
+			cfg.Auth, err = auth.New(append(entries, publishers...))
 		}
 		if err != nil {
 			t.Fatalf("servertest: tokens %q: %v", o.Tokens, err)
