@@ -70,6 +70,8 @@ type Cluster struct {
 	heads HeadReader // nil: no head check
 
 	up atomic.Bool
+	// everUp is set once the listener first connected.
+	everUp atomic.Bool
 
 	mu sync.Mutex
 	// outbound are the messages waiting for the sender, outBytes their
@@ -118,6 +120,10 @@ func (c *Cluster) Attach(runs *Runs) { c.runs = runs }
 
 // Up reports whether the bus listener is connected.
 func (c *Cluster) Up() bool { return c.up.Load() }
+
+// Lost reports whether the bus listener was connected and is not now:
+// this instance may no longer reach the others over the bus, nor they it.
+func (c *Cluster) Lost() bool { return c.everUp.Load() && !c.up.Load() }
 
 // busMessage is what travels on the bus, as JSON. Exactly one of Frames,
 // Resync and Control is set.
@@ -418,6 +424,9 @@ func (c *Cluster) Run(ctx context.Context) error {
 
 func (c *Cluster) state(up bool, err error) {
 	was := c.up.Swap(up)
+	if up {
+		c.everUp.Store(true)
+	}
 	switch {
 	case up:
 		if !was {

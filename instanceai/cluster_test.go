@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -241,4 +242,42 @@ func (l rowsLogWithHeads) Heads(_ context.Context, ids []string) (map[string]int
 		}
 	}
 	return out, nil
+}
+
+// togglingBus is a bus whose listener connects and drops on command.
+type togglingBus struct {
+	scriptedBus
+	states chan bool
+}
+
+func (b *togglingBus) Listen(ctx context.Context, _ func([]byte), state func(bool, error)) error {
+	for {
+		select {
+		case up := <-b.states:
+			state(up, errors.New("connection reset"))
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// A cluster has lost its bus only once it had one: before the listener
+// first connects nothing was lost, after a drop until it is back the
+// instance's live text may reach no other instance (the writer then holds
+// its deltas: see NewCore).
+func TestClusterLostWhenTheListenerDrops(t *testing.T) {
+	bus := &togglingBus{states: make(chan bool)}
+	c, _ := runCluster(t, bus)
+	if c.Lost() {
+		t.Fatal("lost before the first connection")
+	}
+	for _, step := range []struct {
+		up, lost bool
+	}{{true, false}, {false, true}, {false, true}, {true, false}} {
+		bus.states <- step.up
+		waitFor(t, fmt.Sprintf("up=%v", step.up), func() bool { return c.Up() == step.up })
+		if c.Lost() != step.lost {
+			t.Fatalf("after up=%v: lost %v, want %v", step.up, c.Lost(), step.lost)
+		}
+	}
 }

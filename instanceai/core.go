@@ -98,7 +98,13 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
 	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
 	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.Runs.Fenced(threadID, runID, agentID) }
-	wcfg.LiveHeld = func() bool { return c.Runs.LiveHeld() }
+	// Deltas go out live only while the other instances can hear them:
+	// one of them may settle this instance's runs from the text it heard
+	// over the bus, and a client here must not have been shown more. So
+	// they are held while the leases may have run out, and while the bus
+	// is lost (a database reset takes the PostgreSQL bus with it). Their
+	// text still reaches clients, in its block.
+	wcfg.LiveHeld = func() bool { return c.Runs.LiveHeld() || (c.Cluster != nil && c.Cluster.Lost()) }
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})

@@ -293,20 +293,22 @@ func TestCopilotKitConnect(t *testing.T) {
 }
 
 // A CopilotKit page that reloads onto another instance follows there the
-// run its first instance runs.
+// run its first instance runs, and stops it from there.
 func TestCopilotKitConnectOnAnotherInstance(t *testing.T) {
 	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 2*time.Millisecond)
 	a, b := ps[0], ps[1]
 	run := a.chat("ck-cluster", "long 100000")
 	// The run lasts minutes: the client connects while it is under way,
-	// and its connect ends when the run does, cancelled through B.
+	// and its connect ends when the run does, stopped through B.
 	done := make(chan copilotkitReport, 1)
 	go func() { done <- runCopilotKit(t, b.URL, `[{"name":"live","thread":"ck-cluster","connect":true}]`) }()
 	onA := a.stream("ck-cluster", "")
 	onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 	time.Sleep(2 * time.Second) // node starts and connects meanwhile
-	if code := b.post("/instance-ai/chat/ck-cluster/cancel", ""); code != http.StatusOK {
-		t.Fatalf("cancel on B: %d", code)
+	// The page's stop goes to B too.
+	var stopped map[string]any
+	if code := b.API.DoInto(http.MethodPost, "/copilotkit/agent/default/stop/ck-cluster", "", &stopped); code != http.StatusOK || stopped["stopped"] != true {
+		t.Fatalf("stop on B: %d %v", code, stopped)
 	}
 	rep := <-done
 	r := rep.Results[0]

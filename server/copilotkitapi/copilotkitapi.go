@@ -259,7 +259,8 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, noRun)
 		return
 	}
-	if h.core.Active(id) == nil {
+	// Whichever instance runs it: the status reads the thread's claim.
+	if !h.core.Status(ctx, id).HasActiveRun {
 		writeJSON(w, http.StatusOK, noRun)
 		return
 	}
