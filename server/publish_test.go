@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -267,6 +268,44 @@ func TestPublishConfirm(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer reached the producer")
+	}
+	// Asked again after a lost answer, the question gets its answer again.
+	if code, out := p.do(http.MethodPost, "/publish/threads/pub-ask/runs/job-17/confirm", "application/json",
+		strings.NewReader(`{"requestId":"ask-1","toolCallId":"tc-1","toolName":"delete_reports","args":{},"severity":"destructive","message":"Delete?"}`), nil); code != http.StatusOK || out["approved"] != true {
+		t.Fatalf("the same question again: %d %v", code, out)
+	}
+	// A question whose long poll broke off is withdrawn: asked again under
+	// its id, the producer is told to ask anew.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.URL+"/publish/threads/pub-ask/runs/job-17/confirm",
+		strings.NewReader(`{"requestId":"ask-2","toolCallId":"tc-2","toolName":"delete_reports","args":{},"severity":"destructive","message":"And these?"}`))
+	req.Header.Set("Content-Type", "application/json")
+	broke := make(chan struct{})
+	go func() {
+		defer close(broke)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	waitRow(t, store, "pub-ask", "job-17", func(ev instanceai.Event) bool {
+		c, ok := ev.Payload.(*instanceai.ConfirmationRequest)
+		return ok && c.RequestID == "ask-2"
+	})
+	cancel()
+	<-broke
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := store.GetConfirmation(context.Background(), "ask-2"); err == nil && c.Status != instanceai.ConfirmationPending {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broken question was not withdrawn")
+		}
+	}
+	if code, out := p.do(http.MethodPost, "/publish/threads/pub-ask/runs/job-17/confirm", "application/json",
+		strings.NewReader(`{"requestId":"ask-2","toolCallId":"tc-2","toolName":"delete_reports","args":{},"severity":"destructive","message":"And these?"}`), nil); code != http.StatusConflict {
+		t.Fatalf("a withdrawn question again: %d %v", code, out)
+	} else if c, _ := publishError(out); c != "confirmation_withdrawn" {
+		t.Fatalf("a withdrawn question again: %v", out)
 	}
 	if code, out := p.do(http.MethodPost, "/publish/threads/pub-ask/runs/job-17/finish", "application/json",
 		strings.NewReader(`{"status":"error","message":"the report store is down"}`), nil); code != http.StatusOK {

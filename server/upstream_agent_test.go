@@ -211,7 +211,10 @@ func runFinish(t *testing.T, store instanceai.Store, thread, runID string) []ins
 // before, and leaves the thread free for the next run.
 func TestUpstreamAgentFailures(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h, fake := startUpstream(t, store, 300*time.Millisecond)
+		// The stall case waits out the idle timeout; long enough that the
+		// others, whose upstreams never pause, cannot hit it on a busy
+		// machine.
+		h, fake := startUpstream(t, store, time.Second)
 		cases := []struct {
 			script, agent, code, says string
 			keeps                     string // text kept from before the failure
@@ -222,7 +225,7 @@ func TestUpstreamAgentFailures(t *testing.T) {
 			{script: upstreamtest.Malformed, code: upstream.CodeInvalidEvent, says: "cannot accept"},
 			{script: upstreamtest.AfterEnd, code: upstream.CodeInvalidEvent, says: "after its run had ended", keeps: "done"},
 			{script: upstreamtest.NoEnd, code: upstream.CodeStreamInterrupted, says: "before ending its run", keeps: "cut"},
-			{script: upstreamtest.Stall, code: upstream.CodeTimeout, says: "sent nothing for 300ms"},
+			{script: upstreamtest.Stall, code: upstream.CodeTimeout, says: "sent nothing for 1s"},
 			{script: upstreamtest.Echo, agent: "down", code: upstream.CodeConnectionFailed, says: `Could not reach the AG-UI agent "down"`},
 		}
 		for i, c := range cases {

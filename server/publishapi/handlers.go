@@ -402,6 +402,12 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.RequestID == "" {
 		req.RequestID = instanceai.NewID("cr_")
+	} else if asked, err := a.core.Store.GetConfirmation(r.Context(), req.RequestID); err == nil {
+		a.askedBefore(w, p, asked)
+		return
+	} else if !errors.Is(err, instanceai.ErrNotFound) {
+		httpjson.WriteError(w, err)
+		return
 	}
 	ev := instanceai.Event{Type: instanceai.TypeConfirmRequest, RunID: p.run.ID, AgentID: p.run.AgentID, Payload: &req}
 	if err := ev.Validate(); err != nil {
@@ -414,6 +420,31 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, answer)
+}
+
+// askedBefore answers a confirm whose requestId was asked already: a
+// producer retrying after its long poll broke. An answered question gets
+// its answer again; one withdrawn when the poll broke (or of another run)
+// is a 409, to be asked again under a new requestId.
+func (a *API) askedBefore(w http.ResponseWriter, p *producer, c instanceai.Confirmation) {
+	switch {
+	case c.RunID != p.run.ID:
+		httpjson.WriteError(w, httpjson.NewError(http.StatusConflict, "request_id_taken", "requestId",
+			"requestId %q names another run's confirmation; ask with a new one", c.RequestID))
+	case c.Status == instanceai.ConfirmationApproved || c.Status == instanceai.ConfirmationDenied:
+		var answer instanceai.Answer
+		if err := json.Unmarshal(c.Answer, &answer); err != nil {
+			httpjson.WriteError(w, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, answer)
+	case c.Status == instanceai.ConfirmationPending:
+		httpjson.WriteError(w, httpjson.NewError(http.StatusConflict, "confirmation_pending", "requestId",
+			"the confirmation %q is asked already and awaited by another request", c.RequestID))
+	default:
+		httpjson.WriteError(w, httpjson.NewError(http.StatusConflict, "confirmation_withdrawn", "requestId",
+			"the confirmation %q is %s (its request broke off before an answer): ask again with a new requestId", c.RequestID, c.Status))
+	}
 }
 
 type finishRequest struct {
