@@ -114,12 +114,11 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		m.closeConfirmation(req.RequestID)
 		return Answer{}, err
 	}
-	if first {
-		m.disownWaiting(ctx, r)
-	}
 	// Only now can a client answer (the request is on its way to them):
 	// a shutdown hands over a run that waits so, and stops one that has
-	// not asked yet.
+	// not asked yet. It counts from the queueing, not from the hand-over
+	// below, which waits for the log: a shutdown in between would close a
+	// question a client may already hold.
 	r.mu.Lock()
 	r.asked++
 	r.mu.Unlock()
@@ -128,6 +127,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		r.asked--
 		r.mu.Unlock()
 	}()
+	if first {
+		m.disownWaiting(ctx, r)
+	}
 	select {
 	case a := <-wait:
 		if !r.retake() {
