@@ -166,7 +166,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 		MessagesMaxBytes: cfg.HistoryMaxBytes})
 	s.native.Register(authed)
-	publishapi.New(s.Core, publishapi.Config{MaxBody: cfg.MaxBody, Producers: cfg.Producers, Logger: cfg.Logger}).Register(authed)
+	publishapi.New(s.Core, publishapi.Config{MaxBody: cfg.MaxBody, Producers: cfg.Producers}).Register(authed)
 	var agents []string
 	if named, ok := agent.(instanceai.NamedAgent); ok {
 		agents = named.Names()

@@ -18,7 +18,6 @@ package publishapi
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -43,7 +42,6 @@ type Config struct {
 	// Producers is the registry of the runs producers drive here, shared
 	// with the external agent (NewProducers(DefaultLease) when nil).
 	Producers *Producers
-	Logger    *slog.Logger
 }
 
 // API serves the publish routes.
@@ -60,9 +58,6 @@ func New(core *instanceai.Core, cfg Config) *API {
 	}
 	if cfg.Producers == nil {
 		cfg.Producers = NewProducers(DefaultLease)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	return &API{core: core, cfg: cfg, ps: cfg.Producers}
 }
@@ -170,13 +165,6 @@ type producer struct {
 	attach   sync.Once
 }
 
-// errProducerGone ends a run whose producer went silent.
-type producerGone struct{ lease time.Duration }
-
-func (e producerGone) Error() string {
-	return "the run's producer sent nothing for " + e.lease.String() + ": it is taken for gone"
-}
-
 // Run is the run's agent: it waits for the producer to finish the run,
 // for the run's end (a cancel), or for the lease to run out.
 func (p *producer) Run(ctx context.Context, _ *instanceai.Run) error {
@@ -208,7 +196,8 @@ func (p *producer) Run(ctx context.Context, _ *instanceai.Run) error {
 				t.Reset(p.lease)
 				continue
 			}
-			return &instanceai.ProviderError{Message: producerGone{p.lease}.Error(), Code: "producer_gone"}
+			return &instanceai.ProviderError{Code: "producer_gone",
+				Message: "the run's producer sent nothing for " + p.lease.String() + ": it is taken for gone"}
 		}
 	}
 }
