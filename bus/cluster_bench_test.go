@@ -349,7 +349,7 @@ func threeInstances(b *testing.B, transport string, open busOpener) *fanoutSide 
 	octx, cancel := context.WithTimeout(context.Background(), clusterSetupWait)
 	defer cancel()
 	runErr := make(chan error, clusterInstances)
-	logger := slog.New(&failHandler{side: s})
+	logger := slog.New(&failHandler{fail: s.fail})
 	for i, hub := range s.hubs {
 		bus, err := open(octx)
 		if err != nil {
@@ -385,8 +385,44 @@ func threeInstances(b *testing.B, transport string, open busOpener) *fanoutSide 
 	}
 	s.publish = s.clusters[0].Publish
 	s.subscribe()
+	// On a bus that routes by thread, each instance follows the thread
+	// once its hub has a subscriber: the bus must have confirmed it
+	// before the first round, or that round's frames are not heard.
+	waitFollows(b, func() string {
+		for _, c := range s.clusters {
+			if !c.Follows(clusterThread) {
+				return clusterThread
+			}
+		}
+		return ""
+	}, runErr, s.failed)
 	s.warmUp(b)
 	return s
+}
+
+// waitFollows waits until pending, which names a thread some instance
+// does not follow yet, returns "".
+func waitFollows(b *testing.B, pending func() string, errs ...<-chan error) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterSetupWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		thread := pending()
+		if thread == "" {
+			return
+		}
+		select {
+		case err := <-errs[0]:
+			b.Fatal(err)
+		case err := <-errs[1]:
+			b.Fatal(err)
+		case <-ctx.Done():
+			b.Fatalf("thread %s not followed within %v", thread, clusterSetupWait)
+		case <-tick.C:
+		}
+	}
 }
 
 func allUp(cs []*instanceai.Cluster) bool {
@@ -401,7 +437,7 @@ func allUp(cs []*instanceai.Cluster) bool {
 // failHandler turns every warning a Cluster logs (a failed publish, a lost
 // connection, a frame that does not decode) into the side's failure: any
 // of them makes the figures meaningless. Lower levels are dropped.
-type failHandler struct{ side *fanoutSide }
+type failHandler struct{ fail func(error) }
 
 func (h *failHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
@@ -411,7 +447,7 @@ func (h *failHandler) Handle(_ context.Context, r slog.Record) error {
 		msg += " " + a.String()
 		return true
 	})
-	h.side.fail(errors.New("cluster: " + msg))
+	h.fail(errors.New("cluster: " + msg))
 	return nil
 }
 

@@ -91,7 +91,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 	m.background[r.ThreadID] = append(m.background[r.ThreadID], task)
 	m.wg.Add(1)
 	m.mu.Unlock()
-	m.claimAgent(task, r.fence)
+	m.claimAgent(task, r)
 	r.mu.Lock()
 	if r.liveAgents == nil {
 		r.liveAgents = map[string]*fence{}
@@ -161,8 +161,9 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 // claimAgent records in the claims that this instance runs the agent, so
 // that should it die, a live instance settles the agent, and gives the
 // agent the token holder its events are written under: its row's, or else
-// runFence, its run's (which the agent stops sharing at the run's finish).
-func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
+// its run's (which the agent stops sharing at the run's finish).
+func (m *Runs) claimAgent(t *BackgroundTask, r *Run) {
+	runFence := r.fence
 	if m.agentsDB == nil {
 		m.mu.Lock()
 		t.fence = runFence
@@ -180,6 +181,17 @@ func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 		under = runFence.token()
 	}
 	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease, under)
+	if errors.Is(err, ErrStaleFence) && m.finishedHere(ctx, r) {
+		// The run finished meanwhile (a cancel does not wait for its
+		// orchestrator) and its row went with its run-finish: nobody
+		// took it, nobody settles the agent. It works on without a
+		// token, as the run's finish left the agents that shared its
+		// claim (see Run.unshareClaimLocked).
+		m.mu.Lock()
+		t.fence = newFence(t.RunID, t.AgentID, 0)
+		m.mu.Unlock()
+		return
+	}
 	if errors.Is(err, ErrStaleFence) {
 		// Its run was taken: another instance settles it. The agent stops
 		// at once, and what it writes before it notices goes under the
@@ -206,6 +218,19 @@ func (m *Runs) claimAgent(t *BackgroundTask, runFence *fence) {
 	t.fence = newFence(t.RunID, t.AgentID, token)
 	t.claimed = true
 	m.mu.Unlock()
+}
+
+// finishedHere reports whether r's run-finish, queued here, is in the log
+// under r's claim: the writer has tried it, and did not find the claim
+// taken.
+func (m *Runs) finishedHere(ctx context.Context, r *Run) bool {
+	r.mu.Lock()
+	finished := r.finished
+	r.mu.Unlock()
+	if !finished || m.writer.Sync(ctx, r.ThreadID) != nil {
+		return false
+	}
+	return !r.fence.lost.Load()
 }
 
 // releaseAgent deletes the agent's row once its agent-completed is in the

@@ -37,3 +37,45 @@ type Bus interface {
 type BusIdentifier interface {
 	Identity(ctx context.Context) (string, error)
 }
+
+// RoutedBus is a Bus that also routes by topic, so that an instance
+// receives only the frames of the threads it serves (see Cluster): a
+// payload published to a topic reaches the listeners that follow it, and
+// no other. Payloads published with Publish still reach every listener.
+//
+// The bus keeps the set of followed topics across reconnections: a
+// listener that (re)connects follows the whole set before it reports
+// state(true, nil), so that whatever the core reads from the log after
+// that report is followed by every later payload.
+type RoutedBus interface {
+	Bus
+	// PublishTo sends payload to the listeners that follow topic.
+	PublishTo(ctx context.Context, topic string, payload []byte) error
+	// Follow adds topics to the set Listen follows and returns once the
+	// server confirmed them on the current connection: a payload
+	// published to one of them afterwards is delivered. It returns an
+	// error when there is no connection or ctx ends first; the topics
+	// stay in the set, followed at the next (re)connection.
+	Follow(ctx context.Context, topics ...string) error
+	// Unfollow removes topics from the set. Payloads of them may still
+	// arrive for a moment after it returns.
+	Unfollow(ctx context.Context, topics ...string) error
+}
+
+// Envelope is one payload of a batch: for a topic's listeners, or for
+// every listener when Topic is "".
+type Envelope struct {
+	Topic   string
+	Payload []byte
+}
+
+// BatchBus is a RoutedBus that sends several payloads in one round trip
+// to its server (a pipeline, one statement), which is what lets an
+// instance that writes many threads at once keep up: routed, their frames
+// cannot share a payload.
+type BatchBus interface {
+	RoutedBus
+	// PublishBatch sends each envelope as PublishTo or Publish would, in
+	// order. When it returns an error, any of them may have been sent.
+	PublishBatch(ctx context.Context, batch []Envelope) error
+}

@@ -1,9 +1,11 @@
 package instanceai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,10 @@ type ClusterConfig struct {
 	// next stored frame.
 	Log    EventLog
 	Logger *slog.Logger
+	// Broadcast sends every thread's frames to every instance even on a
+	// bus that routes by topic (see RoutedBus): for a cluster whose
+	// instances do not all route yet, during a rolling upgrade.
+	Broadcast bool
 }
 
 // Cluster joins this process's hub and run registry to the other instances
@@ -90,6 +96,34 @@ type Cluster struct {
 	check    chan struct{}
 	checkNow map[string]bool
 	checkAll bool
+
+	// routed is the bus when frames go to their thread's topic (nil: to
+	// every instance). reroute holds the threads whose following may have
+	// to change (see Hub.NotifyWatch), routeWake signals the router, and
+	// following is what it follows; the router alone uses following.
+	routed    RoutedBus
+	batcher   BatchBus // routed, when it sends batches
+	reroute   map[string]bool
+	routeWake chan struct{}
+	following map[string]bool
+	// confirmed are the threads whose follow the bus confirmed, and
+	// awaiting the AwaitFollow calls waiting for one (guarded by mu).
+	confirmed map[string]bool
+	awaiting  map[string][]chan struct{}
+	// self is how a message this instance published begins, so that one
+	// that comes back is dropped without decoding it.
+	self []byte
+
+	// inbound are the bus messages received and not yet handled, inBytes
+	// their size; inDropped is set when one did not fit; inWake signals
+	// the receiver.
+	inMu      sync.Mutex
+	inbound   [][]byte
+	inBytes   int
+	inDropped bool
+	inWake    chan struct{}
+	// toHub is hub.Publish for what arrives from the bus (tests watch it).
+	toHub func(threadID string, frames []Frame)
 }
 
 // HeadReader is implemented by an EventLog that reads the heads of many
@@ -109,9 +143,65 @@ func NewCluster(bus Bus, hub *Hub, cfg ClusterConfig) *Cluster {
 		cfg.Logger = slog.Default()
 	}
 	c := &Cluster{bus: bus, hub: hub, cfg: cfg, dirty: map[string]bool{},
-		wake: make(chan struct{}, 1), check: make(chan struct{}, 1), checkNow: map[string]bool{}}
+		wake: make(chan struct{}, 1), check: make(chan struct{}, 1), checkNow: map[string]bool{},
+		inWake: make(chan struct{}, 1)}
 	c.heads, _ = cfg.Log.(HeadReader)
+	c.toHub = hub.Publish
+	origin, _ := json.Marshal(cfg.Instance)
+	c.self = append(append([]byte(`{"o":`), origin...), ',')
+	if rb, ok := bus.(RoutedBus); ok && !cfg.Broadcast {
+		c.routed = rb
+		c.batcher, _ = bus.(BatchBus)
+		c.reroute, c.following, c.confirmed = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		c.awaiting = map[string][]chan struct{}{}
+		c.routeWake = make(chan struct{}, 1)
+		hub.NotifyWatch(c.watchChanged)
+	}
 	return c
+}
+
+// Routed reports whether frames travel only to the instances that serve
+// their thread.
+func (c *Cluster) Routed() bool { return c.routed != nil }
+
+// AwaitFollow waits until the bus confirmed that this instance follows
+// the thread (see Follows), or ctx ends. The hub must watch the thread.
+func (c *Cluster) AwaitFollow(ctx context.Context, threadID string) error {
+	if c.routed == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.confirmed[threadID] {
+		c.mu.Unlock()
+		return nil
+	}
+	w := make(chan struct{})
+	c.awaiting[threadID] = append(c.awaiting[threadID], w)
+	c.mu.Unlock()
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.awaiting[threadID] = slices.DeleteFunc(c.awaiting[threadID], func(x chan struct{}) bool { return x == w })
+		if len(c.awaiting[threadID]) == 0 {
+			delete(c.awaiting, threadID)
+		}
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Follows reports whether the bus confirmed that this instance receives
+// the thread's frames from the others (always true when not routed, once
+// the listener is up).
+func (c *Cluster) Follows(threadID string) bool {
+	if c.routed == nil {
+		return c.Up()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.confirmed[threadID]
 }
 
 // Attach gives the cluster the run registry its control messages are for.
@@ -207,10 +297,7 @@ func (c *Cluster) enqueue(msgs ...busMessage) {
 		c.outBytes += n
 	}
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	notify(c.wake)
 }
 
 // sendLoop sends the queued messages in order until ctx ends. After a
@@ -227,14 +314,20 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 		failing := c.failing
 		c.mu.Unlock()
 		batch = c.coalesce(batch)
-		for i := range batch {
-			m := &batch[i]
-			if failing || !c.send(ctx, m) {
+		for len(batch) > 0 {
+			n := 1
+			if c.batcher != nil {
+				n = batchLen(batch)
+			}
+			if failing || !c.send(ctx, batch[:n]) {
 				failing = true
-				if m.Thread != "" && m.Ctl == nil {
-					c.markDirty(m.Thread)
+				for _, m := range batch[:n] {
+					if m.Thread != "" && m.Ctl == nil {
+						c.markDirty(m.Thread)
+					}
 				}
 			}
+			batch = batch[n:]
 		}
 		c.flushDirty(ctx)
 		select {
@@ -250,26 +343,37 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 // with no payload limit of its own.
 const maxCoalesced = 256 << 10
 
-// coalesce merges adjacent messages of frames of one thread, as far as the
+// coalesce merges the messages of frames of one thread, as far as the
 // bus's payload limit allows: a burst the writer published in many passes
-// goes out in few publishes, in the same order.
+// goes out in few publishes, one per thread at best when many threads are
+// busy at once. Each thread's frames keep their order; a control message
+// is a barrier that nothing moves across, and a resync notice one for its
+// thread.
 func (c *Cluster) coalesce(batch []busMessage) []busMessage {
 	limit := c.bus.MaxPayload()
 	if limit <= 0 {
 		limit = maxCoalesced
 	}
 	out := batch[:0]
-	size := 0
+	var sizes []int
+	open := map[string]int{} // a thread's message in out that takes more frames
 	for _, m := range batch {
-		if n := len(out); n > 0 && len(m.Frames) > 0 && len(out[n-1].Frames) > 0 && out[n-1].Thread == m.Thread {
-			if add := m.size() - envelope - len(m.Thread); size+add <= limit {
-				out[n-1].Frames = append(out[n-1].Frames, m.Frames...)
-				size += add
-				continue
+		if len(m.Frames) > 0 {
+			if i, ok := open[m.Thread]; ok {
+				if add := m.size() - envelope - len(m.Thread); sizes[i]+add <= limit {
+					out[i].Frames = append(out[i].Frames, m.Frames...)
+					sizes[i] += add
+					continue
+				}
 			}
+			open[m.Thread] = len(out)
+		} else if m.Ctl != nil {
+			clear(open)
+		} else {
+			delete(open, m.Thread)
 		}
 		out = append(out, m)
-		size = m.size()
+		sizes = append(sizes, m.size())
 	}
 	return out
 }
@@ -291,7 +395,7 @@ func (c *Cluster) flushDirty(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, t := range threads {
-		if !c.send(ctx, &busMessage{Thread: t, Resync: true}) {
+		if !c.send(ctx, []busMessage{{Thread: t, Resync: true}}) {
 			return
 		}
 		c.mu.Lock()
@@ -300,14 +404,54 @@ func (c *Cluster) flushDirty(ctx context.Context) {
 	}
 }
 
-// send publishes one message; it reports whether the bus took it, and
-// keeps the failing state with one log line per outage.
-func (c *Cluster) send(ctx context.Context, m *busMessage) bool {
-	m.Origin = c.cfg.Instance
-	payload, err := json.Marshal(m)
+// Batches for a BatchBus: at most maxBatch messages, and at most
+// maxBatchBytes of their frames, per round trip.
+const (
+	maxBatch      = 256
+	maxBatchBytes = 1 << 20
+)
+
+// batchLen is how many of msgs, from the first, go in one batch.
+func batchLen(msgs []busMessage) int {
+	n, size := 0, 0
+	for n < len(msgs) && n < maxBatch {
+		size += msgs[n].size()
+		if n > 0 && size > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// send publishes msgs, one by one or as one batch; it reports whether the
+// bus took them, and keeps the failing state with one log line per outage.
+func (c *Cluster) send(ctx context.Context, msgs []busMessage) bool {
+	envs := make([]Envelope, len(msgs))
+	var err error
+	for i := range msgs {
+		m := &msgs[i]
+		m.Origin = c.cfg.Instance
+		if envs[i].Payload, err = json.Marshal(m); err != nil {
+			break
+		}
+		if c.routed != nil && m.Ctl == nil && m.Thread != "" {
+			// Frames and resync notices concern the instances that
+			// serve the thread; controls, its owner, which may serve
+			// none of it.
+			envs[i].Topic = m.Thread
+		}
+	}
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, publishTimeout)
-		err = c.bus.Publish(pctx, payload)
+		switch e := envs[0]; {
+		case len(envs) > 1:
+			err = c.batcher.PublishBatch(pctx, envs)
+		case e.Topic != "":
+			err = c.routed.PublishTo(pctx, e.Topic, e.Payload)
+		default:
+			err = c.bus.Publish(pctx, e.Payload)
+		}
 		cancel()
 	}
 	c.mu.Lock()
@@ -416,8 +560,12 @@ func (c *Cluster) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { c.sendLoop(ctx) })
+	wg.Go(func() { c.receiveLoop(ctx) })
 	if c.heads != nil {
 		wg.Go(func() { c.headLoop(ctx) })
+	}
+	if c.routed != nil {
+		wg.Go(func() { c.routeLoop(ctx) })
 	}
 	return c.bus.Listen(ctx, c.deliver, c.state)
 }
@@ -450,10 +598,7 @@ func (c *Cluster) checkThreads(threadID string) {
 		c.checkNow[threadID] = true
 	}
 	c.mu.Unlock()
-	select {
-	case c.check <- struct{}{}:
-	default:
-	}
+	notify(c.check)
 }
 
 // headLoop runs the head check every PollInterval, and at once when asked.
@@ -552,40 +697,208 @@ func (c *Cluster) catchUp(ctx context.Context, threadID string, head int64) erro
 	return nil
 }
 
-// deliver handles one message from the bus.
+// maxInbound bounds the bytes of bus messages received and not yet
+// handed to the hub: past it, a message is dropped and its thread read
+// from the log instead, as for a message the bus lost.
+const maxInbound = 16 << 20
+
+// deliver takes one message from the bus listener. It only queues it: the
+// receiver hands what is queued to the hub in one pass per wake-up, so
+// that a burst that arrives while the hub's subscribers are being woken
+// reaches them as one batch per thread, not one per message.
 func (c *Cluster) deliver(payload []byte) {
-	var m busMessage
-	if err := json.Unmarshal(payload, &m); err != nil {
-		c.cfg.Logger.Warn("ignoring a bus message that does not decode", "err", err, "bytes", len(payload))
+	if bytes.HasPrefix(payload, c.self) {
 		return
 	}
-	if m.Origin == c.cfg.Instance {
+	c.inMu.Lock()
+	if c.inBytes+len(payload) > maxInbound && len(c.inbound) > 0 {
+		c.inDropped = true
+		c.inMu.Unlock()
 		return
 	}
-	switch {
-	case m.Ctl != nil:
-		if m.Ctl.Kind == ControlDelete {
-			c.hub.Forget(m.Ctl.ThreadID)
+	c.inbound = append(c.inbound, payload)
+	c.inBytes += len(payload)
+	c.inMu.Unlock()
+	notify(c.inWake)
+}
+
+// receiveLoop hands the queued messages to the hub and the run registry
+// until ctx ends.
+func (c *Cluster) receiveLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.inWake:
 		}
-		if c.runs != nil {
-			c.runs.HandleControl(*m.Ctl)
+		c.inMu.Lock()
+		batch, dropped := c.inbound, c.inDropped
+		c.inbound, c.inBytes, c.inDropped = nil, 0, false
+		c.inMu.Unlock()
+		if dropped {
+			c.cfg.Logger.Warn("bus messages arrived faster than this instance could take them; reading their threads from the log")
+			c.checkThreads("")
 		}
-	case m.Resync:
-		c.checkThreads(m.Thread)
-	case len(m.Frames) > 0:
-		frames := make([]Frame, 0, len(m.Frames))
-		for _, bf := range m.Frames {
-			ev := new(Event)
-			if err := json.Unmarshal(bf.Event, ev); err != nil {
-				// Frames come from another instance's writer, which
-				// encoded them; one that does not decode is a version
-				// skew: the head check reads the thread from the log.
-				c.cfg.Logger.Warn("a bus frame does not decode; reading its thread from the log", "thread", m.Thread, "err", err)
-				c.checkThreads(m.Thread)
-				continue
+		c.receive(batch)
+	}
+}
+
+// receive handles a batch of messages in order, except that frames of one
+// thread from several messages go to the hub in one Publish: the frames
+// of different threads are independent, and each thread's keep their
+// order. A control or resync message is a barrier: what came before it is
+// published first.
+func (c *Cluster) receive(batch [][]byte) {
+	var order []string
+	pending := map[string][]Frame{}
+	flush := func() {
+		for _, t := range order {
+			c.toHub(t, pending[t])
+		}
+		order = order[:0]
+		clear(pending)
+	}
+	for _, payload := range batch {
+		var m busMessage
+		if err := json.Unmarshal(payload, &m); err != nil {
+			c.cfg.Logger.Warn("ignoring a bus message that does not decode", "err", err, "bytes", len(payload))
+			continue
+		}
+		if m.Origin == c.cfg.Instance {
+			continue
+		}
+		switch {
+		case m.Ctl != nil:
+			flush()
+			if m.Ctl.Kind == ControlDelete {
+				c.hub.Forget(m.Ctl.ThreadID)
 			}
-			frames = append(frames, bf.frame(ev))
+			if c.runs != nil {
+				c.runs.HandleControl(*m.Ctl)
+			}
+		case m.Resync:
+			flush()
+			c.checkThreads(m.Thread)
+		case len(m.Frames) > 0:
+			frames, ok := pending[m.Thread]
+			if !ok {
+				order = append(order, m.Thread)
+			}
+			for _, bf := range m.Frames {
+				ev := new(Event)
+				if err := json.Unmarshal(bf.Event, ev); err != nil {
+					// Frames come from another instance's writer, which
+					// encoded them; one that does not decode is a version
+					// skew: the head check reads the thread from the log.
+					c.cfg.Logger.Warn("a bus frame does not decode; reading its thread from the log", "thread", m.Thread, "err", err)
+					c.checkThreads(m.Thread)
+					continue
+				}
+				frames = append(frames, bf.frame(ev))
+			}
+			pending[m.Thread] = frames
 		}
-		c.hub.Publish(m.Thread, frames)
+	}
+	flush()
+}
+
+// notify signals ch, a channel of capacity one that a loop waits on,
+// without waiting: a signal already pending covers this one.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// followTimeout bounds one Follow: a bus that does not confirm by then
+// follows the topics at its next connection, and the head check reads
+// what they missed meanwhile.
+const followTimeout = 5 * time.Second
+
+// watchChanged is the hub's word that a thread's Watched may have changed.
+func (c *Cluster) watchChanged(threadID string) {
+	c.mu.Lock()
+	c.reroute[threadID] = true
+	c.mu.Unlock()
+	notify(c.routeWake)
+}
+
+// routeLoop keeps the bus following exactly the threads the hub watches,
+// until ctx ends. A thread is followed from its first subscriber here
+// until its state leaves the hub. Once the bus confirms a follow, the
+// head check reads the thread's log head: what was committed between the
+// subscriber's replay and the follow reaches it from the log, and every
+// later frame over the bus.
+func (c *Cluster) routeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.routeWake:
+		}
+		c.mu.Lock()
+		threads := c.reroute
+		c.reroute = map[string]bool{}
+		c.mu.Unlock()
+		var add, drop []string
+		for t := range threads {
+			switch want := c.hub.Watched(t); {
+			case want && !c.following[t]:
+				add = append(add, t)
+				c.following[t] = true
+			case !want && c.following[t]:
+				drop = append(drop, t)
+				delete(c.following, t)
+			}
+		}
+		if len(drop) > 0 {
+			c.mu.Lock()
+			for _, t := range drop {
+				delete(c.confirmed, t)
+			}
+			c.mu.Unlock()
+			if err := c.routed.Unfollow(ctx, drop...); err != nil && ctx.Err() == nil {
+				c.cfg.Logger.Debug("bus unfollow failed", "threads", len(drop), "err", err)
+			}
+		}
+		if len(add) == 0 {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, followTimeout)
+		err := c.routed.Follow(fctx, add...)
+		cancel()
+		if err != nil {
+			// The bus follows them at its next connection, whose
+			// state(true) runs the head check of every thread, and the
+			// periodic head check covers the wait; they are tried again
+			// meanwhile, so that Follows comes true.
+			if ctx.Err() == nil {
+				c.cfg.Logger.Debug("bus follow not confirmed", "threads", len(add), "err", err)
+			}
+			c.mu.Lock()
+			for _, t := range add {
+				delete(c.following, t)
+				c.reroute[t] = true
+			}
+			c.mu.Unlock()
+			time.AfterFunc(retryInterval, func() {
+				notify(c.routeWake)
+			})
+			continue
+		}
+		c.mu.Lock()
+		for _, t := range add {
+			c.checkNow[t] = true
+			if c.following[t] {
+				c.confirmed[t] = true
+				for _, w := range c.awaiting[t] {
+					close(w)
+				}
+				delete(c.awaiting, t)
+			}
+		}
+		c.mu.Unlock()
+		notify(c.check)
 	}
 }

@@ -68,8 +68,18 @@ func (b *scriptedBus) sent() []busMessage {
 
 func runCluster(t *testing.T, bus Bus) (*Cluster, *Hub) {
 	t.Helper()
+	return runClusterWith(t, bus, ClusterConfig{Instance: "me"})
+}
+
+// runClusterWith runs a cluster on bus with cfg (a discarding logger
+// unless it has one), feeding a hub of its own, until the test ends.
+func runClusterWith(t *testing.T, bus Bus, cfg ClusterConfig) (*Cluster, *Hub) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	hub := NewHub(64)
-	c := NewCluster(bus, hub, ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
+	c := NewCluster(bus, hub, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -94,8 +104,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Adjacent messages of one thread's frames go out as one, up to the bus's
-// limit; other threads' messages and control messages keep their place.
+// The messages of one thread's frames go out as one, up to the bus's
+// limit, each thread's in order; control messages keep their place, and
+// nothing moves across them.
 func TestClusterCoalescesABurst(t *testing.T) {
 	c := NewCluster(&scriptedBus{limit: 2000}, NewHub(8), ClusterConfig{Instance: "me"})
 	msg := func(thread string, seqs ...int64) busMessage {
@@ -106,8 +117,9 @@ func TestClusterCoalescesABurst(t *testing.T) {
 		return m
 	}
 	ctl := busMessage{Thread: "a", Ctl: &Control{Kind: ControlCancel, ThreadID: "a"}}
+	resync := busMessage{Thread: "b", Resync: true}
 	out := c.coalesce([]busMessage{msg("a", 1), msg("a", 2), msg("a", 3), msg("b", 1), msg("a", 4), ctl, msg("a", 5),
-		msg("a", 6, 7, 8, 9, 10, 11), msg("a", 12)})
+		msg("a", 6, 7, 8, 9, 10, 11), msg("a", 12), msg("b", 2), resync, msg("b", 3)})
 	var got [][]int64
 	for _, m := range out {
 		var seqs []int64
@@ -116,7 +128,9 @@ func TestClusterCoalescesABurst(t *testing.T) {
 		}
 		got = append(got, seqs)
 	}
-	want := [][]int64{{1, 2, 3}, {1}, {4}, nil, {5}, {6, 7, 8, 9, 10, 11}, {12}}
+	// a's frames gather in its first message, past b's (the threads are
+	// independent), but not across the control.
+	want := [][]int64{{1, 2, 3, 4}, {1}, nil, {5}, {6, 7, 8, 9, 10, 11}, {12}, {2}, nil, {3}}
 	if len(got) != len(want) {
 		t.Fatalf("coalesced into %v, want %v", got, want)
 	}

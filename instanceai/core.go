@@ -60,6 +60,9 @@ type CoreConfig struct {
 	Lease time.Duration
 	// PollInterval is the head check's period (see Cluster).
 	PollInterval time.Duration
+	// BusBroadcast sends every thread's frames to every instance, also on
+	// a bus that routes by thread (ClusterConfig.Broadcast).
+	BusBroadcast bool
 	Logger       *slog.Logger
 	Observer     Observer
 }
@@ -85,7 +88,8 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	var publisher Publisher = c.Hub
 	var control Controller
 	if cfg.Bus != nil {
-		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger})
+		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger,
+			Broadcast: cfg.BusBroadcast})
 		publisher, control = c.Cluster, c.Cluster
 	}
 	wcfg := cfg.Writer
@@ -111,6 +115,9 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.Runs.liveText = c.Hub.LiveText
 	if c.registry != nil {
 		c.Runs.peers = c.registry.LiveInstances
+	}
+	if c.Cluster != nil && c.Cluster.Routed() {
+		c.Runs.watching = c.Hub.Watched
 	}
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)
@@ -192,6 +199,28 @@ func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string
 	return nil
 }
 
+// followWait bounds Follow's wait for the bus.
+const followWait = 2 * time.Second
+
+// Follow makes this instance receive the thread's live frames from the
+// other instances, if the bus routes by thread, and waits (up to 2 s; not
+// while the bus listener is down) until the bus confirmed it: a stream opened after it misses nothing of
+// a run that another instance starts once the client saw the stream open.
+// A bus that does not confirm in time only delays the frames: the head
+// check reads what it missed from the log.
+func (c *Core) Follow(ctx context.Context, threadID string) {
+	if c.Cluster == nil || !c.Cluster.Routed() {
+		return
+	}
+	c.Hub.Watch(threadID)
+	if !c.Cluster.Up() {
+		return // followed once the listener is back, which a wait would not hasten
+	}
+	ctx, cancel := context.WithTimeout(ctx, followWait)
+	defer cancel()
+	_ = c.Cluster.AwaitFollow(ctx, threadID)
+}
+
 // Feed opens a connection's view of the thread after the cursor.
 func (c *Core) Feed(threadID string, after int64) *Feed {
 	return OpenFeed(c.Store, c.Hub, threadID, after)
@@ -201,6 +230,7 @@ func (c *Core) Feed(threadID string, after int64) *Feed {
 // before the caller starts a run on it, so that it gets every frame of
 // that run (see OpenLiveFeed); its Last is the log's end.
 func (c *Core) LiveFeed(ctx context.Context, threadID string) (*Feed, error) {
+	c.Follow(ctx, threadID)
 	return OpenLiveFeed(ctx, c.Store, c.Hub, threadID)
 }
 

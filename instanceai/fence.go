@@ -21,6 +21,9 @@ type fence struct {
 	v  atomic.Int64
 	// runID and agentID name the claim: agentID is "" for a run's.
 	runID, agentID string
+	// lost is set once the log refused the claim's token: another
+	// instance took it.
+	lost atomic.Bool
 }
 
 func newFence(runID, agentID string, token int64) *fence {

@@ -526,8 +526,92 @@ func TestConfirmationOfATakenRunIsRefused(t *testing.T) {
 // noAgentRows is a store whose background agents cannot claim rows.
 type noAgentRows struct{ *memory.Store }
 
-func (noAgentRows) ClaimAgent(context.Context, instanceai.AgentRef, string, time.Duration) (int64, error) {
+func (noAgentRows) ClaimAgent(context.Context, instanceai.AgentRef, string, time.Duration, int64) (int64, error) {
 	return 0, errors.New("database is down")
+}
+
+// slowAgentRows is a store whose ClaimAgent waits for go before it claims.
+type slowAgentRows struct {
+	*memory.Store
+	entered, goOn chan struct{}
+}
+
+func (s slowAgentRows) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
+	close(s.entered)
+	<-s.goOn
+	return s.Store.ClaimAgent(ctx, ref, owner, ttl, runFence)
+}
+
+// A cancel does not wait for the orchestrator: when it finishes the run
+// while a background agent is still claiming its row, the claim finds the
+// run's row gone (its run-finish gave it up) and is refused as stale. No
+// instance took the run, so none settles the agent: it works on without a
+// token, and its agent-completed is stored.
+func TestAnAgentClaimedAfterItsRunWasCancelledCompletes(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	claims := slowAgentRows{Store: store, entered: make(chan struct{}), goOn: make(chan struct{})}
+	step := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			<-step
+			return "done", a.Emit(toolCall("after"))
+		})
+		return err
+	})
+	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{IdleFlush: time.Hour})
+	t.Cleanup(func() { _ = writer.Close(ctx) })
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Claims: claims, Confirmations: store, Index: store,
+		Instance: "inst", Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	run, err := runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-claims.entered
+	if _, _, err := runs.Cancel("th", "user_cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActiveRun(ctx, "th"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Fatalf("the cancelled run's row: %v, want it released", err)
+	}
+	close(claims.goOn)
+	<-run.Done()
+	close(step)
+	waitUntil(t, "the helper completed", func() bool { return len(runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	if err := writer.Sync(ctx, "th"); err != nil {
+		t.Fatal(err)
+	}
+	rows, types := logTypes(t, store, "th")
+	// The cancel reached the agent too: its open call is settled, and it
+	// ends cancelled.
+	want := []string{"run-start", "agent-spawned", "run-finish", "tool-call", "tool-result", "agent-completed"}
+	if !slices.Equal(types, want) {
+		t.Fatalf("log = %v, want %v", types, want)
+	}
+	if c := rows[len(rows)-1].Event.Payload.(*instanceai.AgentCompleted); c.Status != instanceai.RunCancelled {
+		t.Fatalf("agent-completed %+v, want cancelled", c)
+	}
+}
+
+// logTypes returns the thread's stored rows and their types.
+func logTypes(t *testing.T, store *memory.Store, thread string) ([]instanceai.StoredEvent, []string) {
+	t.Helper()
+	rows, err := store.ReadAfter(context.Background(), thread, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, r := range rows {
+		types = append(types, string(r.Event.Type))
+	}
+	return rows, types
 }
 
 // A background agent that could not claim a row of its own writes under
@@ -569,14 +653,7 @@ func TestAnAgentWithoutARowOutlivesItsRunsClaim(t *testing.T) {
 	if err := writer.Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := store.ReadAfter(ctx, "th", 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var types []string
-	for _, r := range rows {
-		types = append(types, string(r.Event.Type))
-	}
+	_, types := logTypes(t, store, "th")
 	want := []string{"run-start", "agent-spawned", "run-finish", "tool-call", "agent-completed"}
 	if !slices.Equal(types, want) {
 		t.Fatalf("log = %v, want %v", types, want)

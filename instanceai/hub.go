@@ -95,6 +95,9 @@ type segKey struct {
 type Hub struct {
 	queueSize  int
 	queueBytes int
+	// onWatch is told about threads whose Watched may have changed (see
+	// NotifyWatch).
+	onWatch func(threadID string)
 
 	mu     sync.Mutex
 	topics map[string]*topic
@@ -142,6 +145,10 @@ type topic struct {
 	// gone is set when the topic left the hub (Evict, Forget): whoever
 	// finds it so under its lock takes the thread's topic again.
 	gone bool
+	// watched is set at the topic's first subscriber: from then until the
+	// topic leaves the hub, its state is kept up to date from the other
+	// instances (see Watched).
+	watched bool
 }
 
 func (h *Hub) topic(threadID string) *topic {
@@ -185,8 +192,8 @@ const DefaultTopicIdle = time.Minute
 // dropped.
 func (h *Hub) Evict(idle time.Duration) int {
 	now := time.Now()
+	var unwatched []string
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
 	for id, t := range h.topics {
 		t.mu.Lock()
@@ -194,6 +201,9 @@ func (h *Hub) Evict(idle time.Duration) int {
 			t.gone = true
 			delete(h.topics, id)
 			n++
+			if t.watched {
+				unwatched = append(unwatched, id)
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -202,7 +212,56 @@ func (h *Hub) Evict(idle time.Duration) int {
 		// held many more threads than it does now is made anew.
 		h.topics = maps.Clone(h.topics)
 	}
+	h.mu.Unlock()
+	for _, id := range unwatched {
+		h.watchChanged(id)
+	}
 	return n
+}
+
+// NotifyWatch has fn told, from the goroutine that made the change, about
+// each thread whose Watched may have changed: at its first subscriber, and
+// when it leaves the hub. fn must not block; it reads the state anew with
+// Watched, since calls for one thread may come out of order. Call it
+// before the hub is used.
+func (h *Hub) NotifyWatch(fn func(threadID string)) { h.onWatch = fn }
+
+func (h *Hub) watchChanged(threadID string) {
+	if h.onWatch != nil {
+		h.onWatch(threadID)
+	}
+}
+
+// Watch marks the thread watched, as its first subscriber would, before
+// there is one: the cluster follows it from now on (see Core.Follow).
+func (h *Hub) Watch(threadID string) {
+	t := h.lockedTopic(threadID)
+	first := !t.watched
+	t.watched = true
+	if first && len(t.subs) == 0 && t.lastFrame.IsZero() {
+		// Not idle yet: a subscriber is on its way.
+		t.lastFrame = time.Now()
+	}
+	t.mu.Unlock()
+	if first {
+		h.watchChanged(threadID)
+	}
+}
+
+// Watched reports whether the hub keeps the thread's state for
+// subscribers: the thread has had one since its state was last started
+// afresh, and has not left the hub (Evict, Forget). The cluster follows
+// the frames of other instances for exactly those threads.
+func (h *Hub) Watched(threadID string) bool {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	h.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.watched && !t.gone
 }
 
 // Topics returns how many threads the hub holds state for.
@@ -340,11 +399,15 @@ func (h *Hub) Forget(threadID string) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.gone = true
 	for s := range t.subs {
 		s.close(ErrThreadClosed)
 		delete(t.subs, s)
+	}
+	watched := t.watched
+	t.mu.Unlock()
+	if watched {
+		h.watchChanged(threadID)
 	}
 }
 
@@ -753,10 +816,15 @@ func (h *Hub) subscribe(threadID string, wake func()) (*Subscription, Snapshot) 
 		s.notify = make(chan struct{}, 1)
 	}
 	t := h.lockedTopic(threadID)
-	defer t.mu.Unlock()
 	s.topic = t
 	t.subs[s] = struct{}{}
 	snap := Snapshot{Committed: t.committed}
 	snap.Open, snap.OpenAfter = t.ledger.snapshot()
+	first := !t.watched
+	t.watched = true
+	t.mu.Unlock()
+	if first {
+		h.watchChanged(threadID)
+	}
 	return s, snap
 }

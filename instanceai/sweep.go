@@ -85,7 +85,7 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, row := range rows {
-		if m.isLiveAgent(row.AgentRef) || m.leaveToPeer(ctx, row.Owner, row.LeaseExpires) {
+		if m.isLiveAgent(row.AgentRef) || m.leaveToPeer(ctx, row.ThreadID, row.Owner, row.LeaseExpires) {
 			continue
 		}
 		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
@@ -192,7 +192,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if !row.Free(m.now()) {
 			return 0, false, nil // its instance is alive
 		}
-		if m.leaveToPeer(ctx, row.Owner, row.LeaseExpires) {
+		if m.leaveToPeer(ctx, ref.ThreadID, row.Owner, row.LeaseExpires) {
 			return 0, false, nil
 		}
 		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
@@ -419,17 +419,25 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 	return nil
 }
 
-// leaveToPeer reports whether the settlement of work whose claim, held by
-// owner, ran out at expires is better left to another instance for now.
-// A settlement writes the text the work streamed and stored in no block
-// from what its hub heard live; a process that started after the owner
-// last renewed the claim (a restarted instance) may have heard none of it,
-// while an instance that was up then heard all the bus carried. So while
-// such an instance is live, a newer process leaves the work to it, for at
-// most one more lease past the expiry: after that it settles it anyway.
-func (m *Runs) leaveToPeer(ctx context.Context, owner string, expires time.Time) bool {
+// leaveToPeer reports whether the settlement of work on the thread whose
+// claim, held by owner, ran out at expires is better left to another
+// instance for now. A settlement writes the text the work streamed and
+// stored in no block from what its hub heard live; a process that started
+// after the owner last renewed the claim (a restarted instance) may have
+// heard none of it, while an instance that was up then heard all the bus
+// carried. So while such an instance is live, a newer process leaves the
+// work to it. On a bus that routes by thread, an instance hears only the
+// threads it serves: one that does not watch the thread leaves the work
+// to any other live instance, which may (the instances that do settle at
+// the expiry). Either way for at most one more lease past the expiry:
+// after that it settles the work anyway.
+func (m *Runs) leaveToPeer(ctx context.Context, threadID, owner string, expires time.Time) bool {
 	lastRenewal := expires.Add(-m.lease)
-	if m.peers == nil || !m.born.After(lastRenewal) || m.now().After(expires.Add(m.lease)) {
+	if m.peers == nil || m.now().After(expires.Add(m.lease)) {
+		return false
+	}
+	unheard := m.watching != nil && !m.watching(threadID)
+	if !unheard && !m.born.After(lastRenewal) {
 		return false
 	}
 	live, err := m.peers(ctx)
@@ -437,6 +445,6 @@ func (m *Runs) leaveToPeer(ctx context.Context, owner string, expires time.Time)
 		return false // settle now rather than not at all
 	}
 	return slices.ContainsFunc(live, func(o Instance) bool {
-		return o.ID != m.instance && o.ID != owner && o.StartedAt.Before(lastRenewal)
+		return o.ID != m.instance && o.ID != owner && (unheard || o.StartedAt.Before(lastRenewal))
 	})
 }

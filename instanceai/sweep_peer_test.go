@@ -10,7 +10,9 @@ import (
 // A process that started after a run's owner last renewed its claim may
 // not have heard the run's live text: it leaves the settlement to a live
 // instance that was up then, for one lease past the expiry at most, and
-// settles at once when there is none (or the registry cannot tell).
+// settles at once when there is none (or the registry cannot tell). On a
+// bus that routes by thread, an instance that does not watch the thread
+// leaves it to any other live instance, within the same bound.
 func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 	const lease = 10 * time.Second
 	now := time.Now()
@@ -18,6 +20,7 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 	expires := lastRenewal.Add(lease)
 	old := Instance{ID: "old", StartedAt: lastRenewal.Add(-time.Minute)}
 	fresh := Instance{ID: "fresh", StartedAt: lastRenewal.Add(time.Second)}
+	up := lastRenewal.Add(-time.Second)
 	cases := []struct {
 		name  string
 		born  time.Time
@@ -26,13 +29,21 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 		err   error
 		now   time.Time
 		leave bool
+		// routed: the bus routes by thread, and this instance hears
+		// the thread ("watched") or does not ("unwatched"); "": the
+		// bus sends every thread everywhere.
+		routed string
 	}{
-		{"restarted, an old instance is live", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, now, true},
-		{"restarted, only newer instances are live", lastRenewal.Add(5 * time.Second), "dead", []Instance{fresh}, nil, now, false},
-		{"restarted, the old instance is the owner", lastRenewal.Add(5 * time.Second), "old", []Instance{old}, nil, now, false},
-		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false},
-		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false},
-		{"up while the run streamed", lastRenewal.Add(-time.Second), "dead", []Instance{old}, nil, now, false},
+		{"restarted, an old instance is live", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, now, true, ""},
+		{"restarted, only newer instances are live", lastRenewal.Add(5 * time.Second), "dead", []Instance{fresh}, nil, now, false, ""},
+		{"restarted, the old instance is the owner", lastRenewal.Add(5 * time.Second), "old", []Instance{old}, nil, now, false, ""},
+		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, ""},
+		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false, ""},
+		{"up while the run streamed", up, "dead", []Instance{old}, nil, now, false, ""},
+		{"up, not watching, a newer instance is live", up, "dead", []Instance{fresh}, nil, now, true, "unwatched"},
+		{"up, not watching, only the owner is live", up, "old", []Instance{old}, nil, now, false, "unwatched"},
+		{"up, not watching, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "unwatched"},
+		{"up, watching", up, "dead", []Instance{fresh}, nil, now, false, "watched"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,12 +52,15 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 				peers: func(context.Context) ([]Instance, error) {
 					return append(c.peers, Instance{ID: "self", StartedAt: c.born}), c.err
 				}}
-			if got := m.leaveToPeer(context.Background(), c.owner, expires); got != c.leave {
+			if c.routed != "" {
+				m.watching = func(thread string) bool { return thread == "t" && c.routed == "watched" }
+			}
+			if got := m.leaveToPeer(context.Background(), "t", c.owner, expires); got != c.leave {
 				t.Fatalf("leaveToPeer = %v, want %v", got, c.leave)
 			}
 		})
 	}
-	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), "dead", expires) {
+	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), "t", "dead", expires) {
 		t.Fatal("a store without a registry left the settlement to nobody")
 	}
 }

@@ -840,6 +840,7 @@ func (d *threadDrain) stopStale(f *fence) {
 	if !d.dropStale(f) {
 		return
 	}
+	f.lost.Store(true)
 	if cb := d.w.cfg.OnRunFenced; cb != nil {
 		cb(d.threadID, f.runID, f.agentID)
 	}

@@ -81,7 +81,22 @@ func runCopilotKit(t *testing.T, url, scenarios string) copilotkitReport {
 
 func runCopilotKitAs(t *testing.T, url, scenarios string, c copilotkitClient) copilotkitReport {
 	t.Helper()
-	node := nodeWith(t, copilotkitDir, filepath.Join("@copilotkitnext", "core"))
+	rep, err := copilotkitRun(copilotkitNode(t), url, scenarios, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// copilotkitNode is node, with CopilotKit's client installed beside the
+// tests (the test is skipped without them).
+func copilotkitNode(t *testing.T) string {
+	t.Helper()
+	return nodeWith(t, copilotkitDir, filepath.Join("@copilotkitnext", "core"))
+}
+
+// copilotkitRun runs client.mjs with node; it may run on any goroutine.
+func copilotkitRun(node, url, scenarios string, c copilotkitClient) (copilotkitReport, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "client.mjs", url+"/copilotkit", scenarios, c.Token)
@@ -89,18 +104,18 @@ func runCopilotKitAs(t *testing.T, url, scenarios string, c copilotkitClient) co
 	cmd.Env = append(os.Environ(), "CK_TRANSPORT="+cmp.Or(c.Transport, "rest"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	var rep copilotkitReport
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node client.mjs: %v\n%s", err, stderr.String())
+		return rep, fmt.Errorf("node client.mjs: %v\n%s", err, stderr.String())
 	}
-	var rep copilotkitReport
 	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("report: %v\n%s", err, out)
+		return rep, fmt.Errorf("report: %v\n%s", err, out)
 	}
 	if rep.InfoError != "" {
-		t.Fatalf("the client could not read /info: %s", out)
+		return rep, fmt.Errorf("the client could not read /info: %s", out)
 	}
-	return rep
+	return rep, nil
 }
 
 // CopilotKit's own client (@copilotkitnext/core 1.54.1) runs agents
@@ -295,13 +310,21 @@ func TestCopilotKitConnect(t *testing.T) {
 // A CopilotKit page that reloads onto another instance follows there the
 // run its first instance runs, and stops it from there.
 func TestCopilotKitConnectOnAnotherInstance(t *testing.T) {
+	node := copilotkitNode(t)
 	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 2*time.Millisecond)
 	a, b := ps[0], ps[1]
 	run := a.chat("ck-cluster", "long 100000")
 	// The run lasts minutes: the client connects while it is under way,
 	// and its connect ends when the run does, stopped through B.
-	done := make(chan copilotkitReport, 1)
-	go func() { done <- runCopilotKit(t, b.URL, `[{"name":"live","thread":"ck-cluster","connect":true}]`) }()
+	type result struct {
+		rep copilotkitReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := copilotkitRun(node, b.URL, `[{"name":"live","thread":"ck-cluster","connect":true}]`, copilotkitClient{})
+		done <- result{rep, err}
+	}()
 	onA := a.stream("ck-cluster", "")
 	onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 	time.Sleep(2 * time.Second) // node starts and connects meanwhile
@@ -310,8 +333,11 @@ func TestCopilotKitConnectOnAnotherInstance(t *testing.T) {
 	if code := b.API.DoInto(http.MethodPost, "/copilotkit/agent/default/stop/ck-cluster", "", &stopped); code != http.StatusOK || stopped["stopped"] != true {
 		t.Fatalf("stop on B: %d %v", code, stopped)
 	}
-	rep := <-done
-	r := rep.Results[0]
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	r := res.rep.Results[0]
 	if r.Error != "" || len(r.Errors) > 0 {
 		t.Fatalf("error %q, client errors %v", r.Error, r.Errors)
 	}

@@ -101,6 +101,9 @@ type Config struct {
 	// threads streamed here that went quiet, to deliver what the bus lost
 	// (default 1 s; see instanceai.Cluster).
 	PollInterval time.Duration
+	// BusBroadcast sends every thread's frames to every instance instead
+	// of to those that serve the thread (see instanceai.ClusterConfig).
+	BusBroadcast bool
 	// Catalog, when set, is n8n's node catalog the builder validates
 	// workflows against (node types, versions, required parameters).
 	Catalog *catalog.Catalog
@@ -149,7 +152,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	s.leaseRenew = cfg.LeaseRenew
 	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer,
-		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, Logger: cfg.Logger, Observer: s.Metrics})
+		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
 
 	// No path cleaning: mux would answer a path with dot segments

@@ -62,7 +62,11 @@ const (
 // across the gap, while the other listener stays connected; that Listen
 // returns nil when its context ends, and can be called again; that Close
 // ends Listen with an error, makes Publish fail and may be repeated; and
-// that Publish with a done context fails. Throughout, the callbacks of one
+// that Publish with a done context fails. On a RoutedBus, it checks that
+// a topic's payloads reach its followers only, in order with the rest,
+// and that the topics a listener follows survive its reconnection; on a
+// BatchBus, that a batch arrives in order, each payload where it goes.
+// Throughout, the callbacks of one
 // Listen never run concurrently nor after Listen returned, and state
 // carries an error exactly when the bus is down.
 //
@@ -81,6 +85,9 @@ func Run(t *testing.T, open Opener, kill Killer) {
 		{"ListenReturnsWhenContextEnds", testContextEnds},
 		{"CloseEndsListenAndPublish", testClose},
 		{"PublishWithDoneContextFails", testDoneContext},
+		{"TopicsReachTheirFollowersOnly", testTopicsRoute},
+		{"TopicsSurviveReconnect", testTopicsSurviveReconnect},
+		{"BatchesKeepTheirOrder", testBatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

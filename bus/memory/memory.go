@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -58,6 +59,8 @@ type Bus struct {
 	sinks  []*sink
 	down   bool
 	closed bool
+	// topics are what PublishTo delivers to b's listeners.
+	topics map[string]bool
 }
 
 // sink is one running Listen: the payloads and state changes it has yet
@@ -96,6 +99,18 @@ func (s *sink) push(it item) {
 // listener holds. Listeners never slow Publish down: their queues grow
 // without bound, as a network that never drops would need.
 func (b *Bus) Publish(ctx context.Context, payload []byte) error {
+	return b.send(ctx, payload, func(*Bus) bool { return true })
+}
+
+// PublishTo implements instanceai.RoutedBus: Publish, to the listeners of
+// the buses that follow topic.
+func (b *Bus) PublishTo(ctx context.Context, topic string, payload []byte) error {
+	return b.send(ctx, payload, func(m *Bus) bool { return m.topics[topic] })
+}
+
+// send hands payload to the listeners of the network's buses that to
+// picks (called with n.mu held).
+func (b *Bus) send(ctx context.Context, payload []byte, to func(*Bus) bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory bus: publish: %w", err)
 	}
@@ -109,6 +124,9 @@ func (b *Bus) Publish(ctx context.Context, payload []byte) error {
 		return fmt.Errorf("memory bus: publish: %w", ErrDisconnected)
 	}
 	for _, m := range n.buses {
+		if !to(m) {
+			continue
+		}
 		for _, s := range m.sinks {
 			if s.connected {
 				s.push(item{kind: itemPayload, payload: slices.Clone(payload)})
@@ -116,6 +134,49 @@ func (b *Bus) Publish(ctx context.Context, payload []byte) error {
 		}
 	}
 	return nil
+}
+
+// Follow implements instanceai.RoutedBus. A follow takes effect at once;
+// it fails while b is Down or closed, with the topics kept for when it is
+// Up.
+func (b *Bus) Follow(ctx context.Context, topics ...string) error {
+	n := b.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b.topics == nil {
+		b.topics = map[string]bool{}
+	}
+	for _, t := range topics {
+		b.topics[t] = true
+	}
+	switch {
+	case b.closed:
+		return ErrClosed
+	case b.down:
+		return fmt.Errorf("memory bus: follow: %w", ErrDisconnected)
+	}
+	return ctx.Err()
+}
+
+// Unfollow implements instanceai.RoutedBus.
+func (b *Bus) Unfollow(ctx context.Context, topics ...string) error {
+	n := b.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range topics {
+		delete(b.topics, t)
+	}
+	if b.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Following returns the topics b follows, for tests.
+func (b *Bus) Following() []string {
+	b.net.mu.Lock()
+	defer b.net.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.topics))
 }
 
 // MaxPayload implements instanceai.Bus: there is no limit.

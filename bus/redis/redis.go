@@ -1,5 +1,10 @@
 // Package redis is an instanceai.Bus on Redis pub/sub: PUBLISH and
-// SUBSCRIBE on one channel, through github.com/redis/go-redis/v9.
+// SUBSCRIBE on one channel, through github.com/redis/go-redis/v9, and an
+// instanceai.RoutedBus on sharded pub/sub: each topic (a thread) is a
+// channel of its own, NAME:t:TOPIC, published with SPUBLISH and followed
+// with SSUBSCRIBE, so that an instance receives only the threads it
+// serves (sharded channels, Redis 7.0 or later, are also what a Redis
+// Cluster routes to one shard instead of every node).
 //
 // Pub/sub delivers at most once: a subscriber that loses its connection
 // misses what was published meanwhile. go-redis hides that loss (its
@@ -16,10 +21,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +35,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/threadline/threadline/bus/internal/netbus"
+	"github.com/threadline/threadline/instanceai"
 )
 
 // DefaultChannel is the pub/sub channel when the URL names none.
@@ -73,7 +82,32 @@ type Bus struct {
 	pingEvery, pongWait time.Duration
 
 	base *netbus.Base
+
+	mu sync.Mutex
+	// topics is the set of followed topics, by channel name.
+	topics map[string]bool
+	// live is the running session, nil between sessions.
+	live *session
 }
+
+// session is one subscription connection and the Follow calls waiting
+// for the server's confirmation on it.
+type session struct {
+	ps *goredis.PubSub
+	// pending are the confirmations awaited, by channel; guarded by the
+	// bus's mu.
+	pending map[string][]chan struct{}
+	// done is closed when the session ends.
+	done chan struct{}
+}
+
+// errNotListening is what Follow returns while no listener is connected.
+var errNotListening = errors.New("redis bus: not connected; the topics are followed at the next connection")
+
+// topicChannel is the sharded channel of a topic.
+func (b *Bus) topicChannel(topic string) string { return b.topicPrefix() + topic }
+
+func (b *Bus) topicPrefix() string { return b.channel + ":t:" }
 
 // Open connects to the Redis server at
 //
@@ -122,6 +156,7 @@ func Open(ctx context.Context, rawURL string) (*Bus, error) {
 		pingEvery:  pingEvery,
 		pongWait:   pongWait,
 		base:       netbus.New(maxPayload, ErrClosed, ErrTooLarge),
+		topics:     map[string]bool{},
 	}, nil
 }
 
@@ -200,6 +235,122 @@ func (b *Bus) Publish(ctx context.Context, payload []byte) error {
 	return nil
 }
 
+// PublishTo implements instanceai.RoutedBus with SPUBLISH.
+func (b *Bus) PublishTo(ctx context.Context, topic string, payload []byte) error {
+	if err := b.base.CheckPublish(payload); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis bus: publish: %w", err)
+	}
+	if err := b.pub.SPublish(ctx, b.topicChannel(topic), payload).Err(); err != nil {
+		return fmt.Errorf("redis bus: publish: %w", err)
+	}
+	return nil
+}
+
+// PublishBatch implements instanceai.BatchBus: one pipeline of PUBLISH and
+// SPUBLISH commands, one round trip.
+func (b *Bus) PublishBatch(ctx context.Context, batch []instanceai.Envelope) error {
+	for _, e := range batch {
+		if err := b.base.CheckPublish(e.Payload); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis bus: publish: %w", err)
+	}
+	pipe := b.pub.Pipeline()
+	for _, e := range batch {
+		if e.Topic == "" {
+			pipe.Publish(ctx, b.channel, e.Payload)
+		} else {
+			pipe.SPublish(ctx, b.topicChannel(e.Topic), e.Payload)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis bus: publish %d payloads: %w", len(batch), err)
+	}
+	return nil
+}
+
+// subscribeBatch bounds the channels of one SSUBSCRIBE.
+const subscribeBatch = 512
+
+// Follow implements instanceai.RoutedBus: SSUBSCRIBE on the listener's
+// connection, confirmed by the server's reply to it.
+func (b *Bus) Follow(ctx context.Context, topics ...string) error {
+	chans := make([]string, len(topics))
+	for i, t := range topics {
+		chans[i] = b.topicChannel(t)
+	}
+	b.mu.Lock()
+	for _, c := range chans {
+		b.topics[c] = true
+	}
+	s := b.live
+	waits := make([]chan struct{}, 0, len(chans))
+	if s != nil {
+		for _, c := range chans {
+			w := make(chan struct{})
+			s.pending[c] = append(s.pending[c], w)
+			waits = append(waits, w)
+		}
+	}
+	b.mu.Unlock()
+	if s == nil {
+		return errNotListening
+	}
+	for batch := range slices.Chunk(chans, subscribeBatch) {
+		if err := s.ps.SSubscribe(ctx, batch...); err != nil {
+			return fmt.Errorf("redis bus: follow: %w", err)
+		}
+	}
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-s.done:
+			return errNotListening
+		case <-ctx.Done():
+			return fmt.Errorf("redis bus: follow: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Unfollow implements instanceai.RoutedBus with SUNSUBSCRIBE.
+func (b *Bus) Unfollow(ctx context.Context, topics ...string) error {
+	chans := make([]string, len(topics))
+	for i, t := range topics {
+		chans[i] = b.topicChannel(t)
+	}
+	b.mu.Lock()
+	for _, c := range chans {
+		delete(b.topics, c)
+	}
+	s := b.live
+	b.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	for batch := range slices.Chunk(chans, subscribeBatch) {
+		if err := s.ps.SUnsubscribe(ctx, batch...); err != nil {
+			return fmt.Errorf("redis bus: unfollow: %w", err)
+		}
+	}
+	return nil
+}
+
+// confirm wakes the Follow calls waiting for channel on s.
+func (b *Bus) confirm(s *session, channel string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range s.pending[channel] {
+		close(w)
+	}
+	delete(s.pending, channel)
+}
+
 // MaxPayload implements instanceai.Bus: 1 MiB, see maxPayload.
 func (b *Bus) MaxPayload() int { return maxPayload }
 
@@ -214,6 +365,19 @@ func (b *Bus) Listen(ctx context.Context, deliver func(payload []byte), state fu
 // far as reporting state(true, nil).
 func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool, error)) (subscribed bool, err error) {
 	ps := b.sub.Subscribe(ctx) // no channel yet: no I/O, no error hidden
+	s := &session{ps: ps, pending: map[string][]chan struct{}{}, done: make(chan struct{})}
+	b.mu.Lock()
+	b.live = s
+	topics := slices.Collect(maps.Keys(b.topics))
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if b.live == s {
+			b.live = nil
+		}
+		b.mu.Unlock()
+		close(s.done)
+	}()
 	traffic := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	var (
@@ -245,6 +409,14 @@ func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool
 		return err
 	}
 
+	// The topics first: their replies come before the channel's, which
+	// is what reports the connection up, so that every topic is followed
+	// by then.
+	for batch := range slices.Chunk(topics, subscribeBatch) {
+		if err := ps.SSubscribe(ctx, batch...); err != nil {
+			return false, failure(fmt.Errorf("redis bus: subscribe: %w", err))
+		}
+	}
 	if err := ps.Subscribe(ctx, b.channel); err != nil {
 		return false, failure(fmt.Errorf("redis bus: subscribe: %w", err))
 	}
@@ -259,12 +431,18 @@ func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool
 		busy.Store(true)
 		switch m := msg.(type) {
 		case *goredis.Message:
-			if subscribed && m.Channel == b.channel {
+			// A topic's payloads may come before the channel is
+			// confirmed: they are as good as any.
+			if m.Channel == b.channel && subscribed || strings.HasPrefix(m.Channel, b.topicPrefix()) {
 				deliver([]byte(m.Payload))
 			}
 		case *goredis.Subscription:
+			if m.Kind == "ssubscribe" {
+				b.confirm(s, m.Channel)
+				break
+			}
 			if m.Channel != b.channel {
-				continue
+				break
 			}
 			switch {
 			case m.Kind != "subscribe":
@@ -272,9 +450,11 @@ func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool
 			case subscribed:
 				// go-redis replaced the connection by itself (it does on
 				// some errors, and on a server's maintenance hand-off)
-				// and subscribed again: what was published in between is
-				// lost, so say so, then that we are back.
-				state(false, errors.New("redis bus: the connection was replaced; payloads may be lost"))
+				// and subscribed again, the channel before the topics:
+				// what was published in between is lost, and the topics
+				// may not be followed yet. A session of our own
+				// subscribes them in order.
+				return subscribed, errors.New("redis bus: the connection was replaced; payloads may be lost")
 			}
 			subscribed = true
 			state(true, nil)

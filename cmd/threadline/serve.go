@@ -68,6 +68,7 @@ type serveConfig struct {
 	lease           time.Duration
 	leaseRenew      time.Duration
 	logPoll         time.Duration
+	busRouting      string
 	catalog         string
 	builderTimeout  time.Duration
 	pprofAddr       string
@@ -131,6 +132,9 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.String(&c.bus, "bus", "THREADLINE_BUS", "memory",
 		"live transport between instances on one database: memory (one process), redis://HOST:PORT/DB[?channel=NAME], "+
 			"or postgres (LISTEN/NOTIFY on the --store database)")
+	f.String(&c.busRouting, "bus-routing", "THREADLINE_BUS_ROUTING", "thread",
+		"where the bus sends a thread's live frames: thread (to the instances that serve the thread: its streams' instances) "+
+			"or broadcast (to every instance; for a rolling upgrade from a build that does not route)")
 	f.String(&c.instance, "instance-id", "THREADLINE_INSTANCE_ID", "", "this instance's id in run claims and logs (default: host name, pid and a random suffix)")
 	f.Duration(&c.lease, "lease", "THREADLINE_LEASE", instanceai.DefaultLease,
 		"how long a run stays claimed by its instance without a heartbeat; a run whose instance died is settled about this long after")
@@ -282,6 +286,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.leaseRenew <= 0 || c.lease < 2*c.leaseRenew {
 		return usageError{fmt.Sprintf("--lease %v must be at least twice --lease-renew %v", c.lease, c.leaseRenew)}
 	}
+	if c.busRouting != "thread" && c.busRouting != "broadcast" {
+		return usageError{fmt.Sprintf("--bus-routing %q: use thread or broadcast", c.busRouting)}
+	}
 	if c.logPoll <= 0 {
 		return usageError{fmt.Sprintf("--log-poll %v must be positive", c.logPoll)}
 	}
@@ -325,7 +332,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.
 		CheckHost: !authn.Enabled() && !c.insecureNoAuth, AllowedHosts: guard.ParseHosts(c.allowedHosts),
-		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew, PollInterval: c.logPoll,
+		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew, PollInterval: c.logPoll, BusBroadcast: c.busRouting == "broadcast",
 		Catalog: nodes, BuilderTimeout: c.builderTimeout,
 	})
 	// Bind first: a process that cannot take its port (another one has

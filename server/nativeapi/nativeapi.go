@@ -211,6 +211,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 // connection over and the handler returns (see hijacked), which keeps an
 // idle stream's memory small; elsewhere (HTTP/2) it runs in the handler.
 func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
+	// Before the stream opens: a client that sees it open and then starts
+	// a run on another instance gets every frame of it.
+	a.core.Follow(r.Context(), threadID)
 	opts := ssestream.Options{WriteTimeout: a.cfg.WriteTimeout}
 	s, err := ssestream.Hijack(w, r, opts)
 	if err == nil {

@@ -49,6 +49,7 @@ type Stream[E any] struct {
 func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
 	feed := s.Feed
 	if feed == nil {
+		s.Core.Follow(ctx, s.ThreadID)
 		feed = s.Core.Feed(s.ThreadID, after)
 	}
 	defer func() { feed.Close() }()
