@@ -271,3 +271,23 @@ func TestClusterReceiveBatchesPerThread(t *testing.T) {
 		t.Errorf("its own message was queued: %d", len(c.inbound))
 	}
 }
+
+// A hub heard a run from its start when its run-start was published live
+// there; a run-start it only read from the log (a head check's catch-up)
+// does not count, nor one of a thread whose state was started afresh.
+func TestHubHeardRun(t *testing.T) {
+	hub := NewHub(8)
+	start := func(seq int64, run string) Frame {
+		return mustFrame(t, seq, &Event{Type: TypeRunStart, RunID: run, AgentID: "a", Payload: &RunStart{MessageID: "m"}})
+	}
+	hub.Publish("t", []Frame{start(1, "live")})
+	hub.CaughtUp("t", []Frame{start(2, "caught-up")}, 2)
+	if !hub.HeardRun("t", "live") || hub.HeardRun("t", "caught-up") || hub.HeardRun("other", "live") {
+		t.Fatalf("heard live %v, caught-up %v, on another thread %v; want true, false, false",
+			hub.HeardRun("t", "live"), hub.HeardRun("t", "caught-up"), hub.HeardRun("other", "live"))
+	}
+	hub.Forget("t")
+	if hub.HeardRun("t", "live") {
+		t.Fatal("a forgotten thread's run still counts as heard")
+	}
+}

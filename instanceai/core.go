@@ -117,7 +117,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 		c.Runs.peers = c.registry.LiveInstances
 	}
 	if c.Cluster != nil && c.Cluster.Routed() {
-		c.Runs.watching = c.Hub.Watched
+		c.Runs.heard = c.Hub.HeardRun
 	}
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)

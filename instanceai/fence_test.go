@@ -550,23 +550,8 @@ func (s slowAgentRows) ClaimAgent(ctx context.Context, ref instanceai.AgentRef, 
 func TestAnAgentClaimedAfterItsRunWasCancelledCompletes(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()
-	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
-		t.Fatal(err)
-	}
 	claims := slowAgentRows{Store: store, entered: make(chan struct{}), goOn: make(chan struct{})}
-	step := make(chan struct{})
-	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
-		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
-			<-step
-			return "done", a.Emit(toolCall("after"))
-		})
-		return err
-	})
-	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{IdleFlush: time.Hour})
-	t.Cleanup(func() { _ = writer.Close(ctx) })
-	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Claims: claims, Confirmations: store, Index: store,
-		Instance: "inst", Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	writer, runs, step := helperRun(t, store, claims)
 	run, err := runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "x"})
 	if err != nil {
 		t.Fatal(err)
@@ -600,6 +585,34 @@ func TestAnAgentClaimedAfterItsRunWasCancelledCompletes(t *testing.T) {
 	}
 }
 
+// helperRun sets up thread "th" and a registry whose agent spawns a
+// helper that waits for step, then emits a tool call and completes; the
+// claims are claims.
+func helperRun(t *testing.T, store *memory.Store, claims interface {
+	instanceai.RunClaims
+	instanceai.AgentClaims
+}) (*instanceai.Writer, *instanceai.Runs, chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	step := make(chan struct{})
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
+			<-step
+			return "done", a.Emit(toolCall("after"))
+		})
+		return err
+	})
+	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{IdleFlush: time.Hour})
+	t.Cleanup(func() { _ = writer.Close(ctx) })
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Claims: claims, Confirmations: store, Index: store,
+		Instance: "inst", Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	return writer, runs, step
+}
+
 // logTypes returns the thread's stored rows and their types.
 func logTypes(t *testing.T, store *memory.Store, thread string) ([]instanceai.StoredEvent, []string) {
 	t.Helper()
@@ -621,22 +634,7 @@ func logTypes(t *testing.T, store *memory.Store, thread string) ([]instanceai.St
 func TestAnAgentWithoutARowOutlivesItsRunsClaim(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()
-	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
-		t.Fatal(err)
-	}
-	step := make(chan struct{})
-	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
-		_, err := run.Spawn(instanceai.AgentSpawned{Role: "helper"}, func(ctx context.Context, a *instanceai.SubAgent) (string, error) {
-			<-step
-			return "done", a.Emit(toolCall("after"))
-		})
-		return err
-	})
-	writer := instanceai.NewWriter(store, instanceai.NewHub(64), instanceai.WriterConfig{IdleFlush: time.Hour})
-	t.Cleanup(func() { _ = writer.Close(ctx) })
-	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Claims: noAgentRows{store}, Confirmations: store, Index: store,
-		Instance: "inst", Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { _ = runs.Shutdown(ctx) })
+	writer, runs, step := helperRun(t, store, noAgentRows{store})
 	run, err := runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "x"})
 	if err != nil {
 		t.Fatal(err)

@@ -149,7 +149,14 @@ type topic struct {
 	// topic leaves the hub, its state is kept up to date from the other
 	// instances (see Watched).
 	watched bool
+	// heard are the latest runs whose run-start was published live here
+	// (see HeardRun), at most heardRuns of them.
+	heard []string
 }
+
+// heardRuns bounds the runs a topic remembers hearing from their start: a
+// thread has one active run at a time.
+const heardRuns = 8
 
 func (h *Hub) topic(threadID string) *topic {
 	h.mu.Lock()
@@ -248,11 +255,18 @@ func (h *Hub) Watch(threadID string) {
 	}
 }
 
-// Watched reports whether the hub keeps the thread's state for
-// subscribers: the thread has had one since its state was last started
-// afresh, and has not left the hub (Evict, Forget). The cluster follows
-// the frames of other instances for exactly those threads.
-func (h *Hub) Watched(threadID string) bool {
+// HeardRun reports whether the run's run-start was published live here
+// (by this instance's writer, or from the bus) since the thread's state was
+// last started afresh: the hub then heard the run's text from its start,
+// as far as the bus delivered it, and a settlement of the run written from
+// it holds what this instance's clients were sent.
+func (h *Hub) HeardRun(threadID, runID string) bool {
+	return h.held(threadID, func(t *topic) bool { return slices.Contains(t.heard, runID) })
+}
+
+// held reports whether the hub holds the thread's topic and is holds of
+// it, under its lock.
+func (h *Hub) held(threadID string, is func(*topic) bool) bool {
 	h.mu.Lock()
 	t := h.topics[threadID]
 	h.mu.Unlock()
@@ -261,7 +275,15 @@ func (h *Hub) Watched(threadID string) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.watched && !t.gone
+	return !t.gone && is(t)
+}
+
+// Watched reports whether the hub keeps the thread's state for
+// subscribers: the thread has had one since its state was last started
+// afresh, and has not left the hub (Evict, Forget). The cluster follows
+// the frames of other instances for exactly those threads.
+func (h *Hub) Watched(threadID string) bool {
+	return h.held(threadID, func(t *topic) bool { return t.watched })
 }
 
 // Topics returns how many threads the hub holds state for.
@@ -291,6 +313,12 @@ func (h *Hub) Topics() int {
 // segment (the rest of that segment waits for its block), and the part of
 // one that repeats text passed on already (see segmentLedger).
 func (h *Hub) Publish(threadID string, frames []Frame) {
+	h.publish(threadID, frames, true)
+}
+
+// publish is Publish; live is unset for frames read from the log, which
+// were not heard as they happened (see HeardRun).
+func (h *Hub) publish(threadID string, frames []Frame, live bool) {
 	t := h.lockedTopic(threadID)
 	defer t.mu.Unlock()
 	if len(frames) > 0 {
@@ -299,6 +327,12 @@ func (h *Hub) Publish(threadID string, frames []Frame) {
 	out := frames
 	changed := false // out is a copy with a frame left out or replaced
 	for i := range frames {
+		if ev := frames[i].Event; live && ev != nil && ev.Type == TypeRunStart {
+			if len(t.heard) == heardRuns {
+				t.heard = t.heard[1:]
+			}
+			t.heard = append(t.heard, ev.RunID)
+		}
 		fr, keep := t.track(&frames[i])
 		if !changed && (fr != nil || !keep) {
 			out, changed = slices.Clone(frames[:i]), true
@@ -492,7 +526,7 @@ func (h *Hub) topicSeq(threadID string, read func(*topic) int64) int64 {
 // every stored frame up to head as published: what a page of them left
 // out, each subscriber reads from the log itself when it meets the gap.
 func (h *Hub) CaughtUp(threadID string, frames []Frame, head int64) {
-	h.Publish(threadID, frames)
+	h.publish(threadID, frames, false)
 	t := h.lockedTopic(threadID)
 	t.contiguous = max(t.contiguous, head)
 	t.committed = max(t.committed, head)

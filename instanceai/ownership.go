@@ -572,7 +572,7 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 			// process; or it ended): it is settled as any run whose
 			// process is gone, or only released when it ended.
 		}
-		if m.leaveToPeer(ctx, row.ThreadID, row.Owner, row.LeaseExpires) {
+		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
 			continue
 		}
 		token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)

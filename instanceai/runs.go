@@ -163,9 +163,9 @@ type Runs struct {
 	// renewed their lease before it may have streamed text its hub never
 	// heard.
 	born time.Time
-	// watching, when set, says whether this instance hears the thread's
-	// live frames (the bus routes by thread): see leaveToPeer.
-	watching func(threadID string) bool
+	// heard, when set, says whether this instance heard the run's live
+	// frames from its start (the bus routes by thread): see leaveToPeer.
+	heard func(threadID, runID string) bool
 	// liveText, when set, gives the text this instance's hub passed on of
 	// a run's open segments (see openText).
 	liveText func(threadID, runID string) ([]Event, []int64)

@@ -85,7 +85,7 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, row := range rows {
-		if m.isLiveAgent(row.AgentRef) || m.leaveToPeer(ctx, row.ThreadID, row.Owner, row.LeaseExpires) {
+		if m.isLiveAgent(row.AgentRef) || m.leaveToPeer(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Owner, row.LeaseExpires) {
 			continue
 		}
 		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
@@ -192,7 +192,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if !row.Free(m.now()) {
 			return 0, false, nil // its instance is alive
 		}
-		if m.leaveToPeer(ctx, ref.ThreadID, row.Owner, row.LeaseExpires) {
+		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
 			return 0, false, nil
 		}
 		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
@@ -427,16 +427,16 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 // heard none of it, while an instance that was up then heard all the bus
 // carried. So while such an instance is live, a newer process leaves the
 // work to it. On a bus that routes by thread, an instance hears only the
-// threads it serves: one that does not watch the thread leaves the work
-// to any other live instance, which may (the instances that do settle at
-// the expiry). Either way for at most one more lease past the expiry:
-// after that it settles the work anyway.
-func (m *Runs) leaveToPeer(ctx context.Context, threadID, owner string, expires time.Time) bool {
+// threads it serves, from when it began to: one that did not hear the
+// run from its run-start leaves the work to any other live instance, one
+// of which may have (those settle at the expiry). Either way for at most
+// one more lease past the expiry: after that it settles the work anyway.
+func (m *Runs) leaveToPeer(ctx context.Context, ref RunRef, owner string, expires time.Time) bool {
 	lastRenewal := expires.Add(-m.lease)
 	if m.peers == nil || m.now().After(expires.Add(m.lease)) {
 		return false
 	}
-	unheard := m.watching != nil && !m.watching(threadID)
+	unheard := m.heard != nil && !m.heard(ref.ThreadID, ref.RunID)
 	if !unheard && !m.born.After(lastRenewal) {
 		return false
 	}

@@ -11,8 +11,8 @@ import (
 // not have heard the run's live text: it leaves the settlement to a live
 // instance that was up then, for one lease past the expiry at most, and
 // settles at once when there is none (or the registry cannot tell). On a
-// bus that routes by thread, an instance that does not watch the thread
-// leaves it to any other live instance, within the same bound.
+// bus that routes by thread, an instance that did not hear the run from
+// its start leaves it to any other live instance, within the same bound.
 func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 	const lease = 10 * time.Second
 	now := time.Now()
@@ -29,8 +29,8 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 		err   error
 		now   time.Time
 		leave bool
-		// routed: the bus routes by thread, and this instance hears
-		// the thread ("watched") or does not ("unwatched"); "": the
+		// routed: the bus routes by thread, and this instance heard the
+		// run from its start ("heard") or did not ("unheard"); "": the
 		// bus sends every thread everywhere.
 		routed string
 	}{
@@ -40,10 +40,10 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, ""},
 		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false, ""},
 		{"up while the run streamed", up, "dead", []Instance{old}, nil, now, false, ""},
-		{"up, not watching, a newer instance is live", up, "dead", []Instance{fresh}, nil, now, true, "unwatched"},
-		{"up, not watching, only the owner is live", up, "old", []Instance{old}, nil, now, false, "unwatched"},
-		{"up, not watching, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "unwatched"},
-		{"up, watching", up, "dead", []Instance{fresh}, nil, now, false, "watched"},
+		{"up, not hearing, a newer instance is live", up, "dead", []Instance{fresh}, nil, now, true, "unheard"},
+		{"up, not hearing, only the owner is live", up, "old", []Instance{old}, nil, now, false, "unheard"},
+		{"up, not hearing, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "unheard"},
+		{"up, heard the run", up, "dead", []Instance{fresh}, nil, now, false, "heard"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,14 +53,14 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 					return append(c.peers, Instance{ID: "self", StartedAt: c.born}), c.err
 				}}
 			if c.routed != "" {
-				m.watching = func(thread string) bool { return thread == "t" && c.routed == "watched" }
+				m.heard = func(thread, run string) bool { return thread == "t" && run == "r" && c.routed == "heard" }
 			}
-			if got := m.leaveToPeer(context.Background(), "t", c.owner, expires); got != c.leave {
+			if got := m.leaveToPeer(context.Background(), RunRef{ThreadID: "t", RunID: "r"}, c.owner, expires); got != c.leave {
 				t.Fatalf("leaveToPeer = %v, want %v", got, c.leave)
 			}
 		})
 	}
-	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), "t", "dead", expires) {
+	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), RunRef{ThreadID: "t", RunID: "r"}, "dead", expires) {
 		t.Fatal("a store without a registry left the settlement to nobody")
 	}
 }

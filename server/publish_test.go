@@ -433,3 +433,50 @@ func TestPublishAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// A producer's run lives on the instance that started it. Another
+// instance says so while the run lasts (409 run_on_another_instance, so
+// that a producer misrouted by a load balancer tries elsewhere); when that
+// instance dies, another settles the run as it settles a crashed agent's,
+// a client following it anywhere sees it end, and the producer's next
+// request is answered 404 run_not_found.
+func TestPublishRunWhoseInstanceDies(t *testing.T) {
+	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 0)
+	a, b := ps[0], ps[1]
+	onA := &publisher{t: t, url: a.URL, thread: "pub-dies"}
+	if code, out := onA.start(""); code != http.StatusCreated {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	onB := &publisher{t: t, url: b.URL, thread: onA.thread, run: onA.run}
+	follow := b.stream(onA.thread, "")
+	defer follow.Close()
+	if code, out := onA.send("w", 0, 0, "application/json", delta("before the crash")); code != http.StatusOK {
+		t.Fatalf("append on A: %d %v", code, out)
+	}
+	code, out := onB.send("w", 0, 1, "application/json", delta("misrouted"))
+	if c, _ := publishError(out); code != http.StatusConflict || c != "run_on_another_instance" {
+		t.Fatalf("append on B while A drives the run: %d %v, want 409 run_on_another_instance", code, out)
+	}
+	follow.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
+	a.Kill()
+	killed := time.Now()
+	frames := follow.Until(wait, servertest.IsRunFinish(onA.run))
+	t.Logf("settled %v after the kill", time.Since(killed).Round(time.Millisecond))
+	fin := frames[len(frames)-1].Decoded.Payload.(*instanceai.RunFinish)
+	if fin.Status != instanceai.RunInterrupted || fin.Reason != instanceai.ReasonCrashed {
+		t.Fatalf("the run whose instance died ended %+v, want interrupted/%s", fin, instanceai.ReasonCrashed)
+	}
+	code, out = onB.send("w", 0, 1, "application/json", delta("after the crash"))
+	if c, _ := publishError(out); code != http.StatusNotFound || c != "run_not_found" {
+		t.Fatalf("append after the settlement: %d %v, want 404 run_not_found", code, out)
+	}
+	var text string
+	for _, f := range b.replayAll(onA.thread, onA.run) {
+		if f.Decoded.Type == instanceai.TypeTextBlock {
+			text += f.Decoded.Payload.(*instanceai.Text).Text
+		}
+	}
+	if text != "before the crash" {
+		t.Fatalf("the settled run's text is %q, want what was appended before the crash", text)
+	}
+}

@@ -235,8 +235,15 @@ func (a *API) lookup(r *http.Request) (*producer, error) {
 	}
 	p := a.ps.get(vars["runId"])
 	if p == nil || p.run.ThreadID != vars["threadId"] {
+		if row, err := a.core.Store.ActiveRun(ctx, vars["threadId"]); err == nil && row.RunID == vars["runId"] {
+			// A load balancer sent the producer to an instance that does
+			// not hold its run: it is to try the one that does.
+			return nil, httpjson.NewError(http.StatusConflict, "run_on_another_instance", "runId",
+				"run %q of thread %q is driven from another instance (%s): a producer appends to the instance that started its run; route its requests there (by thread or by run)",
+				vars["runId"], vars["threadId"], row.Owner)
+		}
 		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "runId",
-			"no run %q of thread %q is driven from this instance: a producer appends to the instance that started its run, while the run lasts",
+			"no run %q of thread %q is under way: it ended (finished, cancelled, or settled after its instance or producer was gone), or never began",
 			vars["runId"], vars["threadId"])
 	}
 	return p, nil
