@@ -77,6 +77,7 @@ type Bus struct {
 	// Bus, so that an operator (or a test) can tell instances apart.
 	listenName string
 	channel    string
+	prefix     string // of the topics' channels: channel + ":t:"
 	// pingEvery and pongWait are the constants of the same names; tests
 	// shorten them.
 	pingEvery, pongWait time.Duration
@@ -105,9 +106,7 @@ type session struct {
 var errNotListening = errors.New("redis bus: not connected; the topics are followed at the next connection")
 
 // topicChannel is the sharded channel of a topic.
-func (b *Bus) topicChannel(topic string) string { return b.topicPrefix() + topic }
-
-func (b *Bus) topicPrefix() string { return b.channel + ":t:" }
+func (b *Bus) topicChannel(topic string) string { return b.prefix + topic }
 
 // Open connects to the Redis server at
 //
@@ -153,6 +152,7 @@ func Open(ctx context.Context, rawURL string) (*Bus, error) {
 		sub:        goredis.NewClient(subOpts),
 		listenName: subOpts.ClientName,
 		channel:    channel,
+		prefix:     channel + ":t:",
 		pingEvery:  pingEvery,
 		pongWait:   pongWait,
 		base:       netbus.New(maxPayload, ErrClosed, ErrTooLarge),
@@ -433,7 +433,7 @@ func (b *Bus) session(ctx context.Context, deliver func([]byte), state func(bool
 		case *goredis.Message:
 			// A topic's payloads may come before the channel is
 			// confirmed: they are as good as any.
-			if m.Channel == b.channel && subscribed || strings.HasPrefix(m.Channel, b.topicPrefix()) {
+			if m.Channel == b.channel && subscribed || strings.HasPrefix(m.Channel, b.prefix) {
 				deliver([]byte(m.Payload))
 			}
 		case *goredis.Subscription:

@@ -37,6 +37,8 @@ func each(f func(*figures.Env, servers.Kind) (figures.Result, error)) func(*figu
 var allFigures = []figure{
 	{name: "fanout", unit: "deliveries/s", run: each((*figures.Env).Fanout)},
 	{name: "latency", unit: "p99 ms, lower is better", run: each((*figures.Env).Latency)},
+	{name: "fanout-published", unit: "deliveries/s, one publisher", run: each((*figures.Env).FanoutPublished)},
+	{name: "latency-published", unit: "p99 ms, lower is better", run: each((*figures.Env).LatencyPublished)},
 	{name: "idle", unit: "KB per idle connection, lower is better", run: each((*figures.Env).Idle)},
 	{name: "firstbyte", unit: "p50 ms, lower is better", run: each((*figures.Env).FirstByte)},
 	{name: "replay", unit: "replay events/s", run: each((*figures.Env).Replay)},
@@ -64,7 +66,7 @@ func main() {
 	flag.IntVar(&p.StallDeltas, "stall-deltas", 12000, "stall: Threadline's deltas (long N): past its --subscriber-queue (8192) plus what the stalled socket buffers, so the stalled subscriber is dropped, and few enough that no healthy one is")
 	flag.IntVar(&p.StallPublishes, "stall-publishes", 2000, "stall: messages published to Joe and Centrifugo, a few times what the stalled socket buffers")
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
-	only := flag.String("figures", "fanout,latency,idle,firstbyte,replay,stall", "figures to run, comma-separated")
+	only := flag.String("figures", "fanout,latency,fanout-published,latency-published,idle,firstbyte,replay,stall", "figures to run, comma-separated")
 	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
 	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags); nonreading: what streams that read nothing cost (the -nonreading-* flags)")
 	gp := growthParams{subscribers: intList{10, 100, 1000, 5000}, threads: intList{1, 100, 1000}}

@@ -4,13 +4,15 @@
 //
 // Where the workloads differ: Joe and Centrifugo are told what to send by
 // the load client over their publish endpoints, one HTTP request per
-// message. Threadline has no publish endpoint; its events come from runs,
-// so the load client starts runs: the reference agent's `long N` (N text
-// deltas at --script-delay 0) for fan-out, and an n8n run whose webhook is
-// the load client (--agent n8n, see Webhook) where the send time must be
-// in the payload. Either way each delta goes the real way: agent → Emit →
-// writer (which also coalesces the deltas into stored text-blocks on
-// SQLite) → hub → connection.
+// message. In the fanout and latency figures Threadline's events come from
+// runs: the reference agent's `long N` (N text deltas at --script-delay 0)
+// for fan-out, and an n8n run whose webhook is the load client (--agent
+// n8n, see Webhook) where the send time must be in the payload. Either way
+// each delta goes the real way: agent → Emit → writer (which also
+// coalesces the deltas into stored text-blocks on SQLite) → hub →
+// connection. The fanout-published and latency-published figures feed
+// Threadline as the peers are fed: one HTTP request per message, to its
+// publish API (servers.Producer), one publisher for every server.
 package figures
 
 import (

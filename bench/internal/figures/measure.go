@@ -141,19 +141,25 @@ func (e *Env) Fanout(kind servers.Kind) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return fanoutResult(stats, start, p.FanoutMessages), nil
+}
+
+// fanoutResult is the deliveries per second from start to the last
+// delivery, and how many subscribers got fewer than want.
+func fanoutResult(stats []subscriberStats, start time.Time, want int) Result {
 	var total, short int
 	var last time.Time
 	for i := range stats {
 		st := &stats[i]
 		total += st.count
-		if st.count < p.FanoutMessages {
+		if st.count < want {
 			short++
 		}
 		if st.last.After(last) {
 			last = st.last
 		}
 	}
-	return Result{Value: float64(total) / last.Sub(start).Seconds(), Note: fmt.Sprintf("%d short", short)}, nil
+	return Result{Value: float64(total) / last.Sub(start).Seconds(), Note: fmt.Sprintf("%d short", short)}
 }
 
 // Latency is the p99 (and p50, in the note) of receive time minus send
@@ -184,6 +190,12 @@ func (e *Env) Latency(kind servers.Kind) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return latencyResult(stats, total), nil
+}
+
+// latencyResult is the p99 of every delivery's latency, in ms, with the
+// p50 and the subscribers that got fewer than total in the note.
+func latencyResult(stats []subscriberStats, total int) Result {
 	var all []time.Duration
 	short := 0
 	for i := range stats {
@@ -195,7 +207,82 @@ func (e *Env) Latency(kind servers.Kind) (Result, error) {
 	}
 	sortDurations(all)
 	p50, p99 := percentile(all, 0.50), percentile(all, 0.99)
-	return Result{Value: ms(p99), Note: fmt.Sprintf("p50 %.2f ms, %d deliveries, %d short", ms(p50), len(all), short)}, nil
+	return Result{Value: ms(p99), Note: fmt.Sprintf("p50 %.2f ms, %d deliveries, %d short", ms(p50), len(all), short)}
+}
+
+// FanoutPublished is Fanout with every server fed alike: one publisher
+// sends FanoutMessages messages one after another, one HTTP request each,
+// waiting for each answer; Threadline's is a producer of its publish API
+// (a sequence allows no concurrent appends), the peers' their publish
+// endpoints.
+func (e *Env) FanoutPublished(kind servers.Kind) (Result, error) {
+	s, err := e.start(kind)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.Stop()
+	p := e.Params
+	var producer *servers.Producer
+	stats, start, err := e.live(s, "fanp", p.FanoutSubscribers, p.FanoutMessages, "", func() error {
+		if kind != servers.Threadline {
+			for i := range p.FanoutMessages {
+				if err := s.Publish("fanp", payload(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var err error
+		if producer, err = s.StartRun("fanp"); err != nil {
+			return err
+		}
+		for i := range p.FanoutMessages {
+			if err := producer.Append(fmt.Sprintf("chunk %d. ", i)); err != nil {
+				return err
+			}
+		}
+		return producer.Finish()
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return fanoutResult(stats, start, p.FanoutMessages), nil
+}
+
+// LatencyPublished is Latency with Threadline fed through its publish
+// API, as the peers are through theirs: the send time (ns) goes into each
+// delta's text just before its append, on the same fixed schedule, one
+// request at a time. The peers' figure is Latency's.
+func (e *Env) LatencyPublished(kind servers.Kind) (Result, error) {
+	if kind != servers.Threadline {
+		return e.Latency(kind)
+	}
+	p := e.Params
+	total := p.LatencyRate * int(p.LatencyDuration.Milliseconds()) / 1000
+	s, err := e.start(kind)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.Stop()
+	stats, _, err := e.live(s, "latp", p.LatencySubscribers, total, "ts=", func() error {
+		producer, err := s.StartRun("latp")
+		if err != nil {
+			return err
+		}
+		pace(p.LatencyRate, total, func(int) {
+			if err == nil {
+				err = producer.Append(fmt.Sprintf("ts=%d;", time.Now().UnixNano()))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return producer.Finish()
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return latencyResult(stats, total), nil
 }
 
 // Idle is the server's RSS growth per idle SSE connection, over

@@ -19,11 +19,19 @@ var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 // Post sends body as JSON to path and decodes a JSON answer into out (when
 // not nil). header adds request headers.
 func (s *Server) Post(path string, body []byte, out any) error {
+	return s.PostWith(path, body, nil, out)
+}
+
+// PostWith is Post with request headers.
+func (s *Server) PostWith(path string, body []byte, header map[string]string, out any) error {
 	req, err := http.NewRequest(http.MethodPost, s.Base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	if s.Kind == Centrifugo {
 		req.Header.Set("X-API-Key", CentrifugoAPIKey)
 	}
@@ -73,8 +81,8 @@ func (s *Server) GetBody(path string) ([]byte, error) {
 
 // Publish sends one message with data to channel, the way each peer's
 // user publishes: a POST of the body to the Joe server, a publish command
-// to Centrifugo's HTTP API. Threadline has no publish endpoint: its
-// events come from runs (see package figures).
+// to Centrifugo's HTTP API. Threadline's producers publish into a run
+// (see Producer).
 func (s *Server) Publish(channel string, data []byte) error {
 	switch s.Kind {
 	case Joe:
@@ -121,4 +129,42 @@ func (s *Server) CentrifugoFill(channel string, n int, data func(i int) []byte) 
 		return "", 0, err
 	}
 	return h.Result.Epoch, h.Result.Offset, nil
+}
+
+// Producer is an external producer of Threadline's publish API: one run
+// of a thread, appended to one event per request, numbered in order (so
+// one request at a time: a producer's sequence allows no gap).
+type Producer struct {
+	s      *Server
+	thread string
+	run    string
+	seq    int
+}
+
+// StartRun starts a run on thread (which must exist) through the publish
+// API.
+func (s *Server) StartRun(thread string) (*Producer, error) {
+	var out struct {
+		RunID string `json:"runId"`
+	}
+	if err := s.Post("/publish/threads/"+thread+"/runs", []byte(`{}`), &out); err != nil {
+		return nil, err
+	}
+	return &Producer{s: s, thread: thread, run: out.RunID}, nil
+}
+
+// Append sends one text delta, answered once Threadline took it.
+func (p *Producer) Append(text string) error {
+	body, _ := json.Marshal(map[string]any{"type": "text-delta", "payload": map[string]string{"text": text}})
+	err := p.s.PostWith("/publish/threads/"+p.thread+"/runs/"+p.run+"/events", body, map[string]string{
+		"Producer-Id": "bench", "Producer-Epoch": "0", "Producer-Seq": fmt.Sprint(p.seq)}, nil)
+	if err == nil {
+		p.seq++
+	}
+	return err
+}
+
+// Finish ends the run completed.
+func (p *Producer) Finish() error {
+	return p.s.Post("/publish/threads/"+p.thread+"/runs/"+p.run+"/finish", []byte(`{"status":"completed"}`), nil)
 }
