@@ -204,10 +204,11 @@ const followWait = 2 * time.Second
 
 // Follow makes this instance receive the thread's live frames from the
 // other instances, if the bus routes by thread, and waits (up to 2 s; not
-// while the bus listener is down) until the bus confirmed it: a stream opened after it misses nothing of
-// a run that another instance starts once the client saw the stream open.
-// A bus that does not confirm in time only delays the frames: the head
-// check reads what it missed from the log.
+// while the bus listener is down) until the bus confirmed it: a stream
+// opened after it misses nothing of a run that another instance starts
+// once the client saw the stream open. A bus that does not confirm in
+// time only delays the frames: the head check reads what it missed from
+// the log.
 func (c *Core) Follow(ctx context.Context, threadID string) {
 	if c.Cluster == nil || !c.Cluster.Routed() {
 		return

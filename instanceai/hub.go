@@ -264,8 +264,8 @@ func (h *Hub) HeardRun(threadID, runID string) bool {
 	return h.held(threadID, func(t *topic) bool { return slices.Contains(t.heard, runID) })
 }
 
-// held reports whether the hub holds the thread's topic and is holds of
-// it, under its lock.
+// held reports whether the hub holds the thread's topic and is(topic)
+// holds, asked under the topic's lock.
 func (h *Hub) held(threadID string, is func(*topic) bool) bool {
 	h.mu.Lock()
 	t := h.topics[threadID]

@@ -108,6 +108,14 @@ var errNotListening = errors.New("redis bus: not connected; the topics are follo
 // topicChannel is the sharded channel of a topic.
 func (b *Bus) topicChannel(topic string) string { return b.prefix + topic }
 
+func (b *Bus) topicChannels(topics []string) []string {
+	chans := make([]string, len(topics))
+	for i, t := range topics {
+		chans[i] = b.topicChannel(t)
+	}
+	return chans
+}
+
 // Open connects to the Redis server at
 //
 //	redis://[user:password@]HOST[:PORT][/DB][?channel=NAME&OPTION=VALUE...]
@@ -280,10 +288,7 @@ const subscribeBatch = 512
 // Follow implements instanceai.RoutedBus: SSUBSCRIBE on the listener's
 // connection, confirmed by the server's reply to it.
 func (b *Bus) Follow(ctx context.Context, topics ...string) error {
-	chans := make([]string, len(topics))
-	for i, t := range topics {
-		chans[i] = b.topicChannel(t)
-	}
+	chans := b.topicChannels(topics)
 	b.mu.Lock()
 	for _, c := range chans {
 		b.topics[c] = true
@@ -320,10 +325,7 @@ func (b *Bus) Follow(ctx context.Context, topics ...string) error {
 
 // Unfollow implements instanceai.RoutedBus with SUNSUBSCRIBE.
 func (b *Bus) Unfollow(ctx context.Context, topics ...string) error {
-	chans := make([]string, len(topics))
-	for i, t := range topics {
-		chans[i] = b.topicChannel(t)
-	}
+	chans := b.topicChannels(topics)
 	b.mu.Lock()
 	for _, c := range chans {
 		delete(b.topics, c)

@@ -235,7 +235,8 @@ func (a *API) lookup(r *http.Request) (*producer, error) {
 	}
 	p := a.ps.get(vars["runId"])
 	if p == nil || p.run.ThreadID != vars["threadId"] {
-		if row, err := a.core.Store.ActiveRun(ctx, vars["threadId"]); err == nil && row.RunID == vars["runId"] {
+		row, err := a.core.Store.ActiveRun(ctx, vars["threadId"])
+		if err == nil && row.RunID == vars["runId"] && row.Owner != "" && row.Owner != a.core.Runs.Instance() {
 			// A load balancer sent the producer to an instance that does
 			// not hold its run: it is to try the one that does.
 			return nil, httpjson.NewError(http.StatusConflict, "run_on_another_instance", "runId",
@@ -243,7 +244,7 @@ func (a *API) lookup(r *http.Request) (*producer, error) {
 				vars["runId"], vars["threadId"], row.Owner)
 		}
 		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "runId",
-			"no run %q of thread %q is under way: it ended (finished, cancelled, or settled after its instance or producer was gone), or never began",
+			"no producer drives a run %q of thread %q: it ended (finished, cancelled, or settled after its instance or producer was gone), never began, or is an agent's",
 			vars["runId"], vars["threadId"])
 	}
 	return p, nil
