@@ -124,6 +124,34 @@ type Cluster struct {
 	inWake    chan struct{}
 	// toHub is hub.Publish for what arrives from the bus (tests watch it).
 	toHub func(threadID string, frames []Frame)
+	// deltasHeld, when set and true, keeps queued deltas off the bus (see
+	// HoldDeltas).
+	deltasHeld func() bool
+}
+
+// HoldDeltas has the sender drop the text and reasoning deltas it still
+// holds while held reports true: the writer checked its leases when it
+// published them, but a process paused past its lease (a stop, a long
+// stall) sends them after another instance may have settled their runs,
+// and a client elsewhere would be shown text that settlement does not
+// hold. Their text reaches the others in its block, as with the writer's
+// own hold. Call it before Run.
+func (c *Cluster) HoldDeltas(held func() bool) { c.deltasHeld = held }
+
+// dropDeltas removes the deltas from msgs' frames, and the frame messages
+// left with none.
+func dropDeltas(msgs []busMessage) []busMessage {
+	out := msgs[:0]
+	for _, m := range msgs {
+		if len(m.Frames) > 0 {
+			m.Frames = slices.DeleteFunc(m.Frames, func(bf busFrame) bool { return bf.delta })
+			if len(m.Frames) == 0 {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // HeadReader is implemented by an EventLog that reads the heads of many
@@ -244,11 +272,16 @@ type busFrame struct {
 	// placed), and After its Frame.After.
 	Pos   int64 `json:"x,omitempty"`
 	After int64 `json:"a,omitempty"`
+	// delta is set on a text or reasoning delta (see HoldDeltas).
+	delta bool
 }
 
 // busFrameOf is the bus form of a frame whose event encodes as data.
 func busFrameOf(f *Frame, data []byte) busFrame {
 	bf := busFrame{Seq: f.Seq, Event: data, After: f.After}
+	if f.Event != nil {
+		bf.delta = f.Event.Type == TypeTextDelta || f.Event.Type == TypeReasoningDelta
+	}
 	if f.HasOffset {
 		bf.Pos = f.Offset + 1
 	}
@@ -314,6 +347,9 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 		failing := c.failing
 		c.mu.Unlock()
 		batch = c.coalesce(batch)
+		if c.deltasHeld != nil && c.deltasHeld() {
+			batch = dropDeltas(batch)
+		}
 		for len(batch) > 0 {
 			n := 1
 			if c.batcher != nil {

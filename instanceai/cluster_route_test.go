@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,5 +290,34 @@ func TestHubHeardRun(t *testing.T) {
 	hub.Forget("t")
 	if hub.HeardRun("t", "live") {
 		t.Fatal("a forgotten thread's run still counts as heard")
+	}
+}
+
+// While deltas are held (a process paused past its leases), the sender
+// drops the queued deltas and keeps every other frame.
+func TestClusterHoldsQueuedDeltas(t *testing.T) {
+	bus := &scriptedBus{}
+	c := NewCluster(bus, NewHub(8), ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
+	var held atomic.Bool
+	c.HoldDeltas(held.Load)
+	delta := mustFrame(t, 0, &Event{Type: TypeTextDelta, RunID: "r", AgentID: "a", Payload: &Text{Text: "late"}})
+	held.Store(true)
+	c.Publish("t", []Frame{delta, toolFrame(t, 1)})
+	c.Publish("u", []Frame{delta})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.sendLoop(ctx) }()
+	waitFor(t, "the tool call sent", func() bool { return len(bus.sent()) == 1 })
+	held.Store(false)
+	c.Publish("u", []Frame{delta})
+	waitFor(t, "the delta sent once held no more", func() bool { return len(bus.sent()) == 2 })
+	cancel()
+	<-done
+	sent := bus.sent()
+	if m := sent[0]; m.Thread != "t" || len(m.Frames) != 1 || m.Frames[0].Seq != 1 {
+		t.Fatalf("sent while held: %+v, want only t's tool call", m)
+	}
+	if m := sent[1]; m.Thread != "u" || len(m.Frames) != 1 || m.Frames[0].Seq != 0 {
+		t.Fatalf("sent after: %+v, want u's delta", m)
 	}
 }

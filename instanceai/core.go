@@ -113,6 +113,9 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})
 	c.Runs.liveText = c.Hub.LiveText
+	if c.Cluster != nil {
+		c.Cluster.HoldDeltas(c.Runs.LiveHeld)
+	}
 	if c.registry != nil {
 		c.Runs.peers = c.registry.LiveInstances
 	}
