@@ -615,6 +615,9 @@ func (c *Cluster) state(up bool, err error) {
 	case up:
 		if !was {
 			c.cfg.Logger.Info("bus connected")
+			// What the other instances published while the listener was
+			// away is gone: no run so far was heard whole here.
+			c.hub.Unhear()
 		}
 		// What was published while the listener was away is gone.
 		c.checkThreads("")
@@ -773,6 +776,7 @@ func (c *Cluster) receiveLoop(ctx context.Context) {
 		c.inMu.Unlock()
 		if dropped {
 			c.cfg.Logger.Warn("bus messages arrived faster than this instance could take them; reading their threads from the log")
+			c.hub.Unhear()
 			c.checkThreads("")
 		}
 		c.receive(batch)

@@ -3,6 +3,7 @@ package instanceai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -281,15 +282,45 @@ func TestHubHeardRun(t *testing.T) {
 	start := func(seq int64, run string) Frame {
 		return mustFrame(t, seq, &Event{Type: TypeRunStart, RunID: run, AgentID: "a", Payload: &RunStart{MessageID: "m"}})
 	}
-	hub.Publish("t", []Frame{start(1, "live")})
-	hub.CaughtUp("t", []Frame{start(2, "caught-up")}, 2)
-	if !hub.HeardRun("t", "live") || hub.HeardRun("t", "caught-up") || hub.HeardRun("other", "live") {
-		t.Fatalf("heard live %v, caught-up %v, on another thread %v; want true, false, false",
-			hub.HeardRun("t", "live"), hub.HeardRun("t", "caught-up"), hub.HeardRun("other", "live"))
+	hub.Publish("t", []Frame{start(1, "unwatched")})
+	hub.Watch("t")
+	hub.Publish("t", []Frame{start(2, "live")})
+	hub.CaughtUp("t", []Frame{start(3, "caught-up")}, 3)
+	for run, want := range map[string]bool{"unwatched": false, "live": true, "caught-up": false} {
+		if got := hub.HeardRun("t", run); got != want {
+			t.Fatalf("run %s heard %v, want %v", run, got, want)
+		}
 	}
-	hub.Forget("t")
+	if hub.HeardRun("other", "live") {
+		t.Fatal("a run counts as heard on another thread")
+	}
+	hub.Unhear()
 	if hub.HeardRun("t", "live") {
+		t.Fatal("a run heard before a bus outage still counts as heard")
+	}
+	hub.Publish("t", []Frame{start(4, "after")})
+	hub.Forget("t")
+	if hub.HeardRun("t", "after") {
 		t.Fatal("a forgotten thread's run still counts as heard")
+	}
+}
+
+// A reconnection of the bus listener forgets the runs heard before it.
+func TestClusterReconnectionForgetsHeardRuns(t *testing.T) {
+	hub := NewHub(8)
+	c := NewCluster(&scriptedBus{}, hub, ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
+	hub.Watch("t")
+	hub.Publish("t", []Frame{mustFrame(t, 1, &Event{Type: TypeRunStart, RunID: "r", AgentID: "a", Payload: &RunStart{MessageID: "m"}})})
+	c.state(true, nil)
+	hub.Publish("t", []Frame{mustFrame(t, 2, &Event{Type: TypeRunStart, RunID: "r2", AgentID: "a", Payload: &RunStart{MessageID: "m"}})})
+	c.state(true, nil) // still up: nothing was missed
+	if hub.HeardRun("t", "r") || !hub.HeardRun("t", "r2") {
+		t.Fatalf("heard r %v, r2 %v after connecting; want false, true", hub.HeardRun("t", "r"), hub.HeardRun("t", "r2"))
+	}
+	c.state(false, errors.New("gone"))
+	c.state(true, nil)
+	if hub.HeardRun("t", "r2") {
+		t.Fatal("a run heard before the listener reconnected still counts as heard")
 	}
 }
 

@@ -150,7 +150,8 @@ type topic struct {
 	// instances (see Watched).
 	watched bool
 	// heard are the latest runs whose run-start was published live here
-	// (see HeardRun), at most heardRuns of them.
+	// while the topic was watched (see HeardRun), at most heardRuns of
+	// them.
 	heard []string
 }
 
@@ -256,12 +257,29 @@ func (h *Hub) Watch(threadID string) {
 }
 
 // HeardRun reports whether the run's run-start was published live here
-// (by this instance's writer, or from the bus) since the thread's state was
-// last started afresh: the hub then heard the run's text from its start,
-// as far as the bus delivered it, and a settlement of the run written from
-// it holds what this instance's clients were sent.
+// (by this instance's writer, or from the bus) while the thread was
+// watched, and the thread has been watched since, with no bus outage in
+// between (see Unhear): the hub then heard the run's text from its start,
+// whichever instance wrote it, as far as the bus delivered it, and a
+// settlement of the run written from it holds what this instance's
+// clients were sent. A run this instance started on a thread it did not
+// watch is not heard: with routing by thread, what another instance wrote
+// of it after taking it over (an approval answered there) never came here.
 func (h *Hub) HeardRun(threadID, runID string) bool {
 	return h.held(threadID, func(t *topic) bool { return slices.Contains(t.heard, runID) })
+}
+
+// Unhear forgets every run heard so far (see HeardRun): the bus listener
+// was away, and what the other instances published meanwhile never came.
+func (h *Hub) Unhear() {
+	h.mu.Lock()
+	topics := slices.Collect(maps.Values(h.topics))
+	h.mu.Unlock()
+	for _, t := range topics {
+		t.mu.Lock()
+		t.heard = nil
+		t.mu.Unlock()
+	}
 }
 
 // held reports whether the hub holds the thread's topic and is(topic)
@@ -327,7 +345,7 @@ func (h *Hub) publish(threadID string, frames []Frame, live bool) {
 	out := frames
 	changed := false // out is a copy with a frame left out or replaced
 	for i := range frames {
-		if ev := frames[i].Event; live && ev != nil && ev.Type == TypeRunStart {
+		if ev := frames[i].Event; live && t.watched && ev != nil && ev.Type == TypeRunStart {
 			if len(t.heard) == heardRuns {
 				t.heard = t.heard[1:]
 			}

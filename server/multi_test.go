@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -539,4 +540,69 @@ func sameJSONText(a, b string) bool {
 		return a == b
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+// TestClusterSettlesATakenOverRunFromWhatItsClientsHeard: a run started on
+// A, where no client follows its thread, asks for an approval; the answer
+// reaches B, which takes the run over and streams its reply (A is paused
+// meanwhile, so that its own wait for the answer does not take the run
+// back first); B dies mid-reply. A heard the run's start but, routing by
+// thread, none of B's reply: the run is settled from what C heard, where
+// the client follows it, and the client's text is the log's.
+func TestClusterSettlesATakenOverRunFromWhatItsClientsHeard(t *testing.T) {
+	for _, bc := range clusterBuses {
+		t.Run(bc.name, func(t *testing.T) {
+			store := testpg.FreshDSN(t)
+			ps := cluster(t, store, bc.spec(t), 3, 40*time.Millisecond)
+			a, b, c := ps[0], ps[1], ps[2]
+			if code := a.post("/instance-ai/threads", `{"id":"taken"}`); code != http.StatusCreated {
+				t.Fatalf("create thread: %d", code)
+			}
+			onC := c.stream("taken", "")
+			defer onC.Close()
+			run := a.chat("taken", "confirm")
+			var requestID string
+			seen := onC.Until(wait, servertest.ConfirmationRequest(&requestID))
+			claims := servertest.OpenStore(t, store).(instanceai.RunClaims)
+			deadline := time.Now().Add(wait)
+			for {
+				row, err := claims.ActiveRun(context.Background(), "taken")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if row.Owner == "" {
+					break // A handed the waiting run to whichever instance gets the answer
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the waiting run is still owned by %s", row.Owner)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			signal(t, a, syscall.SIGSTOP)
+			if code := b.post("/instance-ai/confirm/"+requestID, `{"approved":false}`); code != http.StatusOK {
+				t.Fatalf("deny on B: %d", code)
+			}
+			seen = append(seen, onC.Until(wait, servertest.IsType(instanceai.TypeToolResult))...)
+			seen = append(seen, onC.Until(wait, servertest.IsType(instanceai.TypeTextDelta))...)
+			b.Kill()
+			signal(t, a, syscall.SIGCONT)
+			rest := onC.Until(wait+2*testLease, servertest.IsRunFinish(run))
+			fin := rest[len(rest)-1].Decoded.Payload.(*instanceai.RunFinish)
+			if fin.Status != instanceai.RunInterrupted || fin.Reason != instanceai.ReasonCrashed {
+				t.Fatalf("the run whose instance died ended %+v", fin)
+			}
+			rows := servertest.StoredEvents(t, servertest.OpenStore(t, store), "taken")
+			checkTexts(t, "the client on C", append(seen, rest...), rows)
+			if !strings.Contains(c.Logs(), "settled a run whose process is gone") {
+				t.Fatalf("C, the one instance that heard B's reply, did not settle the run; A's log:\n%s", a.Logs())
+			}
+		})
+	}
+}
+
+func signal(t *testing.T, p *process, sig syscall.Signal) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
 }

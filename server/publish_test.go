@@ -383,17 +383,23 @@ func TestPublishExternalAgent(t *testing.T) {
 }
 
 // Three instances on one database and bus: producers drive runs on two of
-// them, and a client on the third follows both threads live, every event
-// once, in order.
+// them, sending every append twice as a producer retrying after a lost
+// answer does, and a client on the third follows both threads live, every
+// event once, in order. Meanwhile a client on the other producer's
+// instance, the only one following the thread there, reconnects from its
+// last id between appends: each time the instance subscribes anew, and
+// nothing is lost or repeated at the edges.
 func TestPublishAcrossInstances(t *testing.T) {
 	for _, b := range clusterBuses {
 		t.Run(b.name, func(t *testing.T) {
-			ps := cluster(t, testpg.FreshDSN(t), b.spec(t), 3, 0)
+			store := testpg.FreshDSN(t)
+			ps := cluster(t, store, b.spec(t), 3, 0)
 			follower := ps[2]
 			type feed struct {
-				pub  *publisher
-				conn *servertest.Conn
-				want string
+				pub   *publisher
+				conn  *servertest.Conn
+				churn *churner
+				want  string
 			}
 			var feeds []feed
 			for i, p := range ps[:2] {
@@ -401,15 +407,22 @@ func TestPublishAcrossInstances(t *testing.T) {
 				if code, out := pub.start(""); code != http.StatusCreated {
 					t.Fatalf("start on %d: %d %v", i, code, out)
 				}
-				feeds = append(feeds, feed{pub: pub, conn: follower.stream(pub.thread, "")})
+				feeds = append(feeds, feed{pub: pub, conn: follower.stream(pub.thread, ""),
+					churn: newChurner(ps[1-i], pub.thread)})
 			}
-			for n := range 20 {
+			for n := range 40 {
 				for i := range feeds {
 					f := &feeds[i]
 					text := fmt.Sprintf("%d.%d ", i, n)
 					f.want += text
-					if code, out := f.pub.send("w", 0, n, "application/json", delta(text)); code != http.StatusOK {
-						t.Fatalf("append %d on %d: %d %v", n, i, code, out)
+					for try, stored := range []float64{1, 0} {
+						code, out := f.pub.send("w", 0, n, "application/json", delta(text))
+						if code != http.StatusOK || out["stored"] != stored || out["duplicates"] != 1-stored {
+							t.Fatalf("append %d on %d, try %d: %d %v, want stored %v", n, i, try+1, code, out, stored)
+						}
+					}
+					if n%4 == 3 {
+						f.churn.reconnect()
 					}
 				}
 			}
@@ -429,9 +442,74 @@ func TestPublishAcrossInstances(t *testing.T) {
 				if got != f.want {
 					t.Fatalf("followed %s on the third instance:\n%q\nwant\n%q", f.pub.thread, got, f.want)
 				}
+				logStore := servertest.OpenStore(t, store)
+				if events, _ := storedRun(t, logStore, f.pub.thread, f.pub.run); agenttree.Fold(events).TextContent != f.want {
+					t.Fatalf("the log of %s holds %q, want each append once", f.pub.thread, agenttree.Fold(events).TextContent)
+				}
+				f.churn.finish(t, f.pub.run, servertest.StoredEvents(t, logStore, f.pub.thread))
 			}
 		})
 	}
+}
+
+// churner follows a thread, closing its stream and reconnecting from the
+// last id it was sent whenever told to.
+type churner struct {
+	p              *process
+	thread, lastID string
+	conn           *servertest.Conn
+	frames         []servertest.Frame
+	reconnections  int
+}
+
+func newChurner(p *process, thread string) *churner {
+	return &churner{p: p, thread: thread, conn: p.stream(thread, "")}
+}
+
+// drain keeps the frames that arrive until the stream is quiet.
+func (c *churner) drain() {
+	for {
+		f, ok := c.conn.FrameWithin(20 * time.Millisecond)
+		if !ok {
+			return
+		}
+		c.keep(f)
+	}
+}
+
+func (c *churner) keep(f servertest.Frame) {
+	if f.IsComment() {
+		return
+	}
+	c.frames = append(c.frames, f)
+	if f.ID != "" {
+		c.lastID = f.ID
+	}
+}
+
+func (c *churner) reconnect() {
+	c.drain()
+	c.conn.Close()
+	c.conn = c.p.stream(c.thread, c.lastID)
+	c.reconnections++
+}
+
+// finish reads to the run's end and checks that, across every
+// reconnection, no id came twice and the client's fold is the log's.
+func (c *churner) finish(t *testing.T, runID string, rows []instanceai.StoredEvent) {
+	t.Helper()
+	for _, f := range c.conn.Until(20*time.Second, servertest.IsRunFinish(runID)) {
+		c.keep(f)
+	}
+	c.conn.Close()
+	seen := map[string]bool{}
+	for _, f := range c.frames {
+		if f.ID != "" && seen[f.ID] {
+			t.Fatalf("the client reconnecting on %s was sent id %s twice", c.thread, f.ID)
+		}
+		seen[f.ID] = true
+	}
+	checkTexts(t, fmt.Sprintf("the client reconnecting %d times", c.reconnections), c.frames, rows)
 }
 
 // A producer's run lives on the instance that started it. Another
