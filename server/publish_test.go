@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/server/servertest"
+	"github.com/threadline/threadline/storage/memory"
 )
 
 // publisher drives the publish API as an external producer does.
@@ -25,6 +28,8 @@ type publisher struct {
 	token  string
 	thread string
 	run    string
+	// client, when set, sends the requests (http.DefaultClient when not).
+	client *http.Client
 }
 
 // do sends a request and returns its status and JSON answer.
@@ -40,7 +45,11 @@ func (p *publisher) do(method, path, contentType string, body io.Reader, header 
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	client := p.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -556,5 +565,94 @@ func TestPublishRunWhoseInstanceDies(t *testing.T) {
 	}
 	if text != "before the crash" {
 		t.Fatalf("the settled run's text is %q, want what was appended before the crash", text)
+	}
+}
+
+// stallingStore holds every append while stalled is set, until release.
+type stallingStore struct {
+	*memory.Store
+	stalled atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingStore) unstall() {
+	s.stalled.Store(false)
+	s.once.Do(func() { close(s.release) })
+}
+
+func (s *stallingStore) wait() {
+	if s.stalled.Load() {
+		<-s.release
+	}
+}
+
+func (s *stallingStore) Append(ctx context.Context, threadID string, events []instanceai.Event) (int64, error) {
+	s.wait()
+	return s.Store.Append(ctx, threadID, events)
+}
+
+func (s *stallingStore) AppendEncoded(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte) (int64, error) {
+	s.wait()
+	return s.Store.AppendEncoded(ctx, threadID, events, data)
+}
+
+func (s *stallingStore) AppendFenced(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	s.wait()
+	return s.Store.AppendFenced(ctx, threadID, events, data, fences)
+}
+
+// An append of deltas only is answered once queued, without waiting for
+// the writer: here the writer is held up storing the producer's tool call
+// before them, whose append is answered only once it is stored.
+func TestPublishAnswersDeltasOnceQueued(t *testing.T) {
+	store := &stallingStore{Store: memory.New(), release: make(chan struct{})}
+	h := start(t, store, servertest.Options{})
+	t.Cleanup(store.unstall) // cleanups run last first: before the server's, which waits for its writer
+	p := &publisher{t: t, url: h.URL, thread: "pub-queued"}
+	if code, out := p.start(""); code != http.StatusCreated {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	store.stalled.Store(true)
+	call := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/publish/threads/"+p.thread+"/runs/"+p.run+"/events",
+			strings.NewReader(`{"type":"tool-call","payload":{"toolCallId":"c1","toolName":"search","args":{"q":"x"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Producer-Id", "w")
+		req.Header.Set("Producer-Epoch", "0")
+		req.Header.Set("Producer-Seq", "0")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			call <- err.Error()
+			return
+		}
+		res.Body.Close()
+		call <- res.Status
+	}()
+	// A writer's pass takes microseconds; an answer that waited for the
+	// stalled store would never come.
+	p.client = &http.Client{Timeout: wait}
+	// Until the tool call is queued, the delta's sequence is a gap.
+	deadline := time.Now().Add(wait)
+	for {
+		code, out := p.send("w", 0, 1, "application/json", delta("while the call is being stored"))
+		if c, _ := publishError(out); code == http.StatusConflict && c == "sequence_gap" && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if code != http.StatusOK || out["stored"] != 1.0 {
+			t.Fatalf("the delta's append: %d %v", code, out)
+		}
+		break
+	}
+	select {
+	case status := <-call:
+		t.Fatalf("the tool call's append was answered (%s) before it was stored", status)
+	default:
+	}
+	store.unstall()
+	if status := <-call; status != "200 OK" {
+		t.Fatalf("the tool call's append: %s once stored", status)
 	}
 }

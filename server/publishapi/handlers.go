@@ -167,11 +167,27 @@ type appendAnswer struct {
 	// those already stored by an earlier try, acknowledged again.
 	Stored     int `json:"stored"`
 	Duplicates int `json:"duplicates"`
+	// durable is set when an event of it is one the log stores as it
+	// comes: the answer then waits until it is stored (see appendEvents).
+	durable bool
+}
+
+// add counts another append's answer into a.
+func (a *appendAnswer) add(b appendAnswer) {
+	a.NextSeq = b.NextSeq
+	a.Stored += b.Stored
+	a.Duplicates += b.Duplicates
+	a.durable = a.durable || b.durable
 }
 
 // appendEvents appends a JSON event, a JSON array of events, or (with
 // Content-Type application/x-ndjson) a stream of them, one a line, each
-// stored as it comes. The answer comes once they are in the log.
+// stored as it comes. The answer comes once they are in the log; an
+// append of live-only events (deltas, status, custom) is answered once
+// they are queued, in order, on the thread's writer: the log keeps text
+// in its block, not delta by delta, so waiting for the writer would
+// promise no more, and a producer one request at a time would wait a
+// writer's pass per delta.
 func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 	p, err := a.lookup(r)
 	var id string
@@ -192,7 +208,7 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ans, err = a.appendBody(w, r, p, id, epoch, seq)
 	}
-	if err == nil {
+	if err == nil && ans.durable {
 		err = p.run.Sync(r.Context())
 	}
 	if err != nil {
@@ -270,9 +286,7 @@ func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *producer, 
 			return total, atIndex(err, fmt.Sprintf("line %d", line+1))
 		}
 		ans, err := p.append(id, epoch, seq+int64(line), []instanceai.Event{ev})
-		total.NextSeq = ans.NextSeq
-		total.Stored += ans.Stored
-		total.Duplicates += ans.Duplicates
+		total.add(ans)
 		if err != nil {
 			return total, err
 		}
@@ -378,6 +392,7 @@ func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event
 		}
 		p.next++
 		ans.Stored++
+		ans.durable = ans.durable || instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral
 	}
 	ans.NextSeq = p.next
 	return ans, nil
