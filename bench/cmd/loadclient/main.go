@@ -42,6 +42,7 @@ var allFigures = []figure{
 	{name: "idle", unit: "KB per idle connection, lower is better", run: each((*figures.Env).Idle)},
 	{name: "firstbyte", unit: "p50 ms, lower is better", run: each((*figures.Env).FirstByte)},
 	{name: "replay", unit: "replay events/s", run: each((*figures.Env).Replay)},
+	{name: "replay-postgres", unit: "replay events/s, Threadline on PostgreSQL", run: each((*figures.Env).ReplayPostgres)},
 	// The two measurements of a pair go in turns: without the stalled
 	// subscriber first in odd repeats, with it first in even ones.
 	{name: "stall", unit: "healthy deliveries/s with/without one stalled subscriber", goal: 0.95,
@@ -63,10 +64,11 @@ func main() {
 	flag.IntVar(&p.IdleConnections, "idle-connections", 5000, "memory: idle SSE connections")
 	flag.IntVar(&p.FirstByteConns, "firstbyte-connections", 200, "first byte: connections, one after another")
 	flag.IntVar(&p.ReplayEvents, "replay-events", 100000, "replay: events in the history")
+	flag.StringVar(&p.PostgresURL, "postgres-url", os.Getenv("TEST_DATABASE_URL"), "replay-postgres: the PostgreSQL database Threadline's replay thread is written to (and deleted from afterwards); without one the figure is skipped")
 	flag.IntVar(&p.StallDeltas, "stall-deltas", 12000, "stall: Threadline's deltas (long N): past its --subscriber-queue (8192) plus what the stalled socket buffers, so the stalled subscriber is dropped, and few enough that no healthy one is")
 	flag.IntVar(&p.StallPublishes, "stall-publishes", 2000, "stall: messages published to Joe and Centrifugo, a few times what the stalled socket buffers")
 	repeats := flag.Int("repeats", 3, "repeats of every figure")
-	only := flag.String("figures", "fanout,latency,fanout-published,latency-published,idle,firstbyte,replay,stall", "figures to run, comma-separated")
+	only := flag.String("figures", "fanout,latency,fanout-published,latency-published,idle,firstbyte,replay,replay-postgres,stall", "figures to run, comma-separated")
 	serverList := flag.String("servers", "threadline,joe,centrifugo", "servers, comma-separated, Threadline first")
 	mode := flag.String("mode", "peers", "peers: every figure side by side; growth: Threadline's cost growth with subscribers and threads (the -growth-* flags); nonreading: what streams that read nothing cost (the -nonreading-* flags)")
 	gp := growthParams{subscribers: intList{10, 100, 1000, 5000}, threads: intList{1, 100, 1000}}
@@ -113,6 +115,11 @@ func run(bin servers.Binaries, p figures.Params, repeats int, only, serverNames 
 	}
 	defer hook.Close()
 	env := &figures.Env{Bin: bin, Params: p, WorkDir: work, Webhook: hook}
+	defer func() {
+		if err := env.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "loadclient: cleaning up:", err)
+		}
+	}()
 	kinds := make([]servers.Kind, len(serverNames))
 	for i, n := range serverNames {
 		kinds[i] = servers.Kind(n)

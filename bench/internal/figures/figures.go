@@ -40,6 +40,8 @@ type Params struct {
 	IdleConnections    int
 	FirstByteConns     int
 	ReplayEvents       int
+	// PostgresURL is the database of the replay-postgres figure.
+	PostgresURL string
 	// StallDeltas and StallPublishes are the stall figure's messages: a
 	// Threadline run's deltas, the peers' publishes.
 	StallDeltas    int
@@ -53,10 +55,8 @@ type Env struct {
 	WorkDir string
 	Webhook *Webhook
 
-	seedOnce sync.Once
-	seedDB   string
-	seedLast int64
-	seedErr  error
+	seedMu                   sync.Mutex
+	sqliteSeed, postgresSeed *replayThread
 }
 
 // Result is one figure of one server in one repeat.

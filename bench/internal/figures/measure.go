@@ -349,37 +349,98 @@ func (e *Env) FirstByte(kind servers.Kind) (Result, error) {
 }
 
 // Replay is events per second to one fresh client reading a whole
-// ReplayEvents-event history: a Threadline thread from cursor 0 (no
-// cursor) to its last id, or a Centrifugo channel recovered from offset 0.
-// Joe keeps no history.
+// ReplayEvents-event history: a Threadline thread on SQLite from cursor 0
+// (no cursor) to its last id, or a Centrifugo channel recovered from
+// offset 0. Joe keeps no history.
 func (e *Env) Replay(kind servers.Kind) (Result, error) {
 	switch kind {
 	case servers.Threadline:
-		return e.replayThreadline()
+		return e.replayThreadline(e.sqliteReplay())
 	case servers.Centrifugo:
 		return e.replayCentrifugo()
 	}
 	return Result{}, ErrNotApplicable
 }
 
-func (e *Env) replayThreadline() (Result, error) {
-	e.seedOnce.Do(func() { e.seedErr = e.seedThread() })
-	if e.seedErr != nil {
-		return Result{}, e.seedErr
+// ReplayPostgres is Replay with Threadline on PostgreSQL (Params.PostgresURL;
+// not applicable without one), beside Centrifugo's replay measured again in
+// the same repeat.
+func (e *Env) ReplayPostgres(kind servers.Kind) (Result, error) {
+	if e.Params.PostgresURL == "" {
+		return Result{}, ErrNotApplicable
 	}
-	s, err := servers.Start(servers.Threadline, e.Bin, servers.Options{ThreadlineArgs: []string{"--store", "sqlite:" + e.seedDB}})
+	switch kind {
+	case servers.Threadline:
+		return e.replayThreadline(e.postgresReplay())
+	case servers.Centrifugo:
+		return e.replayCentrifugo()
+	}
+	return Result{}, ErrNotApplicable
+}
+
+// replayThread is a store holding the replay thread, written once.
+type replayThread struct {
+	once   sync.Once
+	store  string // the --store value
+	thread string
+	last   int64 // the thread's last id
+	err    error
+}
+
+func (e *Env) sqliteReplay() *replayThread {
+	e.seedMu.Lock()
+	defer e.seedMu.Unlock()
+	if e.sqliteSeed == nil {
+		e.sqliteSeed = &replayThread{store: "sqlite:" + e.WorkDir + "/replay.db", thread: "replay"}
+	}
+	return e.sqliteSeed
+}
+
+// postgresReplay writes its thread under an id of its own in the given
+// database, and Close deletes it.
+func (e *Env) postgresReplay() *replayThread {
+	e.seedMu.Lock()
+	defer e.seedMu.Unlock()
+	if e.postgresSeed == nil {
+		e.postgresSeed = &replayThread{store: e.Params.PostgresURL, thread: fmt.Sprintf("bench-replay-%d", time.Now().UnixNano())}
+	}
+	return e.postgresSeed
+}
+
+// Close deletes what the figures left in stores outside the work folder.
+func (e *Env) Close() error {
+	e.seedMu.Lock()
+	seed := e.postgresSeed
+	e.seedMu.Unlock()
+	if seed == nil || seed.err != nil || seed.last == 0 {
+		return nil
+	}
+	s, err := servers.Start(servers.Threadline, e.Bin, servers.Options{ThreadlineArgs: []string{"--store", seed.store}})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	return s.Delete("/instance-ai/threads/" + seed.thread)
+}
+
+func (e *Env) replayThreadline(seed *replayThread) (Result, error) {
+	seed.once.Do(func() { seed.err = e.seedThread(seed) })
+	if seed.err != nil {
+		return Result{}, seed.err
+	}
+	s, err := servers.Start(servers.Threadline, e.Bin, servers.Options{ThreadlineArgs: []string{"--store", seed.store}})
 	if err != nil {
 		return Result{}, err
 	}
 	defer s.Stop()
 	start := time.Now()
-	st, err := sse.Open(s.StreamURL("replay", ""), nil)
+	st, err := sse.Open(s.StreamURL(seed.thread, ""), nil)
 	if err != nil {
 		return Result{}, err
 	}
 	defer st.Close()
 	count := 0
-	lastID := []byte(strconv.FormatInt(e.seedLast, 10))
+	lastID := []byte(strconv.FormatInt(seed.last, 10))
 	st.Conn.SetReadDeadline(time.Now().Add(120 * time.Second))
 	err = st.Scan(func(f sse.Field, v []byte) bool {
 		if f == sse.ID {
@@ -395,24 +456,22 @@ func (e *Env) replayThreadline() (Result, error) {
 	return Result{Value: float64(count) / elapsed.Seconds(), Note: fmt.Sprintf("%d events", count)}, nil
 }
 
-// seedThread writes the replay thread once, in a SQLite store of its own:
-// one n8n run whose webhook streams ReplayEvents chunks alternating
-// between two items (a `long N` run would be coalesced into a single
-// stored text-block).
-func (e *Env) seedThread() error {
-	e.seedDB = e.WorkDir + "/replay.db"
-	s, err := servers.Start(servers.Threadline, e.Bin, servers.Options{ThreadlineArgs: append([]string{"--store", "sqlite:" + e.seedDB},
+// seedThread writes the replay thread once: one n8n run whose webhook
+// streams ReplayEvents chunks alternating between two items (a `long N`
+// run would be coalesced into a single stored text-block).
+func (e *Env) seedThread(seed *replayThread) error {
+	s, err := servers.Start(servers.Threadline, e.Bin, servers.Options{ThreadlineArgs: append([]string{"--store", seed.store},
 		e.n8nArgs(fmt.Sprintf("/seed/%d", e.Params.ReplayEvents))...)})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	if err := chat(s, "replay", "seed"); err != nil {
+	if err := chat(s, seed.thread, "seed"); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		var status struct{ HasActiveRun bool }
-		if err := s.Get("/instance-ai/threads/replay/status", &status); err != nil {
+		if err := s.Get("/instance-ai/threads/"+seed.thread+"/status", &status); err != nil {
 			return err
 		}
 		if !status.HasActiveRun {
@@ -424,12 +483,12 @@ func (e *Env) seedThread() error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var msgs struct{ NextEventID int64 }
-	if err := s.Get("/instance-ai/threads/replay/messages?limit=1", &msgs); err != nil {
+	if err := s.Get("/instance-ai/threads/"+seed.thread+"/messages?limit=1", &msgs); err != nil {
 		return err
 	}
-	e.seedLast = msgs.NextEventID - 1
-	if e.seedLast < int64(e.Params.ReplayEvents) {
-		return fmt.Errorf("the replay thread has %d events, want at least %d", e.seedLast, e.Params.ReplayEvents)
+	seed.last = msgs.NextEventID - 1
+	if seed.last < int64(e.Params.ReplayEvents) {
+		return fmt.Errorf("the replay thread has %d events, want at least %d", seed.last, e.Params.ReplayEvents)
 	}
 	return nil
 }

@@ -53,6 +53,24 @@ func (s *Server) PostWith(path string, body []byte, header map[string]string, ou
 	return nil
 }
 
+// Delete sends DELETE path and checks that it succeeded.
+func (s *Server) Delete(path string) error {
+	req, err := http.NewRequest(http.MethodDelete, s.Base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("DELETE %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
 // Get decodes the JSON answer of GET path into out.
 func (s *Server) Get(path string, out any) error {
 	b, err := s.GetBody(path)
