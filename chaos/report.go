@@ -45,6 +45,9 @@ type Row struct {
 	Counts map[check.Kind]int `json:"counts"`
 	// Anomalies holds every anomaly with its evidence.
 	Anomalies []check.Anomaly `json:"anomalies"`
+	// Documented holds the losses the README documents (see
+	// check.Result.Documented), which are no anomaly.
+	Documented []check.Anomaly `json:"documented,omitempty"`
 	// Settled is how many runs and background agents a fault hit;
 	// SettleP50 and SettleMax the time from the fault's start to their
 	// ending.
@@ -59,6 +62,7 @@ type Row struct {
 
 func (r *Row) fill(res check.Result) {
 	r.Runs, r.Faults, r.Anomalies, r.Counts = res.Runs, res.Faults, res.Anomalies, res.Counts()
+	r.Documented = res.Documented
 	r.Settled = len(res.Settle)
 	if n := len(res.Settle); n > 0 {
 		r.SettleP50, r.SettleMax = res.Settle[(n-1)/2], res.Settle[n-1]
@@ -124,6 +128,12 @@ func (rep *Report) WriteText(w io.Writer, perKind int) {
 	fmt.Fprintf(tw, "total\t\t%d\t%d\t%d\t%s\t%s\n", total.Runs, total.Faults, len(total.Anomalies), settle, kindsWords(total.Counts))
 	tw.Flush()
 	for _, r := range rep.Rows {
+		if len(r.Documented) > 0 {
+			fmt.Fprintf(w, "\n%s on %s: %d documented losses, not anomalies (text a killed or paused instance's own clients were shown as it stopped, which its bus had not carried):\n", r.Scenario, r.Bus, len(r.Documented))
+			for _, a := range r.Documented {
+				fmt.Fprintf(w, "  %s\n", a)
+			}
+		}
 		if len(r.Anomalies) == 0 {
 			continue
 		}

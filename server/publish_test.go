@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/server/servertest"
+	"github.com/threadline/threadline/ssestream"
 	"github.com/threadline/threadline/storage/memory"
 )
 
@@ -427,7 +429,7 @@ func TestPublishAcrossInstances(t *testing.T) {
 					for try, stored := range []float64{1, 0} {
 						code, out := f.pub.send("w", 0, n, "application/json", delta(text))
 						if code != http.StatusOK || out["stored"] != stored || out["duplicates"] != 1-stored {
-							t.Fatalf("append %d on %d, try %d: %d %v, want stored %v", n, i, try+1, code, out, stored)
+							t.Fatalf("append %d on %d, try %d: %d %v, want stored %v\nits instance's log:\n%s", n, i, try+1, code, out, stored, ps[i].Logs())
 						}
 					}
 					if n%4 == 3 {
@@ -469,6 +471,8 @@ type churner struct {
 	conn           *servertest.Conn
 	frames         []servertest.Frame
 	reconnections  int
+	// synced is set once the current connection was sent a run-sync.
+	synced bool
 }
 
 func newChurner(p *process, thread string) *churner {
@@ -494,22 +498,33 @@ func (c *churner) keep(f servertest.Frame) {
 	if f.ID != "" {
 		c.lastID = f.ID
 	}
+	c.synced = c.synced || f.Event == "run-sync"
 }
 
 func (c *churner) reconnect() {
 	c.drain()
 	c.conn.Close()
+	c.frames = append(c.frames, servertest.Frame{Frame: ssestream.Frame{Event: "reconnect", Data: c.lastID}})
 	c.conn = c.p.stream(c.thread, c.lastID)
+	c.synced = false
 	c.reconnections++
 }
 
 // finish reads to the run's end and checks that, across every
-// reconnection, no id came twice and the client's fold is the log's.
+// reconnection, no id came twice and the client's fold is the log's. A
+// connection with a cursor inside the run is sent the run's run-sync once
+// its replay is over: after the run-finish when the run ended before the
+// connection's replay read it, and that run-sync is what replaces the
+// text the client held (the block of a segment it had as deltas, replayed,
+// adds to it until then).
 func (c *churner) finish(t *testing.T, runID string, rows []instanceai.StoredEvent) {
 	t.Helper()
-	for _, f := range c.conn.Until(20*time.Second, servertest.IsRunFinish(runID)) {
+	finished := false
+	c.conn.Until(20*time.Second, func(f servertest.Frame) bool {
 		c.keep(f)
-	}
+		finished = finished || servertest.IsRunFinish(runID)(f)
+		return finished && c.synced
+	})
 	c.conn.Close()
 	seen := map[string]bool{}
 	for _, f := range c.frames {
@@ -517,6 +532,15 @@ func (c *churner) finish(t *testing.T, runID string, rows []instanceai.StoredEve
 			t.Fatalf("the client reconnecting on %s was sent id %s twice", c.thread, f.ID)
 		}
 		seen[f.ID] = true
+	}
+	if os.Getenv("CHURN_DUMP") != "" {
+		for _, f := range c.frames {
+			var text string
+			if tx, ok := f.Decoded.Payload.(*instanceai.Text); ok {
+				text = tx.Text
+			}
+			t.Logf("id=%q event=%q type=%s text=%q data=%.200s", f.ID, f.Event, f.Decoded.Type, text, f.Data)
+		}
 	}
 	checkTexts(t, fmt.Sprintf("the client reconnecting %d times", c.reconnections), c.frames, rows)
 }
@@ -542,7 +566,7 @@ func TestPublishRunWhoseInstanceDies(t *testing.T) {
 	}
 	code, out := onB.send("w", 0, 1, "application/json", delta("misrouted"))
 	if c, _ := publishError(out); code != http.StatusConflict || c != "run_on_another_instance" {
-		t.Fatalf("append on B while A drives the run: %d %v, want 409 run_on_another_instance", code, out)
+		t.Fatalf("append on B while A drives the run: %d %v, want 409 run_on_another_instance\nA's log:\n%s\nB's log:\n%s", code, out, a.Logs(), b.Logs())
 	}
 	follow.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 	a.Kill()

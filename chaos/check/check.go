@@ -82,6 +82,10 @@ type Anomaly struct {
 	// Seq is the log position it is about, when there is one.
 	Seq    int64  `json:"seq,omitempty"`
 	Detail string `json:"detail"`
+	// lostAt and lostVia are, for a text-lost, when and through which
+	// instance the client was first shown the text the log lacks.
+	lostAt  time.Time
+	lostVia string
 }
 
 func (a Anomaly) String() string {
@@ -150,6 +154,11 @@ type Result struct {
 	// injected.
 	Runs, Faults int
 	Anomalies    []Anomaly
+	// Documented are the losses the README documents, which are no
+	// anomaly: text a killed or paused instance's own clients were shown
+	// in the moment before the fault, which its bus had not carried to
+	// the instance that settled the run (see judgeText).
+	Documented []Anomaly
 	// Settle holds, for each victim of a fault that ended, the time from
 	// the fault's start to its run-finish (or agent-completed).
 	Settle []time.Duration
@@ -231,7 +240,13 @@ func Check(in Input) Result {
 	for _, c := range in.Clients {
 		rows := in.Log.Threads[c.Thread]
 		res.Anomalies = append(res.Anomalies, judgeIDs(c, rows)...)
-		res.Anomalies = append(res.Anomalies, judgeText(c, rows, facts[c.Thread])...)
+		for _, a := range judgeText(c, rows, facts[c.Thread]) {
+			if a.Kind == TextLost && lostAtFault(c, a, in.Faults) {
+				res.Documented = append(res.Documented, a)
+				continue
+			}
+			res.Anomalies = append(res.Anomalies, a)
+		}
 	}
 	for _, f := range in.Faults {
 		res.Settle = append(res.Settle, settleTimes(f, facts)...)
@@ -534,12 +549,20 @@ func judgeText(c *Client, rows []Row, facts map[string]*runFacts) []Anomaly {
 			}
 			kind, detail := TextMismatch, diffTexts(want, got)
 			f := facts[run.ID]
+			a := Anomaly{Thread: c.Thread, Run: run.ID, Client: c.Name}
 			if f != nil && f.crashed != "" && lostTail(want, got) {
 				kind = TextLost
 				detail += fmt.Sprintf("; the run ended %s", f.crashed)
+				if k, n, ok := firstLost(want, got); ok {
+					lost := segment{run: run.ID, agent: agent, responseID: k.responseID, kind: k.kind}
+					if at, inst, ok := c.shownAt(lost, n); ok {
+						a.lostAt, a.lostVia = at, inst
+						detail += fmt.Sprintf("; its first lost byte was shown at %s through %s", at.Format(timeFormat), inst)
+					}
+				}
 			}
-			out = append(out, Anomaly{Kind: kind, Thread: c.Thread, Run: run.ID, Client: c.Name,
-				Detail: fmt.Sprintf("agent %s: %s", agent, detail)})
+			a.Kind, a.Detail = kind, fmt.Sprintf("agent %s: %s", agent, detail)
+			out = append(out, a)
 			break // one per run and client: the first agent that differs
 		}
 	}
@@ -572,6 +595,54 @@ func lostTail(want, got []text) bool {
 		j++
 	}
 	return true
+}
+
+// firstLost returns the first of the client's segments that holds text
+// the log lacks, and how many of its bytes the log holds (0 for a segment
+// missing from the log), for texts where lostTail holds.
+func firstLost(want, got []text) (text, int, bool) {
+	j := 0
+	for _, w := range want {
+		if j < len(got) && (got[j].kind != w.kind || got[j].responseID != w.responseID || !strings.HasPrefix(got[j].content, w.content)) {
+			return got[j], 0, true // missing from the log whole
+		}
+		if j == len(got) {
+			return text{}, 0, false
+		}
+		if len(got[j].content) > len(w.content) {
+			return got[j], len(w.content), true
+		}
+		j++
+	}
+	if j < len(got) {
+		return got[j], 0, true
+	}
+	return text{}, 0, false
+}
+
+// faultMoment is how close to a fault's start the first lost byte of a
+// text-lost must have been shown for the loss to be the documented one:
+// what the faulted instance's bus sender had queued and not sent when the
+// process died or stopped. The sender sends within a millisecond or so of
+// the writer's publish on an idle machine; the margin covers a busy one.
+const faultMoment = 500 * time.Millisecond
+
+// lostAtFault reports whether a text-lost is the loss the README documents
+// ("Crash recovery"): the client was first shown the lost text through an
+// instance that a kill or a pause hit within faultMoment of it.
+func lostAtFault(c *Client, a Anomaly, faults []Fault) bool {
+	if a.lostVia == "" {
+		return false
+	}
+	for _, f := range faults {
+		if (f.Kind != "kill9" && f.Kind != "sigstop") || !slices.Contains(f.Instances, a.lostVia) {
+			continue
+		}
+		if d := a.lostAt.Sub(f.Start); d > -faultMoment && d < faultMoment {
+			return true
+		}
+	}
+	return false
 }
 
 // diffTexts describes the first difference between the log's segments and

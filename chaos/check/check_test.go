@@ -449,6 +449,36 @@ func TestTextAnomalies(t *testing.T) {
 	feed(crash, withID(start), c.live(deltas[0]), c.live(deltas[1]), withID(fin))
 	res = Check(Input{Log: c.log(), Clients: []*Client{crash}})
 	expect(t, res, "text-lost×1")
+	if a := res.Anomalies[0]; !strings.Contains(a.Detail, "its first lost byte was shown at") || !strings.HasSuffix(a.Detail, "through a") {
+		t.Fatalf("text-lost evidence: %s", a)
+	}
+
+	// The same loss when a kill or a pause hit the instance the client
+	// was shown the lost text through, at that moment, is the one the
+	// README documents: what the instance's bus had not carried yet. A
+	// fault long after, or of another kind or instance, leaves it an
+	// anomaly.
+	shown := time.Now()
+	for _, tc := range []struct {
+		name  string
+		fault Fault
+		want  string
+	}{
+		{"kill at that moment", Fault{Kind: "kill9", Instances: []string{"a"}, Start: shown.Add(10 * time.Millisecond)}, ""},
+		{"pause at that moment", Fault{Kind: "sigstop", Instances: []string{"a"}, Start: shown.Add(-10 * time.Millisecond)}, ""},
+		{"kill much later", Fault{Kind: "kill9", Instances: []string{"a"}, Start: shown.Add(time.Minute)}, "text-lost×1"},
+		{"kill of another instance", Fault{Kind: "kill9", Instances: []string{"b"}, Start: shown}, "text-lost×1"},
+		{"database freeze", Fault{Kind: "pg-freeze", Instances: []string{"a"}, Start: shown}, "text-lost×1"},
+	} {
+		crash := NewClient(thread, "crash")
+		crash.Connect("a", epoch)
+		feed(crash, withID(start), c.live(deltas[0]), c.live(deltas[1]), withID(fin))
+		res = Check(Input{Log: c.log(), Clients: []*Client{crash}, Faults: []Fault{tc.fault}})
+		expect(t, res, tc.want)
+		if documented := len(res.Documented); (tc.want == "") != (documented == 1) {
+			t.Fatalf("%s: %d documented losses", tc.name, documented)
+		}
+	}
 
 	// An outage: the client was shown the reply and the ending live; the
 	// log got a sweep's ending first, then the stored echo of the error,

@@ -51,6 +51,9 @@ type Client struct {
 	held map[segment]int
 	// seen marks the segments that had a delta on the current connection.
 	seen map[segment]bool
+	// shown records, for each segment, how its text grew on the client:
+	// when and through which instance (see Client.shownAt).
+	shown map[segment][]shownMark
 	// dropped counts the reset frames after which the client dropped
 	// its state.
 	dropped int
@@ -70,6 +73,25 @@ type traced struct {
 type segment struct {
 	run, agent, responseID string
 	kind                   string // agenttree.EntryText or EntryReasoning
+}
+
+// shownMark is a point in the growth of a segment's text on a client: its
+// first upTo bytes were shown by then, the last of them sent by instance.
+type shownMark struct {
+	upTo     int
+	at       time.Time
+	instance string
+}
+
+// shownAt returns when and through which instance the client was first
+// shown more than n bytes of the segment; ok is false when it never was.
+func (c *Client) shownAt(k segment, n int) (at time.Time, instance string, ok bool) {
+	for _, m := range c.shown[k] {
+		if m.upTo > n {
+			return m.at, m.instance, true
+		}
+	}
+	return time.Time{}, "", false
 }
 
 // Conn is what one connection of a client was sent.
@@ -103,7 +125,8 @@ type IDFrame struct {
 
 // NewClient returns a client of a thread that holds nothing yet.
 func NewClient(thread, name string) *Client {
-	return &Client{Thread: thread, Name: name, runs: map[string]*agenttree.State{}, held: map[segment]int{}}
+	return &Client{Thread: thread, Name: name, runs: map[string]*agenttree.State{}, held: map[segment]int{},
+		shown: map[segment][]shownMark{}}
 }
 
 // Cursor is the id to reconnect with: the last id the client was sent.
@@ -207,6 +230,7 @@ func (c *Client) Frame(f ssestream.Frame) {
 		c.runs = map[string]*agenttree.State{}
 		c.held = map[segment]int{}
 		c.seen = map[segment]bool{}
+		c.shown = map[segment][]shownMark{}
 		c.dropped++
 		return
 	case "run-sync":
@@ -275,10 +299,12 @@ func (c *Client) fold(ev instanceai.Event) {
 		c.seen[k] = true
 		if first && c.held[k] > 0 && replaceOpen(st, k, c.held[k], text) {
 			c.held[k] = len(text)
+			c.shown[k] = []shownMark{c.mark(len(text))}
 			return
 		}
 		st.Apply(ev)
 		c.held[k] += len(text)
+		c.shown[k] = append(c.shown[k], c.mark(c.held[k]))
 	case instanceai.TypeTextBlock, instanceai.TypeReasoningBlock:
 		st.Apply(ev)
 		delete(c.held, segmentOf(ev))
@@ -301,6 +327,14 @@ func (c *Client) fold(ev instanceai.Event) {
 			}
 		}
 	}
+}
+
+func (c *Client) mark(upTo int) shownMark {
+	m := shownMark{upTo: upTo, at: time.Now()}
+	if c.cur != nil {
+		m.instance = c.cur.Instance
+	}
+	return m
 }
 
 // foldsText reports whether an event takes part in the text comparison.
