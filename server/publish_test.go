@@ -153,6 +153,13 @@ func TestPublishRun(t *testing.T) {
 		if got := agenttree.Fold(events).TextContent; got != "abcdefgh" {
 			t.Fatalf("the run's text is %q, want each append once, in order", got)
 		}
+		// The deltas came without a responseId: their segment got one, so
+		// that a client holding them takes the block as their text.
+		for _, ev := range events {
+			if ev.Type == instanceai.TypeTextBlock && ev.ResponseID != p.run+":p:0" {
+				t.Fatalf("the block's responseId is %q, want %s:p:0", ev.ResponseID, p.run)
+			}
+		}
 		if fin := waitRunFinish(t, store, "pub-run", 10*time.Second); fin.Status != instanceai.RunCompleted {
 			t.Fatalf("run-finish %+v", fin)
 		}
@@ -466,8 +473,6 @@ type churner struct {
 	conn           *servertest.Conn
 	frames         []servertest.Frame
 	reconnections  int
-	// synced is set once the current connection was sent a run-sync.
-	synced bool
 }
 
 func newChurner(p *process, thread string) *churner {
@@ -493,32 +498,22 @@ func (c *churner) keep(f servertest.Frame) {
 	if f.ID != "" {
 		c.lastID = f.ID
 	}
-	c.synced = c.synced || f.Event == "run-sync"
 }
 
 func (c *churner) reconnect() {
 	c.drain()
 	c.conn.Close()
 	c.conn = c.p.stream(c.thread, c.lastID)
-	c.synced = false
 	c.reconnections++
 }
 
 // finish reads to the run's end and checks that, across every
-// reconnection, the ids only grew and the client's fold is the log's. A
-// connection with a cursor inside the run is sent the run's run-sync once
-// its replay is over: after the run-finish when the run ended before the
-// connection's replay read it, and that run-sync is what replaces the
-// text the client held (the block of a segment it had as deltas, replayed,
-// adds to it until then).
+// reconnection, the ids only grew and the client's fold is the log's.
 func (c *churner) finish(t *testing.T, runID string, rows []instanceai.StoredEvent) {
 	t.Helper()
-	finished := false
-	c.conn.Until(20*time.Second, func(f servertest.Frame) bool {
+	for _, f := range c.conn.Until(20*time.Second, servertest.IsRunFinish(runID)) {
 		c.keep(f)
-		finished = finished || servertest.IsRunFinish(runID)(f)
-		return finished && c.synced
-	})
+	}
 	c.conn.Close()
 	checkIDsIncrease(t, "the client reconnecting on "+c.thread, c.frames)
 	checkTexts(t, fmt.Sprintf("the client reconnecting %d times", c.reconnections), c.frames, rows)

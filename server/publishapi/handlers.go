@@ -383,6 +383,7 @@ func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event
 	}
 	ans := appendAnswer{Duplicates: int(min(p.next-seq, int64(len(events))))}
 	for _, ev := range events[ans.Duplicates:] {
+		p.segmentID(&ev)
 		if err := p.run.Emit(ev); err != nil {
 			ans.NextSeq = p.next
 			if p.cancelled {

@@ -18,6 +18,7 @@ package publishapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -149,6 +150,9 @@ type producer struct {
 	id    string
 	epoch int64
 	next  int64
+	// segments are the responseIds given to the producer's deltas that
+	// came without one, by agent and kind (see segmentID).
+	segments map[segmentKey]string
 
 	// busy counts requests under way (an open NDJSON append, a long-poll
 	// for an answer): while one is, the producer is there.
@@ -266,4 +270,45 @@ func runError(err error) error {
 		return httpjson.NewError(http.StatusConflict, "run_cancelled", "runId", "the run was cancelled: %v", err)
 	}
 	return err
+}
+
+// segmentKey names an agent's run of text or of reasoning.
+type segmentKey struct {
+	agent string
+	kind  instanceai.EventType
+}
+
+// segmentID gives a delta that came without a responseId the one of its
+// segment, which runs until the agent's next stored event: "{runId}:p:{seq}",
+// seq the producer's sequence number of the segment's first delta. Without
+// one, a client holding a segment's deltas that is then sent its block (a
+// reconnection after the segment closed, or a gap in the deltas) could not
+// tell that the block replaces them, and would show the text twice (n8n's
+// reducer appends a block without a responseId). Call it with p.mu held.
+func (p *producer) segmentID(ev *instanceai.Event) {
+	switch ev.Type {
+	case instanceai.TypeTextDelta, instanceai.TypeReasoningDelta:
+		if ev.ResponseID != "" {
+			return
+		}
+		k := segmentKey{ev.AgentID, ev.Type}
+		id, ok := p.segments[k]
+		if !ok {
+			id = fmt.Sprintf("%s:p:%d", p.run.ID, p.next)
+			if p.segments == nil {
+				p.segments = map[segmentKey]string{}
+			}
+			p.segments[k] = id
+		}
+		ev.ResponseID = id
+	default:
+		if instanceai.DurabilityOf(ev.Type) == instanceai.Structural {
+			// The writer closes the agent's segments here.
+			for k := range p.segments {
+				if k.agent == ev.AgentID {
+					delete(p.segments, k)
+				}
+			}
+		}
+	}
 }
