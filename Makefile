@@ -33,7 +33,7 @@ test-short:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./...
 
-## bench-peers: Threadline against a go-sse Joe server and Centrifugo v6 over loopback sockets (about 8 minutes once Centrifugo is built, 12 the first time; BENCH_PEERS_FLAGS passes loadclient flags)
+## bench-peers: Threadline against a go-sse Joe server and Centrifugo v6 over loopback sockets (about 8 minutes once Centrifugo is built, 12 the first time; BENCH_PEERS_FLAGS passes loadclient flags; replay-postgres writes to $TEST_DATABASE_URL and is skipped without it)
 bench-peers:
 	$(GO) build -o bin/threadline ./cmd/threadline
 	cd bench && $(GO) build -o .cache/bin/joeserver ./cmd/joeserver && $(GO) build -o .cache/bin/loadclient ./cmd/loadclient
