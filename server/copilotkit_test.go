@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,13 +48,16 @@ type copilotkitReport struct {
 	InfoError string   `json:"infoError"`
 	Agents    []string `json:"agents"`
 	Version   string   `json:"version"`
-	Results   []struct {
-		Name     string `json:"name"`
-		Error    string `json:"error"`
-		Errors   []string
-		Messages []copilotkitMessage `json:"messages"`
-		Steps    []copilotkitStep    `json:"steps"`
-	} `json:"results"`
+	Results   []copilotkitResult `json:"results"`
+}
+
+// copilotkitResult is what the client reported of one scenario.
+type copilotkitResult struct {
+	Name     string `json:"name"`
+	Error    string `json:"error"`
+	Errors   []string
+	Messages []copilotkitMessage `json:"messages"`
+	Steps    []copilotkitStep    `json:"steps"`
 }
 
 // copilotkitStep is one op of a threadOps scenario: the threads a listing
@@ -126,59 +133,106 @@ func copilotkitRun(node, url, scenarios string, c copilotkitClient) (copilotkitR
 func TestCopilotKitClientRuns(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
 		h := start(t, store, servertest.Options{AgentDelay: 2 * time.Millisecond})
-		rep := runCopilotKit(t, h.URL, `[
-			{"name":"simple","thread":"ck-simple","message":"simple hi"},
-			{"name":"tool","thread":"ck-tool","message":"frontend-tool","tool":{"name":"pickColor","result":"teal"}},
-			{"name":"stop","thread":"ck-stop","message":"long 100000","stopAfter":300},
-			{"name":"background","thread":"ck-bg","message":"background"},
-			{"name":"ask","thread":"ck-int","message":"confirm"},
-			{"name":"resume","thread":"ck-int","resume":true}
-		]`)
-		if strings.Join(rep.Agents, ",") != "default" {
-			t.Fatalf("agents %v, want [default]", rep.Agents)
-		}
-		for _, r := range rep.Results {
-			if r.Error != "" || len(r.Errors) > 0 {
-				t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
-			}
-			if len(r.Messages) < 2 || r.Messages[0].Role != "user" {
-				t.Fatalf("%s: messages %+v", r.Name, r.Messages)
-			}
-			last := r.Messages[len(r.Messages)-1]
-			switch r.Name {
-			case "simple":
-				if last.Role != "assistant" || !strings.Contains(last.Content, "You said: simple hi") {
-					t.Fatalf("simple: last message %+v", last)
-				}
-			case "tool":
-				if last.Content != "The browser answered: teal" {
-					t.Fatalf("tool: last message %+v of %+v", last, r.Messages)
-				}
-			case "background":
-				// A sub-agent's events, which @ag-ui/client 0.0.48 has no
-				// type for, reach it as CUSTOM: the stream is read whole,
-				// up to the background agent's last result.
-				said := false
-				for _, m := range r.Messages {
-					said = said || m.Content == "Evaluation setup has started in the background."
-				}
-				if !said || last.Role != "tool" || !strings.Contains(last.Content, `"nodes":5`) {
-					t.Fatalf("background: messages %+v", r.Messages)
-				}
-			case "resume":
-				// The approval asked in "ask" (an on_interrupt for
-				// useInterrupt) answered by the run useInterrupt makes:
-				// the run that waited goes on in this request's stream.
-				if !strings.Contains(last.Content, "is archived") {
-					t.Fatalf("resume: messages %+v", r.Messages)
-				}
-			case "stop":
-				if fin := waitRunFinish(t, store, "ck-stop", 10*time.Second); fin.Status != instanceai.RunCancelled {
-					t.Fatalf("stop: the run ended %+v", fin)
-				}
-			}
-		}
+		checkClientRuns(t, store, runCopilotKit(t, h.URL, clientRunScenarios))
 	})
+}
+
+// The same on two instances on PostgreSQL behind a balancer that sends
+// each request to the other instance than the one before: a frontend
+// tool's follow-up run, a stop and a resume each reach another instance
+// than the run they are about.
+func TestCopilotKitClientRunsOnTwoInstances(t *testing.T) {
+	dsn := testpg.FreshDSN(t)
+	ps := cluster(t, dsn, clusterBuses[0].spec(t), 2, 2*time.Millisecond)
+	balancer := roundRobin(t, ps[0].URL, ps[1].URL)
+	checkClientRuns(t, servertest.OpenStore(t, dsn), runCopilotKit(t, balancer, clientRunScenarios))
+	for i, p := range ps {
+		if !strings.Contains(p.Logs(), "path=/copilotkit/agent/default/run") {
+			t.Fatalf("instance %d answered no run:\n%s", i, p.Logs())
+		}
+	}
+}
+
+// roundRobin serves a reverse proxy that sends each request to the next
+// of backends in turn, with no affinity, and returns its URL.
+func roundRobin(t *testing.T, backends ...string) string {
+	t.Helper()
+	var targets []*url.URL
+	for _, b := range backends {
+		u, err := url.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, u)
+	}
+	var next atomic.Uint64
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(targets[(next.Add(1)-1)%uint64(len(targets))])
+		},
+		FlushInterval: -1, // streams pass through as they come
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+const clientRunScenarios = `[
+	{"name":"simple","thread":"ck-simple","message":"simple hi"},
+	{"name":"tool","thread":"ck-tool","message":"frontend-tool","tool":{"name":"pickColor","result":"teal"}},
+	{"name":"stop","thread":"ck-stop","message":"long 100000","stopAfter":300},
+	{"name":"background","thread":"ck-bg","message":"background"},
+	{"name":"ask","thread":"ck-int","message":"confirm"},
+	{"name":"resume","thread":"ck-int","resume":true}
+]`
+
+// checkClientRuns checks what the client holds after clientRunScenarios.
+func checkClientRuns(t *testing.T, store instanceai.Store, rep copilotkitReport) {
+	t.Helper()
+	if strings.Join(rep.Agents, ",") != "default" {
+		t.Fatalf("agents %v, want [default]", rep.Agents)
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" || len(r.Errors) > 0 {
+			t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
+		}
+		if len(r.Messages) < 2 || r.Messages[0].Role != "user" {
+			t.Fatalf("%s: messages %+v", r.Name, r.Messages)
+		}
+		last := r.Messages[len(r.Messages)-1]
+		switch r.Name {
+		case "simple":
+			if last.Role != "assistant" || !strings.Contains(last.Content, "You said: simple hi") {
+				t.Fatalf("simple: last message %+v", last)
+			}
+		case "tool":
+			if last.Content != "The browser answered: teal" {
+				t.Fatalf("tool: last message %+v of %+v", last, r.Messages)
+			}
+		case "background":
+			// A sub-agent's events, which @ag-ui/client 0.0.48 has no
+			// type for, reach it as CUSTOM: the stream is read whole,
+			// up to the background agent's last result.
+			said := false
+			for _, m := range r.Messages {
+				said = said || m.Content == "Evaluation setup has started in the background."
+			}
+			if !said || last.Role != "tool" || !strings.Contains(last.Content, `"nodes":5`) {
+				t.Fatalf("background: messages %+v", r.Messages)
+			}
+		case "resume":
+			// The approval asked in "ask" (an on_interrupt for
+			// useInterrupt) answered by the run useInterrupt makes:
+			// the run that waited goes on in this request's stream.
+			if !strings.Contains(last.Content, "is archived") {
+				t.Fatalf("resume: messages %+v", r.Messages)
+			}
+		case "stop":
+			if fin := waitRunFinish(t, store, "ck-stop", 10*time.Second); fin.Status != instanceai.RunCancelled {
+				t.Fatalf("stop: the run ended %+v", fin)
+			}
+		}
+	}
 }
 
 // The runtime's answers outside a run: an unknown agent, a run on a busy
@@ -305,6 +359,38 @@ func TestCopilotKitConnect(t *testing.T) {
 			t.Fatalf("the run followed live: %d bytes of text, the log's %d; messages %.300s", len(text), len(full), copilotkitMessages(liveRes.Messages))
 		}
 	})
+}
+
+// Connects through a balancer in front of two instances on PostgreSQL:
+// each connect reaches the other instance than the run before it, and
+// the page gets the same thread back as from one instance.
+func TestCopilotKitConnectOnTwoInstances(t *testing.T) {
+	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 2*time.Millisecond)
+	rep := runCopilotKit(t, roundRobin(t, ps[0].URL, ps[1].URL), `[
+		{"name":"first","thread":"ck-conv","message":"simple hi"},
+		{"name":"reconnect","thread":"ck-conv","connect":true},
+		{"name":"failed","thread":"ck-fail","message":"error"},
+		{"name":"after","thread":"ck-fail","message":"simple again"},
+		{"name":"reconnect-failed","thread":"ck-fail","connect":true},
+		{"name":"empty","thread":"ck-none","connect":true}
+	]`)
+	byName := map[string]copilotkitResult{}
+	for _, r := range rep.Results {
+		byName[r.Name] = r
+		if r.Error != "" || (len(r.Errors) > 0 && r.Name != "failed") {
+			t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
+		}
+	}
+	res := func(name string) string { return copilotkitMessages(byName[name].Messages) }
+	if got, want := res("reconnect"), res("first"); got != want || want == "" {
+		t.Fatalf("reconnected:\n%s\nafter the run:\n%s", got, want)
+	}
+	if got := res("reconnect-failed"); !strings.Contains(got, "user: error") || !strings.Contains(got, "You said: simple again") {
+		t.Fatalf("reconnected to a thread with a failed run:\n%s", got)
+	}
+	if got := res("empty"); got != "" {
+		t.Fatalf("a thread with no run connected to %q", got)
+	}
 }
 
 // A CopilotKit page that reloads onto another instance follows there the
