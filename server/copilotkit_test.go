@@ -45,9 +45,9 @@ type copilotkitMessage struct {
 }
 
 type copilotkitReport struct {
-	InfoError string   `json:"infoError"`
-	Agents    []string `json:"agents"`
-	Version   string   `json:"version"`
+	InfoError string             `json:"infoError"`
+	Agents    []string           `json:"agents"`
+	Version   string             `json:"version"`
 	Results   []copilotkitResult `json:"results"`
 }
 

@@ -579,7 +579,10 @@ func TestClusterSettlesATakenOverRunFromWhatItsClientsHeard(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			signal(t, a, syscall.SIGSTOP)
-			if code := b.post("/instance-ai/confirm/"+requestID, `{"approved":false}`); code != http.StatusOK {
+			// The reply repeats the answer's input: 300 words, seconds of
+			// deltas, so that B dies mid-reply however slow the machine.
+			input := strings.Repeat("word ", 300)
+			if code := b.post("/instance-ai/confirm/"+requestID, `{"approved":false,"userInput":"`+input+`"}`); code != http.StatusOK {
 				t.Fatalf("deny on B: %d", code)
 			}
 			seen = append(seen, onC.Until(wait, servertest.IsType(instanceai.TypeToolResult))...)
