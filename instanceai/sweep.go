@@ -419,6 +419,16 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 	return nil
 }
 
+// holdsLiveText reports whether the hub holds text of the run that is in
+// no block yet, each segment of it whole from its start (see Hub.LiveText).
+func (m *Runs) holdsLiveText(ref RunRef) bool {
+	if m.liveText == nil {
+		return false
+	}
+	open, _ := m.liveText(ref.ThreadID, ref.RunID)
+	return len(open) > 0
+}
+
 // leaveToPeer reports whether the settlement of work on the thread whose
 // claim, held by owner, ran out at expires is better left to another
 // instance for now. A settlement writes the text the work streamed and
@@ -430,13 +440,22 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 // threads it serves, from when it began to: one that did not hear the
 // run from its run-start leaves the work to any other live instance, one
 // of which may have (those settle at the expiry). Either way for at most
-// one more lease past the expiry: after that it settles the work anyway.
+// one more lease past the expiry (two for an instance that did not hear
+// the run and holds none of its text): after that it settles the work
+// anyway.
 func (m *Runs) leaveToPeer(ctx context.Context, ref RunRef, owner string, expires time.Time) bool {
 	lastRenewal := expires.Add(-m.lease)
-	if m.peers == nil || m.now().After(expires.Add(m.lease)) {
+	unheard := m.heard != nil && !m.heard(ref.ThreadID, ref.RunID)
+	wait := m.lease
+	if unheard && !m.holdsLiveText(ref) {
+		// One that holds none of the run's text waits a lease longer
+		// than one that began to follow the thread after the run started
+		// but heard a segment of it whole: that one settles first.
+		wait = 2 * m.lease
+	}
+	if m.peers == nil || m.now().After(expires.Add(wait)) {
 		return false
 	}
-	unheard := m.heard != nil && !m.heard(ref.ThreadID, ref.RunID)
 	if !unheard && !m.born.After(lastRenewal) {
 		return false
 	}

@@ -33,17 +33,21 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 		// run from its start ("heard") or did not ("unheard"); "": the
 		// bus sends every thread everywhere.
 		routed string
+		// holds: this instance's hub holds text of the run in no block.
+		holds bool
 	}{
-		{"restarted, an old instance is live", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, now, true, ""},
-		{"restarted, only newer instances are live", lastRenewal.Add(5 * time.Second), "dead", []Instance{fresh}, nil, now, false, ""},
-		{"restarted, the old instance is the owner", lastRenewal.Add(5 * time.Second), "old", []Instance{old}, nil, now, false, ""},
-		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, ""},
-		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false, ""},
-		{"up while the run streamed", up, "dead", []Instance{old}, nil, now, false, ""},
-		{"up, not hearing, a newer instance is live", up, "dead", []Instance{fresh}, nil, now, true, "unheard"},
-		{"up, not hearing, only the owner is live", up, "old", []Instance{old}, nil, now, false, "unheard"},
-		{"up, not hearing, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "unheard"},
-		{"up, heard the run", up, "dead", []Instance{fresh}, nil, now, false, "heard"},
+		{"restarted, an old instance is live", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, now, true, "", false},
+		{"restarted, only newer instances are live", lastRenewal.Add(5 * time.Second), "dead", []Instance{fresh}, nil, now, false, "", false},
+		{"restarted, the old instance is the owner", lastRenewal.Add(5 * time.Second), "old", []Instance{old}, nil, now, false, "", false},
+		{"restarted, a lease past the expiry", lastRenewal.Add(5 * time.Second), "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "", false},
+		{"restarted, the registry fails", lastRenewal.Add(5 * time.Second), "dead", nil, errors.New("down"), now, false, "", false},
+		{"up while the run streamed", up, "dead", []Instance{old}, nil, now, false, "", false},
+		{"up, not hearing, a newer instance is live", up, "dead", []Instance{fresh}, nil, now, true, "unheard", false},
+		{"up, not hearing, only the owner is live", up, "old", []Instance{old}, nil, now, false, "unheard", false},
+		{"up, not hearing but holding text, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), false, "unheard", true},
+		{"up, not hearing and holding no text, a lease past the expiry", up, "dead", []Instance{old}, nil, expires.Add(lease + time.Second), true, "unheard", false},
+		{"up, not hearing and holding no text, two leases past the expiry", up, "dead", []Instance{old}, nil, expires.Add(2*lease + time.Second), false, "unheard", false},
+		{"up, heard the run", up, "dead", []Instance{fresh}, nil, now, false, "heard", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,6 +58,11 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 				}}
 			if c.routed != "" {
 				m.heard = func(thread, run string) bool { return thread == "t" && run == "r" && c.routed == "heard" }
+			}
+			if c.holds {
+				m.liveText = func(thread, run string) ([]Event, []int64) {
+					return []Event{{Type: TypeTextDelta, RunID: run, Payload: &Text{Text: "heard"}}}, []int64{0}
+				}
 			}
 			if got := m.leaveToPeer(context.Background(), RunRef{ThreadID: "t", RunID: "r"}, c.owner, expires); got != c.leave {
 				t.Fatalf("leaveToPeer = %v, want %v", got, c.leave)

@@ -555,14 +555,25 @@ func TestClusterSettlesATakenOverRunFromWhatItsClientsHeard(t *testing.T) {
 			store := testpg.FreshDSN(t)
 			ps := cluster(t, store, bc.spec(t), 3, 40*time.Millisecond)
 			a, b, c := ps[0], ps[1], ps[2]
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("A's log:\n%s\nB's log:\n%s\nC's log:\n%s", a.Logs(), b.Logs(), c.Logs())
+				}
+			})
 			if code := a.post("/instance-ai/threads", `{"id":"taken"}`); code != http.StatusCreated {
 				t.Fatalf("create thread: %d", code)
 			}
 			onC := c.stream("taken", "")
 			defer onC.Close()
+			// C must hear the run from its run-start: deltas only come over
+			// the bus, so one reaching C shows that C follows the thread
+			// there (its stream does not wait for that past 2 s).
+			first := a.chat("taken", "simple warm-up")
+			seen := onC.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
+			seen = append(seen, onC.Until(wait, servertest.IsRunFinish(first))...)
 			run := a.chat("taken", "confirm")
 			var requestID string
-			seen := onC.Until(wait, servertest.ConfirmationRequest(&requestID))
+			seen = append(seen, onC.Until(wait, servertest.ConfirmationRequest(&requestID))...)
 			claims := servertest.OpenStore(t, store).(instanceai.RunClaims)
 			deadline := time.Now().Add(wait)
 			for {
