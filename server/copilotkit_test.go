@@ -317,38 +317,14 @@ func TestCopilotKitConnect(t *testing.T) {
 				res.Body.Close()
 			}
 		}()
-		rep := runCopilotKit(t, h.URL, `[
-			{"name":"live","thread":"ck-live","connect":true},
-			{"name":"first","thread":"ck-conv","message":"simple hi"},
-			{"name":"reconnect","thread":"ck-conv","connect":true},
-			{"name":"failed","thread":"ck-fail","message":"error"},
-			{"name":"after","thread":"ck-fail","message":"simple again"},
-			{"name":"reconnect-failed","thread":"ck-fail","connect":true},
-			{"name":"empty","thread":"ck-none","connect":true}
-		]`)
-		byName := map[string]int{}
-		for i, r := range rep.Results {
-			byName[r.Name] = i
-			if r.Error != "" || (len(r.Errors) > 0 && r.Name != "failed") {
-				t.Fatalf("%s: error %q, client errors %v", r.Name, r.Error, r.Errors)
-			}
-		}
-		res := func(name string) string { return copilotkitMessages(rep.Results[byName[name]].Messages) }
-		if got, want := res("reconnect"), res("first"); got != want {
-			t.Fatalf("reconnected:\n%s\nafter the run:\n%s", got, want)
-		}
-		if got := res("reconnect-failed"); !strings.Contains(got, "user: error") || !strings.Contains(got, "You said: simple again") {
-			t.Fatalf("reconnected to a thread with a failed run:\n%s", got)
-		}
-		if got := res("empty"); got != "" {
-			t.Fatalf("a thread with no run connected to %q", got)
-		}
+		rep := runCopilotKit(t, h.URL, `[{"name":"live","thread":"ck-live","connect":true},`+connectScenarios+`]`)
+		byName := checkConnects(t, rep)
 		if fin := waitRunFinish(t, store, "ck-live", 10*time.Second); fin.Status != instanceai.RunCancelled {
 			t.Fatalf("the live run ended %+v", fin)
 		}
 		runEvents, _ := storedRun(t, store, "ck-live", live)
 		full := agenttree.Fold(runEvents).TextContent
-		liveRes := rep.Results[byName["live"]]
+		liveRes := byName["live"]
 		var text string
 		for _, m := range liveRes.Messages {
 			if m.Role == "assistant" {
@@ -366,14 +342,23 @@ func TestCopilotKitConnect(t *testing.T) {
 // the page gets the same thread back as from one instance.
 func TestCopilotKitConnectOnTwoInstances(t *testing.T) {
 	ps := cluster(t, testpg.FreshDSN(t), clusterBuses[0].spec(t), 2, 2*time.Millisecond)
-	rep := runCopilotKit(t, roundRobin(t, ps[0].URL, ps[1].URL), `[
-		{"name":"first","thread":"ck-conv","message":"simple hi"},
-		{"name":"reconnect","thread":"ck-conv","connect":true},
-		{"name":"failed","thread":"ck-fail","message":"error"},
-		{"name":"after","thread":"ck-fail","message":"simple again"},
-		{"name":"reconnect-failed","thread":"ck-fail","connect":true},
-		{"name":"empty","thread":"ck-none","connect":true}
-	]`)
+	checkConnects(t, runCopilotKit(t, roundRobin(t, ps[0].URL, ps[1].URL), "["+connectScenarios+"]"))
+}
+
+// connectScenarios are connects after a run, after a failed run followed
+// by another, and to a thread with no run (checkConnects checks them).
+const connectScenarios = `
+	{"name":"first","thread":"ck-conv","message":"simple hi"},
+	{"name":"reconnect","thread":"ck-conv","connect":true},
+	{"name":"failed","thread":"ck-fail","message":"error"},
+	{"name":"after","thread":"ck-fail","message":"simple again"},
+	{"name":"reconnect-failed","thread":"ck-fail","connect":true},
+	{"name":"empty","thread":"ck-none","connect":true}`
+
+// checkConnects checks what the client holds after connectScenarios and
+// returns every scenario's result by name.
+func checkConnects(t *testing.T, rep copilotkitReport) map[string]copilotkitResult {
+	t.Helper()
 	byName := map[string]copilotkitResult{}
 	for _, r := range rep.Results {
 		byName[r.Name] = r
@@ -391,6 +376,7 @@ func TestCopilotKitConnectOnTwoInstances(t *testing.T) {
 	if got := res("empty"); got != "" {
 		t.Fatalf("a thread with no run connected to %q", got)
 	}
+	return byName
 }
 
 // A CopilotKit page that reloads onto another instance follows there the
