@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,11 +155,17 @@ func TestPublishRun(t *testing.T) {
 			t.Fatalf("the run's text is %q, want each append once, in order", got)
 		}
 		// The deltas came without a responseId: their segment got one, so
-		// that a client holding them takes the block as their text.
+		// that a client holding them takes the block as their text (a
+		// second of silence between two appends on a slow machine would
+		// begin another segment, named after its first delta).
+		var ids []string
 		for _, ev := range events {
-			if ev.Type == instanceai.TypeTextBlock && ev.ResponseID != p.run+":p:0" {
-				t.Fatalf("the block's responseId is %q, want %s:p:0", ev.ResponseID, p.run)
+			if ev.Type == instanceai.TypeTextBlock {
+				ids = append(ids, ev.ResponseID)
 			}
+		}
+		if len(ids) == 0 || ids[0] != p.run+":p:0" || slices.ContainsFunc(ids, func(id string) bool { return !strings.HasPrefix(id, p.run+":p:") }) {
+			t.Fatalf("the blocks' responseIds are %q, want %s:p:0 first, each %s:p:{seq}", ids, p.run, p.run)
 		}
 		if fin := waitRunFinish(t, store, "pub-run", 10*time.Second); fin.Status != instanceai.RunCompleted {
 			t.Fatalf("run-finish %+v", fin)
@@ -669,5 +676,49 @@ func checkIDsIncrease(t *testing.T, who string, frames []servertest.Frame) {
 			t.Fatalf("%s was sent id %q after %d", who, f.ID, last)
 		}
 		last = id
+	}
+}
+
+// A producer's deltas without a responseId are one segment until the
+// agent's next stored event, or a second without a delta (the writer
+// closes a segment after three): each segment's block is named after its
+// first delta's sequence number.
+func TestPublishNamesSegments(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h := start(t, store, servertest.Options{})
+	p := &publisher{t: t, url: h.URL, thread: "pub-segments"}
+	if code, out := p.start(""); code != http.StatusCreated {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	steps := []struct {
+		body  string
+		pause time.Duration
+	}{
+		{"[" + delta("a") + "," + delta("b") + "]", 0},
+		{delta("c"), 1500 * time.Millisecond},
+		{`{"type":"tool-call","payload":{"toolCallId":"c1","toolName":"search","args":{}}}`, 0},
+		{delta("d"), 0},
+	}
+	seq := 0
+	for _, s := range steps {
+		time.Sleep(s.pause)
+		code, out := p.send("w", 0, seq, "application/json", s.body)
+		if code != http.StatusOK {
+			t.Fatalf("append at %d: %d %v", seq, code, out)
+		}
+		seq = int(out["nextSeq"].(float64))
+	}
+	if code, out := p.do(http.MethodPost, "/publish/threads/pub-segments/runs/"+p.run+"/finish", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("finish: %d %v", code, out)
+	}
+	events, _ := storedRun(t, store, "pub-segments", p.run)
+	var got []string
+	for _, ev := range events {
+		if ev.Type == instanceai.TypeTextBlock {
+			got = append(got, strings.TrimPrefix(ev.ResponseID, p.run)+"="+ev.Payload.(*instanceai.Text).Text)
+		}
+	}
+	if want := ":p:0=ab :p:2=c :p:4=d"; strings.Join(got, " ") != want {
+		t.Fatalf("blocks %q, want %s", got, want)
 	}
 }

@@ -152,7 +152,7 @@ type producer struct {
 	next  int64
 	// segments are the responseIds given to the producer's deltas that
 	// came without one, by agent and kind (see segmentID).
-	segments map[segmentKey]string
+	segments map[segmentKey]segment
 
 	// busy counts requests under way (an open NDJSON append, a long-poll
 	// for an answer): while one is, the producer is there.
@@ -278,13 +278,27 @@ type segmentKey struct {
 	kind  instanceai.EventType
 }
 
+// segment is the responseId given to a segment and its last delta's time.
+type segment struct {
+	id   string
+	last time.Time
+}
+
+// segmentQuiet is how long a producer's segment may go without a delta
+// before its next delta begins another: well within the writer's silence
+// that closes a segment (instanceai.WriterConfig.IdleFlush, 3 s), so that
+// a block the writer closes for silence is never followed by more text
+// under its responseId.
+const segmentQuiet = time.Second
+
 // segmentID gives a delta that came without a responseId the one of its
-// segment, which runs until the agent's next stored event: "{runId}:p:{seq}",
-// seq the producer's sequence number of the segment's first delta. Without
-// one, a client holding a segment's deltas that is then sent its block (a
-// reconnection after the segment closed, or a gap in the deltas) could not
-// tell that the block replaces them, and would show the text twice (n8n's
-// reducer appends a block without a responseId). Call it with p.mu held.
+// segment, which runs until the agent's next stored event or a second of
+// silence: "{runId}:p:{seq}", seq the producer's sequence number of the
+// segment's first delta. Without one, a client holding a segment's deltas
+// that is then sent its block (a reconnection after the segment closed, or
+// a gap in the deltas) could not tell that the block replaces them, and
+// would show the text twice (n8n's reducer appends a block without a
+// responseId). Call it with p.mu held.
 func (p *producer) segmentID(ev *instanceai.Event) {
 	switch ev.Type {
 	case instanceai.TypeTextDelta, instanceai.TypeReasoningDelta:
@@ -292,15 +306,17 @@ func (p *producer) segmentID(ev *instanceai.Event) {
 			return
 		}
 		k := segmentKey{ev.AgentID, ev.Type}
-		id, ok := p.segments[k]
-		if !ok {
-			id = fmt.Sprintf("%s:p:%d", p.run.ID, p.next)
-			if p.segments == nil {
-				p.segments = map[segmentKey]string{}
-			}
-			p.segments[k] = id
+		now := time.Now()
+		seg, ok := p.segments[k]
+		if !ok || now.Sub(seg.last) > segmentQuiet {
+			seg.id = fmt.Sprintf("%s:p:%d", p.run.ID, p.next)
 		}
-		ev.ResponseID = id
+		seg.last = now
+		if p.segments == nil {
+			p.segments = map[segmentKey]segment{}
+		}
+		p.segments[k] = seg
+		ev.ResponseID = seg.id
 	default:
 		if instanceai.DurabilityOf(ev.Type) == instanceai.Structural {
 			// The writer closes the agent's segments here.
