@@ -492,10 +492,22 @@ func texts(st *agenttree.State, agentID string) []text {
 	var out []text
 	for _, e := range n.Timeline {
 		if e.Type == agenttree.EntryText || e.Type == agenttree.EntryReasoning {
+			if isErrorText(e) {
+				continue
+			}
 			out = append(out, text{kind: e.Type, responseID: e.ResponseID, content: e.Content})
 		}
 	}
 	return out
+}
+
+// isErrorText reports whether a timeline entry is an error event's text as
+// the reducer renders it. Error text is left out of the comparison (see
+// foldsText); a run-sync's tree, folded by the server from a log that has
+// the error, carries it as an entry of its own.
+func isErrorText(e agenttree.TimelineEntry) bool {
+	return e.Type == agenttree.EntryText && e.ResponseID == "" &&
+		strings.HasPrefix(e.Content, "\n\n*Error: ") && strings.HasSuffix(e.Content, "*")
 }
 
 // judgeText compares the client's fold of every run it got to the end of

@@ -258,6 +258,30 @@ func TestCleanRunSync(t *testing.T) {
 	expect(t, Check(Input{Log: b.log(), Clients: []*Client{c}}), "")
 }
 
+// A run-sync folded by the server from a log that holds the run's error
+// carries the error's text in its tree; error text is left out of the
+// comparison on both sides, so the client's text is still the log's.
+func TestCleanRunSyncAfterAnError(t *testing.T) {
+	var b book
+	start := b.store(runStart("r1"))
+	o := orch("r1")
+	failure := b.store(instanceai.Event{Type: instanceai.TypeError, RunID: "r1", AgentID: o,
+		Payload: &instanceai.ErrorPayload{Content: "The server could not store this run's events; the run was stopped.", Code: "storage_unavailable"}})
+	fin := b.store(runFinish("r1", instanceai.RunError, "storage_unavailable"))
+	sync := NewClient(thread, "server")
+	sync.fold(start.Event)
+	sync.runs["r1"].Apply(failure.Event) // the server's fold keeps the error's text
+	if !strings.Contains(sync.runs["r1"].Tree().TextContent, "*Error: ") {
+		t.Fatal("the server's tree holds no error text: the case tests nothing")
+	}
+	tree, _ := json.Marshal(map[string]any{"runId": "r1", "threadId": thread, "status": "error",
+		"isSuspended": false, "agentTree": sync.runs["r1"].Tree()})
+	c := NewClient(thread, "c")
+	c.Connect("a", epoch)
+	feed(c, withID(start), withID(failure), withID(fin), ssestream.Frame{Event: "run-sync", Data: string(tree), HasData: true})
+	expect(t, Check(Input{Log: b.log(), Clients: []*Client{c}}), "")
+}
+
 // A background agent works on after its run's run-finish; a storage
 // outage's ending was sent live without ids and its stored echo is
 // skipped by the connection that had it.
