@@ -232,20 +232,21 @@ func TestKeptEndingRefusedAfterATakeover(t *testing.T) {
 		t.Fatalf("published live %+v, %v; want the id-less error and run-finish", live, err)
 	}
 
-	// Meanwhile another instance took the run and settled it.
+	// Meanwhile another instance took the run, to settle it.
 	taken, won, err := store.TakeRun(ctx, "t", "r", "inst-b", time.Minute)
 	if err != nil || !won {
 		t.Fatalf("TakeRun = %v, %v", won, err)
 	}
+
+	// The log is back: the kept ending is refused and dropped (the
+	// settlement is not in the log yet, so only the token tells).
+	log.failing.Store(false)
+	waitUntil(t, "the kept ending was tried against the log", func() bool { return log.refused.Load() > 0 })
 	settlement := ev(instanceai.TypeRunFinish, "r", "orch", &instanceai.RunFinish{Status: instanceai.RunInterrupted, Reason: instanceai.ReasonCrashed})
 	settlement.UserID = ""
 	if _, err := store.AppendFenced(ctx, "t", []instanceai.Event{settlement}, [][]byte{encoded(t, settlement)}, []int64{taken}); err != nil {
 		t.Fatal(err)
 	}
-
-	// The log is back: the kept ending is refused and dropped.
-	log.failing.Store(false)
-	waitUntil(t, "the kept ending was tried against the log", func() bool { return log.refused.Load() > 0 })
 	if err := instanceai.EnqueueFenced(e.writer, "t", call("q", "other", "q1"), nil); err != nil {
 		t.Fatal(err)
 	}

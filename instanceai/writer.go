@@ -1,6 +1,7 @@
 package instanceai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -333,6 +334,10 @@ type threadDrain struct {
 	// outage, with their runs' token holders: published live when the run
 	// failed, stored once the log answers again (see storeEndings).
 	endings []batchItem
+	// lostFinish holds, by run, the run-finish of a batch the outage
+	// failed: its append may have been stored after all (see
+	// dropStoredEndings).
+	lostFinish map[string]Event
 	// kept is len(endings) as of the end of the last pass, for readers
 	// outside the drain (see Writer.keepsEndings).
 	kept atomic.Int32
@@ -913,6 +918,14 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		"events", len(items), "err", err)
 	var frames []Frame
 	for _, it := range items {
+		if it.ev.Type == TypeRunFinish {
+			if d.lostFinish == nil {
+				d.lostFinish = map[string]Event{}
+			}
+			d.lostFinish[it.ev.RunID] = it.ev
+		}
+	}
+	for _, it := range items {
 		runID := it.ev.RunID
 		if !d.dropRun(runID) {
 			continue
@@ -959,7 +972,7 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 // outlasted its lease) and settled it, the log refuses the ending, which
 // is dropped; the log then ends the run with that settlement.
 func (d *threadDrain) storeEndings() {
-	if len(d.endings) == 0 {
+	if len(d.endings) == 0 || !d.dropStoredEndings() || len(d.endings) == 0 {
 		return
 	}
 	events := make([]Event, len(d.endings))
@@ -977,7 +990,7 @@ func (d *threadDrain) storeEndings() {
 	}
 	first, tokens, err := d.appendOnce(events, data, holders)
 	if errors.Is(err, ErrNotFound) {
-		d.endings = nil // the thread was deleted meanwhile
+		d.endings, d.lostFinish = nil, nil // the thread was deleted meanwhile
 		return
 	}
 	var stale *StaleFenceError
@@ -1009,9 +1022,87 @@ func (d *threadDrain) storeEndings() {
 			d.w.finished(d.threadID, events[i].RunID, tokens[i])
 		}
 	}
-	d.endings = nil
+	d.endings, d.lostFinish = nil, nil
 	d.w.hub.Publish(d.threadID, frames)
 }
+
+// dropStoredEndings drops the kept endings of runs whose own run-finish
+// is in the log after all: an append the writer took for failed may have
+// been committed, its answer lost with the connection (a reset after the
+// COMMIT). The rows this drain did not know it committed are published,
+// as any catch-up from the log, and each such run's claim is released as
+// its run-finish's commit would have. It reports false when the log could
+// not be read: the endings wait for the next pass. A drain that had
+// committed nothing before cannot tell its rows from other writers' in a
+// bounded read, and stores the endings as before.
+func (d *threadDrain) dropStoredEndings() bool {
+	if d.committed == 0 {
+		return true
+	}
+	var rows []StoredEvent
+	for after := d.committed; ; {
+		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+		page, err := d.w.log.ReadAfter(ctx, d.threadID, after, lostRowsPage)
+		cancel()
+		if err != nil {
+			// A deleted thread: the endings' own append says so.
+			return errors.Is(err, ErrNotFound)
+		}
+		rows = append(rows, page...)
+		if len(page) < lostRowsPage || len(rows) >= maxLostRows {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	var frames []Frame
+	ours := map[string]bool{} // run → its run-finish in the log is the one this drain lost
+	for _, r := range rows {
+		frames = append(frames, EncodedFrame(r.Seq, &r.Event, r.Data))
+		if r.Event.Type == TypeRunFinish && slices.ContainsFunc(d.endings, func(e batchItem) bool { return e.ev.RunID == r.Event.RunID }) {
+			lost, kept := d.lostFinish[r.Event.RunID]
+			b, err := json.Marshal(&lost)
+			ours[r.Event.RunID] = kept && err == nil && bytes.Equal(b, r.Data)
+		}
+	}
+	if len(ours) == 0 {
+		return true
+	}
+	token := map[string]int64{}
+	d.endings = slices.DeleteFunc(d.endings, func(e batchItem) bool {
+		if _, done := ours[e.ev.RunID]; done {
+			token[e.ev.RunID] = e.fence.token()
+			return true
+		}
+		return false
+	})
+	d.committed = rows[len(rows)-1].Seq
+	// Released before the frames go out, as commit does: a run-finish a
+	// client was sent has freed its thread.
+	for run, mine := range ours {
+		delete(d.lostFinish, run)
+		if !mine {
+			d.w.cfg.Logger.Warn("another instance settled this run while the storage outage kept its ending here; dropping the ending",
+				"thread", d.threadID, "run", run)
+			continue
+		}
+		d.w.cfg.Logger.Warn("an append the storage outage seemed to fail had been stored; dropping the run's kept ending",
+			"thread", d.threadID, "run", run)
+		if d.w.finished != nil {
+			// As the run-finish's commit would have, had its answer come.
+			d.w.finished(d.threadID, run, token[run])
+		}
+	}
+	d.w.hub.Publish(d.threadID, frames)
+	return true
+}
+
+// dropStoredEndings reads the rows after the drain's last known commit in
+// pages of lostRowsPage, at most maxLostRows of them: more than the
+// writer's passes of an outage commit.
+const (
+	lostRowsPage = 1024
+	maxLostRows  = 64 << 10
+)
 
 // settledElsewhere drops the kept endings that the log refused for their
 // stale tokens (tokens are those the try used): another instance settled

@@ -386,6 +386,80 @@ func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
 	}
 }
 
+// lostAnswerLog stores the first append it is told to lose and answers it
+// with an error, as a database whose connection is reset after the COMMIT
+// does; then it fails the next failing appends without storing them.
+type lostAnswerLog struct {
+	instanceai.EventLog
+	lose    atomic.Bool
+	failing atomic.Int64
+}
+
+func (l *lostAnswerLog) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
+	if l.lose.CompareAndSwap(true, false) {
+		if _, err := l.EventLog.AppendEncoded(ctx, thread, events, data); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("read: connection reset by peer")
+	}
+	if l.failing.Add(-1) >= 0 {
+		return 0, errors.New("dial: connection reset by peer")
+	}
+	return l.EventLog.AppendEncoded(ctx, thread, events, data)
+}
+
+// An append whose answer was lost had been stored: the run ended in the
+// log with its own run-finish. Once the log answers again, the writer
+// finds that run-finish and drops the ending it kept for the run, so the
+// run has one ending; the rows it did not know it committed are published
+// and the run's claim is released.
+func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
+	store := memory.New()
+	lossy := &lostAnswerLog{EventLog: store}
+	e := newEnv(t, lossy, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond,
+		MaxBackoff: 5 * time.Millisecond})
+	e.store = store
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	var finished atomic.Int32
+	instanceai.OnRunFinished(e.writer, func(thread, run string, _ int64) {
+		if thread == "t" && run == "r" {
+			finished.Add(1)
+		}
+	})
+	sub, _ := e.hub.Subscribe("t")
+	defer sub.Close()
+	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}))
+	if _, err := sub.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lossy.lose.Store(true)
+	lossy.failing.Store(2) // the retry, and the ending's first try
+	e.send(t, call("r", "a", "c1"), finish("r", "a"))
+	var got []string
+	nctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for len(got) == 0 || got[len(got)-1] != "run-finish@3" {
+		frames, err := sub.Next(nctx)
+		if err != nil {
+			t.Fatalf("published %v, then %v", got, err)
+		}
+		for _, f := range frames {
+			got = append(got, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
+		}
+	}
+	// Live: the ending the outage seemed to force; then the rows the log
+	// holds.
+	if want := "error@0 run-finish@0 tool-call@2 run-finish@3"; strings.Join(got, " ") != want {
+		t.Fatalf("published %v, want %s", got, want)
+	}
+	expectLog(t, e.logShape(t), "run-start[a]", "tool-call[a]", "run-finish[a]")
+	if finished.Load() != 1 {
+		t.Fatalf("the run's claim was released %d times, want once", finished.Load())
+	}
+}
+
 // batchRecorder is a Publisher that records the size of every batch.
 type batchRecorder struct {
 	mu      sync.Mutex
