@@ -317,12 +317,14 @@ func (c *Cluster) SendControl(ctl Control) {
 // enqueue hands messages to the sender. What does not fit the bound is
 // not sent: its thread is marked for a resync notice instead.
 func (c *Cluster) enqueue(msgs ...busMessage) {
+	var unsent []string
 	c.mu.Lock()
 	for _, m := range msgs {
 		n := m.size()
 		if c.outBytes+n > maxOutbound && len(c.outbound) > 0 {
 			if m.Thread != "" && m.Ctl == nil {
 				c.dirty[m.Thread] = true
+				unsent = append(unsent, m.Thread)
 			}
 			continue
 		}
@@ -330,6 +332,9 @@ func (c *Cluster) enqueue(msgs ...busMessage) {
 		c.outBytes += n
 	}
 	c.mu.Unlock()
+	for _, t := range unsent {
+		c.hub.Withhold(t)
+	}
 	notify(c.wake)
 }
 
@@ -348,6 +353,11 @@ func (c *Cluster) sendLoop(ctx context.Context) {
 		c.mu.Unlock()
 		batch = c.coalesce(batch)
 		if c.deltasHeld != nil && c.deltasHeld() {
+			for _, m := range batch {
+				if slices.ContainsFunc(m.Frames, func(bf busFrame) bool { return bf.delta }) {
+					c.hub.Withhold(m.Thread)
+				}
+			}
 			batch = dropDeltas(batch)
 		}
 		for len(batch) > 0 {
@@ -415,6 +425,8 @@ func (c *Cluster) coalesce(batch []busMessage) []busMessage {
 }
 
 func (c *Cluster) markDirty(threadID string) {
+	// Its frames did not go out: neither did its open segments' deltas.
+	c.hub.Withhold(threadID)
 	c.mu.Lock()
 	c.dirty[threadID] = true
 	c.mu.Unlock()

@@ -328,17 +328,29 @@ func TestClusterReconnectionForgetsHeardRuns(t *testing.T) {
 // drops the queued deltas and keeps every other frame.
 func TestClusterHoldsQueuedDeltas(t *testing.T) {
 	bus := &scriptedBus{}
-	c := NewCluster(bus, NewHub(8), ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
+	hub := NewHub(8)
+	c := NewCluster(bus, hub, ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
 	var held atomic.Bool
 	c.HoldDeltas(held.Load)
-	delta := mustFrame(t, 0, &Event{Type: TypeTextDelta, RunID: "r", AgentID: "a", Payload: &Text{Text: "late"}})
+	delta := mustFrame(t, 0, &Event{Type: TypeTextDelta, RunID: "r", AgentID: "a", ResponseID: "s", Payload: &Text{Text: "late"}})
 	held.Store(true)
 	c.Publish("t", []Frame{delta, toolFrame(t, 1)})
 	c.Publish("u", []Frame{delta})
+	if _, snap := hub.Subscribe("u"); len(snap.Open) != 1 {
+		t.Fatalf("before the sender ran, a subscriber of u is handed %+v, want the open segment", snap.Open)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.sendLoop(ctx) }()
 	waitFor(t, "the tool call sent", func() bool { return len(bus.sent()) == 1 })
+	// The dropped delta's segment is withheld: no later subscriber here
+	// and no settlement written here gets its text.
+	if _, snap := hub.Subscribe("u"); len(snap.Open) != 0 {
+		t.Fatalf("a subscriber of u is handed %+v, text the bus never carried", snap.Open)
+	}
+	if open, _ := hub.LiveText("u", "r"); len(open) != 0 {
+		t.Fatalf("a settlement here would write %+v, text the bus never carried", open)
+	}
 	held.Store(false)
 	c.Publish("u", []Frame{delta})
 	waitFor(t, "the delta sent once held no more", func() bool { return len(bus.sent()) == 2 })

@@ -269,6 +269,27 @@ func (h *Hub) HeardRun(threadID, runID string) bool {
 	return h.held(threadID, func(t *topic) bool { return slices.Contains(t.heard, runID) })
 }
 
+// Withhold marks the thread's open segments as not carried to the other
+// instances: this instance's sender dropped their deltas (its leases may
+// have run out) or could not send them. Whatever this hub's subscribers
+// were sent of them stays theirs, but no later subscriber is handed their
+// text (it comes in their blocks, if stored), and no settlement written
+// here takes it: a client must not be shown text that the instance
+// settling the run may never have heard.
+func (h *Hub) Withhold(threadID string) {
+	h.mu.Lock()
+	t := h.topics[threadID]
+	h.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, seg := range t.ledger.open {
+		seg.withheld = true
+	}
+}
+
 // Unhear forgets every run heard so far (see HeardRun): the bus listener
 // was away, and what the other instances published meanwhile never came.
 func (h *Hub) Unhear() {

@@ -45,6 +45,10 @@ type ledgerSegment struct {
 	// gapped is set once a delta beyond sent arrived: the segment's later
 	// deltas are held back until its block.
 	gapped bool
+	// withheld is set when deltas of the segment did not go out on the
+	// bus (see Hub.Withhold): its text is handed to no late subscriber and
+	// to no settlement.
+	withheld bool
 	// after is the After of the segment's first delta, -1 when unknown.
 	after int64
 	// What a hub keeps to hand a late subscriber the segment: the text
@@ -352,7 +356,7 @@ func (l *segmentLedger) texts(from map[segKey]*ledgerSegment, want func(segKey) 
 	}
 	var segs []item
 	for key, seg := range from {
-		if seg.text.Len() > 0 && want(key) {
+		if seg.text.Len() > 0 && !seg.withheld && want(key) {
 			segs = append(segs, item{key, seg})
 		}
 	}
