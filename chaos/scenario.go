@@ -97,10 +97,22 @@ func (e *env) owner() *Instance {
 	}
 }
 
+// stopsBus reports whether a fault of kind stops the instances it hits
+// from sending on a bus of that kind (see check.Fault.StopsBus).
+func stopsBus(kind, bus string) bool {
+	switch kind {
+	case "kill9", "sigstop", "bus-cut-one", "bus-cut-all", "owner-bus-freeze", "owner-bus-reset":
+		return true
+	case "pg-freeze", "pg-reset":
+		return bus == "postgres"
+	}
+	return false
+}
+
 // fault starts the record of a fault on the instances: its start, and the
 // runs and background agents they own now.
 func (e *env) fault(kind string, ins ...*Instance) check.Fault {
-	f := check.Fault{Kind: kind, Start: time.Now()}
+	f := check.Fault{Kind: kind, Start: time.Now(), StopsBus: stopsBus(kind, e.cl.bus)}
 	for _, in := range ins {
 		id := in.ID()
 		f.Instances = append(f.Instances, id)

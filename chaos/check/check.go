@@ -130,6 +130,11 @@ type Victim struct {
 // Fault is one fault the harness injected.
 type Fault struct {
 	Kind string
+	// StopsBus is set when the fault stops the instances it hits from
+	// sending on the bus: a kill or a pause, a fault of their bus link,
+	// or a database fault when the bus is PostgreSQL's (it shares the
+	// link).
+	StopsBus bool
 	// Instances are the instance ids it hit.
 	Instances  []string
 	Start, End time.Time
@@ -634,20 +639,20 @@ func firstLost(want, got []text) (text, int, bool) {
 
 // faultMoment is how close to a fault's start the first lost byte of a
 // text-lost must have been shown for the loss to be the documented one:
-// what the faulted instance's bus sender had queued and not sent when the
-// process died or stopped. The sender sends within a millisecond or so of
-// the writer's publish on an idle machine; the margin covers a busy one.
+// what the faulted instance's bus sender had queued and not sent when its
+// bus stopped. The sender sends within a millisecond or so of the
+// writer's publish on an idle machine; the margin covers a busy one.
 const faultMoment = 500 * time.Millisecond
 
 // lostAtFault reports whether a text-lost is the loss the README documents
 // ("Crash recovery"): the client was first shown the lost text through an
-// instance that a kill or a pause hit within faultMoment of it.
+// instance whose bus a fault stopped within faultMoment of it.
 func lostAtFault(c *Client, a Anomaly, faults []Fault) bool {
 	if a.lostVia == "" {
 		return false
 	}
 	for _, f := range faults {
-		if (f.Kind != "kill9" && f.Kind != "sigstop") || !slices.Contains(f.Instances, a.lostVia) {
+		if !f.StopsBus || !slices.Contains(f.Instances, a.lostVia) {
 			continue
 		}
 		if d := a.lostAt.Sub(f.Start); d > -faultMoment && d < faultMoment {

@@ -488,11 +488,12 @@ func TestTextAnomalies(t *testing.T) {
 		fault Fault
 		want  string
 	}{
-		{"kill at that moment", Fault{Kind: "kill9", Instances: []string{"a"}, Start: shown.Add(10 * time.Millisecond)}, ""},
-		{"pause at that moment", Fault{Kind: "sigstop", Instances: []string{"a"}, Start: shown.Add(-10 * time.Millisecond)}, ""},
-		{"kill much later", Fault{Kind: "kill9", Instances: []string{"a"}, Start: shown.Add(time.Minute)}, "text-lost×1"},
-		{"kill of another instance", Fault{Kind: "kill9", Instances: []string{"b"}, Start: shown}, "text-lost×1"},
-		{"database freeze", Fault{Kind: "pg-freeze", Instances: []string{"a"}, Start: shown}, "text-lost×1"},
+		{"kill at that moment", Fault{Kind: "kill9", StopsBus: true, Instances: []string{"a"}, Start: shown.Add(10 * time.Millisecond)}, ""},
+		{"pause at that moment", Fault{Kind: "sigstop", StopsBus: true, Instances: []string{"a"}, Start: shown.Add(-10 * time.Millisecond)}, ""},
+		{"database reset on the database's bus", Fault{Kind: "pg-reset", StopsBus: true, Instances: []string{"a"}, Start: shown}, ""},
+		{"kill much later", Fault{Kind: "kill9", StopsBus: true, Instances: []string{"a"}, Start: shown.Add(time.Minute)}, "text-lost×1"},
+		{"kill of another instance", Fault{Kind: "kill9", StopsBus: true, Instances: []string{"b"}, Start: shown}, "text-lost×1"},
+		{"database freeze on another bus", Fault{Kind: "pg-freeze", Instances: []string{"a"}, Start: shown}, "text-lost×1"},
 	} {
 		crash := NewClient(thread, "crash")
 		crash.Connect("a", epoch)
