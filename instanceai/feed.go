@@ -307,6 +307,14 @@ func (f *Feed) next(ctx context.Context, tick <-chan time.Time, poll bool) ([]De
 				if f.ledger.superseded(ev, after) {
 					continue // closed since, in what the replay sent
 				}
+				if after > f.last {
+					// The segment began after stored events this
+					// connection has not been sent yet (its run's
+					// run-start, committed after the snapshot): its text
+					// must not come before them. Its later deltas are then
+					// a gap here, held back until its block.
+					continue
+				}
 				text := ev.Payload.(*Text).Text
 				f.ledger.delta(ev, 0, after, len(text))
 				data, err := json.Marshal(ev)

@@ -177,3 +177,41 @@ func TestFeedSkipsLateDeltasOfABlockItWasSent(t *testing.T) {
 		t.Fatalf("live texts = %q; want only the new segment's delta", texts)
 	}
 }
+
+// A segment that began after stored events a feed has not replayed (its
+// run's run-start committed after the feed's snapshot, on its way here
+// through the bus) is not handed over as open text: the text would come
+// before its run's start. Its later deltas are a gap for the feed, held
+// back until the block.
+func TestFeedHandsNoSegmentThatBeganAfterItsReplay(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	first := toolCall("c0")
+	if _, err := store.Append(ctx, "t", []instanceai.Event{first}); err != nil {
+		t.Fatal(err)
+	}
+	hub := instanceai.NewHub(64)
+	stored, err := instanceai.NewFrame(1, &first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub.Publish("t", []instanceai.Frame{stored})
+	ev := textDelta("x", "hello")
+	delta, err := instanceai.NewFrame(0, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta.Offset, delta.HasOffset, delta.After = 0, true, 2 // after seq 2, not here yet
+	hub.Publish("t", []instanceai.Frame{delta})
+
+	feed := instanceai.OpenFeed(store, hub, "t", 0)
+	defer feed.Close()
+	for _, d := range available(t, feed) {
+		if d.Event != nil && d.Event.Type == instanceai.TypeTextDelta {
+			t.Fatalf("handed %+v, text of a segment that began after what the feed replayed", d.Event.Payload)
+		}
+	}
+}
