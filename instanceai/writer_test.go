@@ -323,6 +323,26 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 	}
 }
 
+// outageEnv is a writer of thread "t" in store, reached through log,
+// that gives up on an append after one retry, and a count of the times it
+// released run "r" (its run-finish committed).
+func outageEnv(t *testing.T, store *memory.Store, log instanceai.EventLog) (*env, *atomic.Int32) {
+	t.Helper()
+	e := newEnv(t, log, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond,
+		MaxBackoff: 5 * time.Millisecond})
+	e.store = store
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	finished := new(atomic.Int32)
+	instanceai.OnRunFinished(e.writer, func(thread, run string, _ int64) {
+		if thread == "t" && run == "r" {
+			finished.Add(1)
+		}
+	})
+	return e, finished
+}
+
 // A run failed by a storage outage ends in the log too once the log answers
 // again: the same error and run-finish bytes its live clients were sent,
 // published as echoes (see Frame.Echo), with the run's claim released; and the
@@ -330,18 +350,7 @@ func TestRetryBudgetFailsTheRunVisibly(t *testing.T) {
 func TestAFailedRunsEndingIsStoredOnceTheLogIsBack(t *testing.T) {
 	store := memory.New()
 	counting := &countingLog{EventLog: store}
-	e := newEnv(t, counting, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond,
-		MaxBackoff: 5 * time.Millisecond})
-	e.store = store
-	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
-		t.Fatal(err)
-	}
-	var finished atomic.Int32
-	instanceai.OnRunFinished(e.writer, func(thread, run string, _ int64) {
-		if thread == "t" && run == "r" {
-			finished.Add(1)
-		}
-	})
+	e, finished := outageEnv(t, store, counting)
 	sub, _ := e.hub.Subscribe("t")
 	defer sub.Close()
 	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}), delta(instanceai.TypeTextDelta, "r", "a", "s", "half a sent"))
@@ -416,18 +425,7 @@ func (l *lostAnswerLog) AppendEncoded(ctx context.Context, thread string, events
 func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
 	store := memory.New()
 	lossy := &lostAnswerLog{EventLog: store}
-	e := newEnv(t, lossy, instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond,
-		MaxBackoff: 5 * time.Millisecond})
-	e.store = store
-	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
-		t.Fatal(err)
-	}
-	var finished atomic.Int32
-	instanceai.OnRunFinished(e.writer, func(thread, run string, _ int64) {
-		if thread == "t" && run == "r" {
-			finished.Add(1)
-		}
-	})
+	e, finished := outageEnv(t, store, lossy)
 	sub, _ := e.hub.Subscribe("t")
 	defer sub.Close()
 	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}))
