@@ -482,7 +482,26 @@ func schemaCheckInputs(t *testing.T) []schemaInput {
 			in = append(in, schemaInput{Name: "raw/" + c.name, Event: json.RawMessage(c.json)})
 		}
 	}
+	for _, c := range extensionCases() {
+		raw, err := json.Marshal(c.ev)
+		if err != nil {
+			t.Fatalf("extension %s: %v", c.name, err)
+		}
+		in = append(in, schemaInput{Name: "extension/" + c.name, Event: raw})
+	}
 	return in
+}
+
+// extensionCases are fields Threadline adds to n8n's events where n8n's
+// schema has no place for them. A browser on n8n's schema must still
+// accept the event (zod strips the unknown key); if a later @n8n/api-types
+// gives the field a place, TestExtensionsAreStrippedByN8nSchema says so and
+// the field should take n8n's shape.
+func extensionCases() []goldenCase {
+	return []goldenCase{
+		{"run-finish-usage", goldenEnv(TypeRunFinish, &RunFinish{Status: RunCompleted,
+			Usage: []TokenUsage{{Provider: "openai", Model: "gpt-4o-mini", InputTokens: 120, OutputTokens: 30, TotalTokens: 150}}})},
+	}
 }
 
 // n8nSchema runs check.js once per test binary and returns its report. It
@@ -572,6 +591,24 @@ func TestGoldensMatchN8nSchema(t *testing.T) {
 	}
 	if n != len(goldenCases()) {
 		t.Errorf("checked %d goldens, have %d cases", n, len(goldenCases()))
+	}
+}
+
+// TestExtensionsAreStrippedByN8nSchema: n8n 1.41.0's runFinishPayloadSchema
+// has no usage (the only usage in @n8n/api-types is the eval harness's
+// InstanceAiEvalAgentExecutionResult.usage {inputTokens, outputTokens}), so
+// Threadline's run-finish usage must parse and be dropped, not refused.
+func TestExtensionsAreStrippedByN8nSchema(t *testing.T) {
+	rep, in := n8nSchema(t)
+	by := schemaResultsByName(t, rep, in)
+	for _, c := range extensionCases() {
+		r := by["extension/"+c.name]
+		switch {
+		case !r.Success:
+			t.Errorf("%s: n8n's schema refuses the event: %v", c.name, r.Issues)
+		case r.Exact:
+			t.Errorf("%s: n8n's schema now keeps the extension field; give it n8n's shape", c.name)
+		}
 	}
 }
 
