@@ -212,7 +212,7 @@ func (m *InstanceToAGUI) Resume(runID string) []agui.Event {
 	m.out = nil
 	m.runID = runID
 	m.suspended, m.finished = false, false
-	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID})
+	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID, ProtocolVersion: agui.ProtocolVersion})
 	for _, id := range m.pausedSubs {
 		m.startSub(m.subs[id])
 	}
@@ -349,7 +349,7 @@ func (m *InstanceToAGUI) ensureStarted() {
 		return
 	}
 	m.started = true
-	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID})
+	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID, ProtocolVersion: agui.ProtocolVersion})
 }
 
 // emit appends e, stamped with the current event's time and attributed to
