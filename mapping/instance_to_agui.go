@@ -1,6 +1,7 @@
 package mapping
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +135,11 @@ type InstanceToAGUI struct {
 	segsDelivered map[segCount]int
 	blocksSeen    map[segCount]int
 	messageCount  map[string]int
+	// textIDs are the text messages' ids; reasoningOf is the id of the
+	// latest reasoning message of each responseId (an upstream agent's
+	// message id), which an upstream's REASONING_ENCRYPTED_VALUE names.
+	textIDs     map[string]bool
+	reasoningOf map[string]string
 
 	held *instanceai.RunFinish
 	// lastError and lastErrorCode are the run's last error event's text
@@ -162,6 +168,8 @@ func NewInstanceToAGUI(threadID, runID string) *InstanceToAGUI {
 		segsDelivered: map[segCount]int{},
 		blocksSeen:    map[segCount]int{},
 		messageCount:  map[string]int{},
+		textIDs:       map[string]bool{},
+		reasoningOf:   map[string]string{},
 	}
 }
 
@@ -334,7 +342,11 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 		// own lifecycle is served instead.
 		if t := agui.EventType(p.EventType()); !agui.Lifecycle(t) {
 			m.ensureStarted()
-			m.emit(ev.AgentID, &agui.Verbatim{T: t, Data: p.Event})
+			data := p.Event
+			if t == agui.TypeReasoningEncryptedValue {
+				data = m.encryptedEntity(data)
+			}
+			m.emit(ev.AgentID, &agui.Verbatim{T: t, Data: data})
 		}
 	default:
 		if p, ok := ev.Payload.(*instanceai.ErrorPayload); ok {
@@ -376,6 +388,31 @@ func (m *InstanceToAGUI) agent(id string) *agentState {
 	return a
 }
 
+// encryptedEntity points an upstream's REASONING_ENCRYPTED_VALUE for one
+// of its reasoning messages at that message as this stream names it
+// (Threadline names a reasoning message after its responseId, suffixed):
+// a client attaches the value only to a message it holds. Values for text
+// messages and tool calls, whose ids are the upstream's, go as they came.
+func (m *InstanceToAGUI) encryptedEntity(data json.RawMessage) json.RawMessage {
+	var ev map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // numbers in its metadata kept as written
+	if dec.Decode(&ev) != nil || ev["subtype"] != "message" {
+		return data
+	}
+	id, _ := ev["entityId"].(string)
+	to, ok := m.reasoningOf[id]
+	if !ok || m.textIDs[id] || to == id {
+		return data
+	}
+	ev["entityId"] = to
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return data
+	}
+	return out
+}
+
 func (m *InstanceToAGUI) custom(agentID, name string, value any) {
 	raw, err := json.Marshal(value)
 	if err != nil {
@@ -409,8 +446,12 @@ func (m *InstanceToAGUI) openSegment(a *agentState, kind segKind, responseID str
 	m.segsDelivered[segCount{a.id, responseID, kind}]++
 	if kind == kindText {
 		a.lastText = s.messageID
+		m.textIDs[s.messageID] = true
 		m.emit(a.id, &agui.TextMessageStart{MessageID: s.messageID, Role: agui.RoleAssistant})
 	} else {
+		if responseID != "" {
+			m.reasoningOf[responseID] = s.messageID
+		}
 		m.emit(a.id, &agui.ReasoningStart{MessageID: s.messageID})
 		m.emit(a.id, &agui.ReasoningMessageStart{MessageID: s.messageID, Role: agui.RoleReasoning})
 	}

@@ -28,6 +28,10 @@ const (
 	Full = "full"
 	// Parallel streams two tool calls whose arguments interleave.
 	Parallel = "parallel"
+	// Encrypted streams a reasoning message, a text message and a tool
+	// call, each followed by a REASONING_ENCRYPTED_VALUE for it (the
+	// values are EncryptedReasoning, EncryptedMessage, EncryptedCall).
+	Encrypted = "encrypted"
 	// Subagents runs a sub-agent (text, a tool call and its result inside
 	// it) before the parent's answer.
 	Subagents = "subagents"
@@ -56,6 +60,13 @@ const (
 	Malformed = "malformed"
 	AfterEnd  = "after-end"
 	NoEnd     = "no-end"
+)
+
+// The encrypted values of the Encrypted script.
+const (
+	EncryptedReasoning = "enc-reasoning-Zm9v"
+	EncryptedMessage   = "enc-message-YmFy"
+	EncryptedCall      = "enc-call-YmF6"
 )
 
 // Defaults of the Slow script.
@@ -209,6 +220,25 @@ func (st *stream) play(name string, r *http.Request) bool {
 		st.send(map[string]any{"type": "STEP_FINISHED", "stepName": "lookup"})
 		st.send(map[string]any{"type": "CUSTOM", "name": "weather.fetched", "value": map[string]any{"ok": true}})
 		st.send(map[string]any{"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "role": "assistant", "delta": "It is 21 °C."})
+		st.finished()
+	case Encrypted:
+		enc := func(subtype, id, value string) {
+			st.send(map[string]any{"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": id, "encryptedValue": value})
+		}
+		st.send(map[string]any{"type": "REASONING_START", "messageId": "er1"})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_START", "messageId": "er1", "role": "reasoning"})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_CONTENT", "messageId": "er1", "delta": "Thinking it over."})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_END", "messageId": "er1"})
+		st.send(map[string]any{"type": "REASONING_END", "messageId": "er1"})
+		enc("message", "er1", EncryptedReasoning)
+		st.text("em1", "Checking the weather.")
+		enc("message", "em1", EncryptedMessage)
+		st.send(map[string]any{"type": "TOOL_CALL_START", "toolCallId": "ec1", "toolCallName": "get_weather", "parentMessageId": "em1"})
+		st.send(map[string]any{"type": "TOOL_CALL_ARGS", "toolCallId": "ec1", "delta": `{"city":"Bern"}`})
+		st.send(map[string]any{"type": "TOOL_CALL_END", "toolCallId": "ec1"})
+		enc("tool-call", "ec1", EncryptedCall)
+		st.send(map[string]any{"type": "TOOL_CALL_RESULT", "messageId": "et1", "toolCallId": "ec1", "content": `{"tempC":18}`, "role": "tool"})
+		st.text("em2", "18 °C in Bern.")
 		st.finished()
 	case Parallel:
 		st.send(map[string]any{"type": "TOOL_CALL_START", "toolCallId": "p1", "toolCallName": "get_weather"})
