@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/wI2L/jsondiff"
 
@@ -796,6 +797,7 @@ func (m *InstanceToAGUI) interrupt(agentID string, p *instanceai.ConfirmationReq
 	if p.InputType != "" {
 		in.Metadata["inputType"] = p.InputType
 	}
+	in.ExpiresAt = InterruptExpiry(p.Args)
 	if s := m.subs[agentID]; s != nil && m.isActive(agentID) {
 		in.SubagentRunID = s.id
 	}
@@ -813,6 +815,32 @@ func (m *InstanceToAGUI) interrupt(agentID string, p *instanceai.ConfirmationReq
 	m.emit("", &agui.RunFinished{ThreadID: m.threadID, RunID: m.runID,
 		Outcome: &agui.Outcome{Type: agui.OutcomeInterrupt, Interrupts: []agui.Interrupt{in}}})
 	m.finished, m.suspended = true, true
+}
+
+// InterruptExpiry is the expiresAt of the AG-UI interrupt a confirmation
+// stands for, "" when it has none: an upstream agent's interrupt travels in
+// the confirmation's args as {interrupt: {…, expiresAt}} (agent/upstream).
+func InterruptExpiry(args json.RawMessage) string {
+	var a struct {
+		Interrupt struct {
+			ExpiresAt string `json:"expiresAt"`
+		} `json:"interrupt"`
+	}
+	if len(args) == 0 || json.Unmarshal(args, &a) != nil {
+		return ""
+	}
+	return a.Interrupt.ExpiresAt
+}
+
+// InterruptExpired reports whether an interrupt's expiresAt has passed at
+// now, as @ag-ui/client 1.0.0's isInterruptExpired judges it: a value that
+// is not a time never expires.
+func InterruptExpired(expiresAt string, now time.Time) bool {
+	if expiresAt == "" {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, expiresAt)
+	return err == nil && !t.After(now)
 }
 
 func (m *InstanceToAGUI) runFinish(agentID string, p *instanceai.RunFinish) {

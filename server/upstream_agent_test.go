@@ -511,3 +511,46 @@ func TestUpstreamEncryptedReasoning(t *testing.T) {
 		t.Fatalf("encrypted values in the rejoin's MESSAGES_SNAPSHOT %v, want %v\nsnapshot: %v", found, want, snapshot)
 	}
 }
+
+// An upstream's interrupt keeps its expiresAt on the /run-agent stream; a
+// resume that resolves it too late gets RUN_ERROR interrupt_expired and
+// leaves it open; cancelling it still goes on with the thread.
+func TestUpstreamInterruptExpiry(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h, fake := startUpstream(t, store, 0)
+	thread := "up-expiring"
+	resumeBody := func(thread, runID string, resume []any) string {
+		return inputJSON(map[string]any{"threadId": thread, "runId": runID, "messages": []any{}, "resume": resume,
+			"forwardedProps": map[string]any{"agent": "fake"}})
+	}
+	evs := h.runAgent(thread, "r1", upstreamtest.InterruptExpiring, map[string]any{"forwardedProps": map[string]any{"agent": "fake"}})
+	out := outcomeOf(t, evs)
+	ins, _ := out["interrupts"].([]any)
+	if out["type"] != "interrupt" || len(ins) != 1 {
+		t.Fatalf("outcome %v", out)
+	}
+	in, _ := ins[0].(map[string]any)
+	id, _ := in["id"].(string)
+	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(in["expiresAt"]))
+	if err != nil {
+		t.Fatalf("the interrupt's expiresAt: %v (%v)", in["expiresAt"], err)
+	}
+	time.Sleep(time.Until(at) + 20*time.Millisecond)
+	late := resumeBody(thread, "r2", []any{map[string]any{"interruptId": id, "status": "resolved", "payload": map[string]any{"approved": true}}})
+	if code, field := h.runAgentRefused(late); code != "interrupt_expired" || field != "resume[0].interruptId" {
+		t.Fatalf("a late resume: %s %q", code, field)
+	}
+	if st := h.ThreadStatus(thread); !st.IsSuspended {
+		t.Fatalf("after the refused late resume: %+v", st)
+	}
+	evs = h.runAgentBody(resumeBody(thread, "r3", []any{map[string]any{"interruptId": id, "status": "cancelled"}}))
+	if o := outcomeOf(t, evs); o["type"] != "success" {
+		t.Fatalf("cancelled: outcome %v", o)
+	}
+	reqs := fake.Requests()
+	// A cancelled approval goes upstream as a denial (PROTOCOLS.md §3).
+	if last := reqs[len(reqs)-1]; len(last.Resume) != 1 || last.Resume[0].InterruptID != "int-1" ||
+		string(last.Resume[0].Payload) != `{"approved":false}` {
+		t.Fatalf("the upstream's last request resumes %+v", last.Resume)
+	}
+}

@@ -329,6 +329,10 @@ const (
 	CodeInterruptNotOpen = "interrupt_not_open"
 	// CodeInvalidResume: a resume entry cannot be read as an answer.
 	CodeInvalidResume = "invalid_resume"
+	// CodeInterruptExpired: a resume entry resolves an interrupt past its
+	// expiresAt (cancelling one is still allowed, as @ag-ui/client lets a
+	// client do to go on with the thread).
+	CodeInterruptExpired = "interrupt_expired"
 )
 
 func (e *resumeError) Error() string { return e.field + ": " + e.msg }
@@ -470,6 +474,12 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 			return source{}, newResumeError(CodeInvalidResume, field, pending, "interrupt %q is answered twice", r.InterruptID)
 		}
 		seen[r.InterruptID] = true
+		if r.Status != agui.ResumeCancelled {
+			if at := expiryOf(byID[r.InterruptID]); mapping.InterruptExpired(at, time.Now()) {
+				return source{}, newResumeError(CodeInterruptExpired, field, pending,
+					"interrupt %q expired at %s and can no longer be answered; cancel it to go on with the thread", r.InterruptID, at)
+			}
+		}
 		a, err := answerOf(r)
 		if err != nil {
 			return source{}, newResumeError(CodeInvalidResume, fmt.Sprintf("resume[%d].payload", i), pending, "%v", err)
@@ -537,6 +547,17 @@ func (s source) resumed(threadID, runID string, stored []instanceai.StoredEvent)
 	}
 	s.mapper, s.first = m, m.Resume(runID)
 	return s
+}
+
+// expiryOf is the expiresAt of the interrupt c stands for ("" for none).
+func expiryOf(c *instanceai.Confirmation) string {
+	var req struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if c == nil || json.Unmarshal(c.Request, &req) != nil {
+		return ""
+	}
+	return mapping.InterruptExpiry(req.Args)
 }
 
 // answerOf maps a resume entry to a confirmation answer: resolved carries

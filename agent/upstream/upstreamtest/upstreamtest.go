@@ -43,6 +43,8 @@ const (
 	// it gets the answer back as text. InterruptText asks for text.
 	Interrupt     = "interrupt"
 	InterruptText = "interrupt-text"
+	// InterruptExpiring is Interrupt with an expiresAt ExpiringIn ahead.
+	InterruptExpiring = "interrupt-expiring"
 	// Slow streams Chunks text deltas, one every Interval.
 	Slow = "slow"
 	// Stall starts and then sends nothing until the request goes.
@@ -68,6 +70,10 @@ const (
 	EncryptedMessage   = "enc-message-YmFy"
 	EncryptedCall      = "enc-call-YmF6"
 )
+
+// ExpiringIn is how long the InterruptExpiring script's interrupt can be
+// answered.
+const ExpiringIn = 300 * time.Millisecond
 
 // Defaults of the Slow script.
 const (
@@ -278,13 +284,16 @@ func (st *stream) play(name string, r *http.Request) bool {
 		last := in.Messages[len(in.Messages)-1]
 		st.text("after-tool", "The browser answered: "+last.Text())
 		st.finished()
-	case Interrupt, InterruptText:
+	case Interrupt, InterruptText, InterruptExpiring:
 		st.text("ask", "I need your approval first.")
 		interrupt := map[string]any{"id": "int-1", "reason": "tool_approval", "message": "Deploy to production?",
 			"responseSchema": json.RawMessage(approvalSchema)}
 		if name == InterruptText {
 			interrupt = map[string]any{"id": "int-1", "reason": "input", "message": "Which region?",
 				"responseSchema": json.RawMessage(`{"type":"string"}`)}
+		}
+		if name == InterruptExpiring {
+			interrupt["expiresAt"] = time.Now().Add(ExpiringIn).UTC().Format(time.RFC3339Nano)
 		}
 		st.send(map[string]any{"type": "RUN_FINISHED", "threadId": in.ThreadID, "runId": in.RunID,
 			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{interrupt}}})
