@@ -373,8 +373,28 @@ func TestNoNullInsideProtocolObjects(t *testing.T) {
 			}
 		})
 	}
-	// Null inside opaque payloads is data.
-	v := verdicts(t, aguicheck.Options{}, start,
+	// A member named like an any-JSON one is a protocol field elsewhere: a
+	// context item's value is a string.
+	for _, c := range []struct{ name, first, at string }{
+		{"input context value", `{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","messages":[],"context":[{"description":"d","value":null}]}}`, "/input/context/0/value"},
+		{"input message name", `{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":"x","name":null}]}}`, "/input/messages/0/name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := verdicts(t, aguicheck.Options{}, c.first, end)
+			if f := v[aguicheck.EventNoNull]; f.Status != conformance.Fail || !strings.Contains(f.Detail, c.at) {
+				t.Fatalf("no-null: %+v, want a failure at %s", f, c.at)
+			}
+		})
+	}
+	// Null where the schema allows any JSON value, and inside opaque
+	// payloads, is data.
+	v := verdicts(t, aguicheck.Options{},
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","messages":[],"state":null}}`,
+		`{"type":"STATE_SNAPSHOT","snapshot":null}`,
+		`{"type":"STATE_SNAPSHOT","snapshot":{"a":null}}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"add","path":"/b","value":null}]}`,
+		`{"type":"CUSTOM","name":"n","value":null}`,
+		`{"type":"RAW","event":null}`,
 		`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u","role":"user","content":"x","metadata":{"k":null}}]}`,
 		`{"type":"RUN_FINISHED","threadId":"t","runId":"r","result":{"k":null},"outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"x","responseSchema":{"default":null}}]}}`)
 	if f := v[aguicheck.EventNoNull]; f.Status != conformance.Pass {
