@@ -1,11 +1,13 @@
 package mapping
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/wI2L/jsondiff"
 
@@ -134,6 +136,11 @@ type InstanceToAGUI struct {
 	segsDelivered map[segCount]int
 	blocksSeen    map[segCount]int
 	messageCount  map[string]int
+	// textIDs are the text messages' ids; reasoningOf is the id of the
+	// latest reasoning message of each responseId (an upstream agent's
+	// message id), which an upstream's REASONING_ENCRYPTED_VALUE names.
+	textIDs     map[string]bool
+	reasoningOf map[string]string
 
 	held *instanceai.RunFinish
 	// lastError and lastErrorCode are the run's last error event's text
@@ -162,6 +169,8 @@ func NewInstanceToAGUI(threadID, runID string) *InstanceToAGUI {
 		segsDelivered: map[segCount]int{},
 		blocksSeen:    map[segCount]int{},
 		messageCount:  map[string]int{},
+		textIDs:       map[string]bool{},
+		reasoningOf:   map[string]string{},
 	}
 }
 
@@ -212,7 +221,7 @@ func (m *InstanceToAGUI) Resume(runID string) []agui.Event {
 	m.out = nil
 	m.runID = runID
 	m.suspended, m.finished = false, false
-	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID})
+	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID, ProtocolVersion: agui.ProtocolVersion})
 	for _, id := range m.pausedSubs {
 		m.startSub(m.subs[id])
 	}
@@ -334,7 +343,11 @@ func (m *InstanceToAGUI) push(ev instanceai.Event) {
 		// own lifecycle is served instead.
 		if t := agui.EventType(p.EventType()); !agui.Lifecycle(t) {
 			m.ensureStarted()
-			m.emit(ev.AgentID, &agui.Verbatim{T: t, Data: p.Event})
+			data := p.Event
+			if t == agui.TypeReasoningEncryptedValue {
+				data = m.encryptedEntity(data)
+			}
+			m.emit(ev.AgentID, &agui.Verbatim{T: t, Data: data})
 		}
 	default:
 		if p, ok := ev.Payload.(*instanceai.ErrorPayload); ok {
@@ -349,7 +362,7 @@ func (m *InstanceToAGUI) ensureStarted() {
 		return
 	}
 	m.started = true
-	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID})
+	m.emit("", &agui.RunStarted{ThreadID: m.threadID, RunID: m.runID, ProtocolVersion: agui.ProtocolVersion})
 }
 
 // emit appends e, stamped with the current event's time and attributed to
@@ -374,6 +387,31 @@ func (m *InstanceToAGUI) agent(id string) *agentState {
 		m.agentOrder = append(m.agentOrder, id)
 	}
 	return a
+}
+
+// encryptedEntity points an upstream's REASONING_ENCRYPTED_VALUE for one
+// of its reasoning messages at that message as this stream names it
+// (Threadline names a reasoning message after its responseId, suffixed):
+// a client attaches the value only to a message it holds. Values for text
+// messages and tool calls, whose ids are the upstream's, go as they came.
+func (m *InstanceToAGUI) encryptedEntity(data json.RawMessage) json.RawMessage {
+	var ev map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // numbers in its metadata kept as written
+	if dec.Decode(&ev) != nil || ev["subtype"] != "message" {
+		return data
+	}
+	id, _ := ev["entityId"].(string)
+	to, ok := m.reasoningOf[id]
+	if !ok || m.textIDs[id] || to == id {
+		return data
+	}
+	ev["entityId"] = to
+	out, err := json.Marshal(ev)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 func (m *InstanceToAGUI) custom(agentID, name string, value any) {
@@ -409,8 +447,12 @@ func (m *InstanceToAGUI) openSegment(a *agentState, kind segKind, responseID str
 	m.segsDelivered[segCount{a.id, responseID, kind}]++
 	if kind == kindText {
 		a.lastText = s.messageID
+		m.textIDs[s.messageID] = true
 		m.emit(a.id, &agui.TextMessageStart{MessageID: s.messageID, Role: agui.RoleAssistant})
 	} else {
+		if responseID != "" {
+			m.reasoningOf[responseID] = s.messageID
+		}
 		m.emit(a.id, &agui.ReasoningStart{MessageID: s.messageID})
 		m.emit(a.id, &agui.ReasoningMessageStart{MessageID: s.messageID, Role: agui.RoleReasoning})
 	}
@@ -755,6 +797,7 @@ func (m *InstanceToAGUI) interrupt(agentID string, p *instanceai.ConfirmationReq
 	if p.InputType != "" {
 		in.Metadata["inputType"] = p.InputType
 	}
+	in.ExpiresAt = InterruptExpiry(p.Args)
 	if s := m.subs[agentID]; s != nil && m.isActive(agentID) {
 		in.SubagentRunID = s.id
 	}
@@ -772,6 +815,32 @@ func (m *InstanceToAGUI) interrupt(agentID string, p *instanceai.ConfirmationReq
 	m.emit("", &agui.RunFinished{ThreadID: m.threadID, RunID: m.runID,
 		Outcome: &agui.Outcome{Type: agui.OutcomeInterrupt, Interrupts: []agui.Interrupt{in}}})
 	m.finished, m.suspended = true, true
+}
+
+// InterruptExpiry is the expiresAt of the AG-UI interrupt a confirmation
+// stands for, "" when it has none: an upstream agent's interrupt travels in
+// the confirmation's args as {interrupt: {…, expiresAt}} (agent/upstream).
+func InterruptExpiry(args json.RawMessage) string {
+	var a struct {
+		Interrupt struct {
+			ExpiresAt string `json:"expiresAt"`
+		} `json:"interrupt"`
+	}
+	if len(args) == 0 || json.Unmarshal(args, &a) != nil {
+		return ""
+	}
+	return a.Interrupt.ExpiresAt
+}
+
+// InterruptExpired reports whether an interrupt's expiresAt has passed at
+// now, as @ag-ui/client 1.0.0's isInterruptExpired judges it: a value that
+// is not a time never expires.
+func InterruptExpired(expiresAt string, now time.Time) bool {
+	if expiresAt == "" {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, expiresAt)
+	return err == nil && !t.After(now)
 }
 
 func (m *InstanceToAGUI) runFinish(agentID string, p *instanceai.RunFinish) {

@@ -105,14 +105,14 @@ func parseAGUIStream(raw []byte) ([]aguiEvent, error) {
 }
 
 // verifyAGUI checks the rules @ag-ui/client's verifier enforces on one run:
-// RUN_STARTED first, exactly one terminal event and it last, no START for
+// RUN_STARTED (or RUN_ERROR) first, exactly one terminal event and it last, no START for
 // an open id, no CONTENT/ARGS/END for an id not open, nothing open at
 // RUN_FINISHED, no null values at the top level.
 func verifyAGUI(events []aguiEvent) error {
 	if len(events) == 0 {
 		return fmt.Errorf("empty stream")
 	}
-	if events[0].typ != "RUN_STARTED" {
+	if events[0].typ != "RUN_STARTED" && events[0].typ != "RUN_ERROR" {
 		return fmt.Errorf("first event is %s", events[0].typ)
 	}
 	open := map[string]map[string]bool{"text": {}, "tool": {}, "reasoning": {}, "reasoningMsg": {}, "step": {}, "sub": {}}

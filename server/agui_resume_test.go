@@ -49,6 +49,25 @@ func (h *harness) runAgentRejected(body string) (status int, code, field string)
 	return res.StatusCode, code, field
 }
 
+// runAgentRefused posts a RunAgentInput that breaks the interrupt
+// contract: the answer is a stream of one RUN_ERROR, whose code and field
+// (in its metadata) are returned.
+func (h *harness) runAgentRefused(body string) (code, field string) {
+	h.t.Helper()
+	events := h.runAgentBody(body)
+	if len(events) != 1 || events[0].typ != "RUN_ERROR" {
+		h.t.Fatalf("want a stream of one RUN_ERROR, got %+v", events)
+	}
+	e := events[0]
+	meta, _ := e.body["metadata"].(map[string]any)
+	detail, _ := meta["instance-ai"].(map[string]any)
+	field, _ = detail["field"].(string)
+	if !strings.HasPrefix(e.str("message"), field+": ") {
+		h.t.Fatalf("message %q does not name the field %q", e.str("message"), field)
+	}
+	return e.str("code"), field
+}
+
 func inputJSON(in map[string]any) string {
 	b, _ := json.Marshal(in)
 	return string(b)
@@ -183,22 +202,27 @@ func TestRunAgentResume(t *testing.T) {
 			thread := "ag-resume-errors"
 			in := interruptOf(t, h, thread)
 			id := in["id"].(string)
+			// The interrupt contract answers each with RUN_ERROR.
 			cases := []struct {
-				name, body, field string
-				status            int
+				name, body, code, field string
 			}{
-				{"missing resume", servertest.RunAgentInput(thread, "r-x", "hello", nil), "resume", http.StatusBadRequest},
+				{"missing resume", servertest.RunAgentInput(thread, "r-x", "hello", nil), "interrupts_unanswered", "resume"},
+				{"resume of another id only", resumeBody(thread, "r-x", []any{
+					map[string]any{"interruptId": "cr_nope", "status": "cancelled"}}), "interrupt_not_open", "resume[0].interruptId"},
 				{"unknown interrupt id", resumeBody(thread, "r-x", []any{
 					map[string]any{"interruptId": id, "status": "resolved", "payload": map[string]any{"approved": true}},
 					map[string]any{"interruptId": "cr_nope", "status": "resolved", "payload": map[string]any{"approved": true}}}),
-					"resume[1].interruptId", http.StatusBadRequest},
+					"interrupt_not_open", "resume[1].interruptId"},
+				{"answered twice", resumeBody(thread, "r-x", []any{
+					map[string]any{"interruptId": id, "status": "cancelled"}, map[string]any{"interruptId": id, "status": "cancelled"}}),
+					"invalid_resume", "resume[1].interruptId"},
 				{"resolved without approved", resumeBody(thread, "r-x", []any{map[string]any{"interruptId": id, "status": "resolved",
-					"payload": map[string]any{"userInput": "?"}}}), "resume[0].payload", http.StatusBadRequest},
+					"payload": map[string]any{"userInput": "?"}}}), "invalid_resume", "resume[0].payload"},
 			}
 			for _, c := range cases {
-				status, code, field := h.runAgentRejected(c.body)
-				if status != c.status || code != "invalid_field" || field != c.field {
-					t.Fatalf("%s: %d %s %q, want %d invalid_field %q", c.name, status, code, field, c.status, c.field)
+				code, field := h.runAgentRefused(c.body)
+				if code != c.code || field != c.field {
+					t.Fatalf("%s: RUN_ERROR %s naming %q, want %s naming %q", c.name, code, field, c.code, c.field)
 				}
 			}
 			// Nothing was answered: the run still waits, and a valid resume
@@ -210,10 +234,10 @@ func TestRunAgentResume(t *testing.T) {
 			if o := outcomeOf(t, evs); o["type"] != "success" {
 				t.Fatalf("outcome %v", o)
 			}
-			// Answered and finished: resuming it again names the id.
-			status, _, field := h.runAgentRejected(resumeBody(thread, "r-again", []any{map[string]any{"interruptId": id, "status": "cancelled"}}))
-			if status != http.StatusBadRequest || field != "resume[0].interruptId" {
-				t.Fatalf("second resume: %d %q", status, field)
+			// Answered and finished: replaying the resume does nothing twice,
+			// and names the id.
+			if code, field := h.runAgentRefused(resumeBody(thread, "r-again", []any{map[string]any{"interruptId": id, "status": "cancelled"}})); code != "interrupt_not_open" || field != "resume[0].interruptId" {
+				t.Fatalf("second resume: %s %q", code, field)
 			}
 		})
 

@@ -25,6 +25,30 @@ func postRunAgentError(t *testing.T, srv *servertest.Server, body string) (int, 
 	return res.StatusCode, out
 }
 
+// postRunAgentRefused posts body, which the interrupt contract refuses,
+// and returns the RUN_ERROR the stream holds: its code and field.
+func postRunAgentRefused(t *testing.T, srv *servertest.Server, body string) (code, field, raw string) {
+	t.Helper()
+	res := srv.PostRunAgent(t.Context(), body, "text/event-stream")
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	raw = string(b)
+	var data string
+	ok := strings.Count(raw, "data: ") == 1
+	if i := strings.Index(raw, "data: "); ok {
+		data, _, _ = strings.Cut(raw[i+len("data: "):], "\n")
+	}
+	var ev struct {
+		Type, Code string
+		Metadata   map[string]map[string]any
+	}
+	if res.StatusCode != http.StatusOK || !ok || json.Unmarshal([]byte(data), &ev) != nil || ev.Type != "RUN_ERROR" {
+		t.Fatalf("run-agent %s: %d %q, want a stream of one RUN_ERROR", body, res.StatusCode, raw)
+	}
+	field, _ = ev.Metadata["instance-ai"]["field"].(string)
+	return ev.Code, field, raw
+}
+
 func wantNoThreads(t *testing.T, srv *servertest.Server, after string) {
 	t.Helper()
 	if page := srv.ListThreads(""); len(page.Threads) != 0 {
@@ -45,9 +69,10 @@ func TestRefusedRunsCreateNoThread(t *testing.T) {
 	wantError(t, "run-agent with an unknown agent", code, out, http.StatusBadRequest, "unknown_agent", "forwardedProps.agent")
 	wantNoThreads(t, srv, "a run-agent with an unknown agent")
 
-	code, out = postRunAgentError(t, srv, servertest.RunAgentInput("fresh", "r2", "", map[string]any{
-		"messages": []any{}, "resume": []any{map[string]any{"interruptId": "cr_none", "status": "resolved", "payload": map[string]any{"approved": true}}}}))
-	wantError(t, "run-agent resuming nothing", code, out, http.StatusBadRequest, "invalid_field", "resume[0].interruptId")
+	if code, field, _ := postRunAgentRefused(t, srv, servertest.RunAgentInput("fresh", "r2", "", map[string]any{
+		"messages": []any{}, "resume": []any{map[string]any{"interruptId": "cr_none", "status": "resolved", "payload": map[string]any{"approved": true}}}})); code != "interrupt_not_open" || field != "resume[0].interruptId" {
+		t.Fatalf("run-agent resuming nothing: %s %q", code, field)
+	}
 	wantNoThreads(t, srv, "a resume of a thread that does not exist")
 
 	// The same requests done right create the thread.
@@ -173,10 +198,12 @@ func TestResumeOfAnotherUsersThread(t *testing.T) {
 	defer alice.Cancel("hers")
 	resume := servertest.RunAgentInput("hers", "r1", "", map[string]any{
 		"messages": []any{}, "resume": []any{map[string]any{"interruptId": "cr_x", "status": "resolved", "payload": map[string]any{"approved": true}}}})
-	code, out := postRunAgentError(t, bob, resume)
-	wantError(t, "bob resuming alice's thread", code, out, http.StatusBadRequest, "invalid_field", "resume[0].interruptId")
-	if raw, _ := jsonString(out); strings.Contains(raw, "run_") {
-		t.Fatalf("the answer tells of alice's run: %v", out)
+	code, field, raw := postRunAgentRefused(t, bob, resume)
+	if code != "interrupt_not_open" || field != "resume[0].interruptId" {
+		t.Fatalf("bob resuming alice's thread: %s %q", code, field)
+	}
+	if strings.Contains(raw, "run_") {
+		t.Fatalf("the answer tells of alice's run: %s", raw)
 	}
 	wantNoThreads(t, bob, "bob's resume")
 }

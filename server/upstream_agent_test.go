@@ -14,6 +14,8 @@ import (
 	"github.com/threadline/threadline/agent/upstream"
 	"github.com/threadline/threadline/agent/upstream/upstreamtest"
 	"github.com/threadline/threadline/agui"
+	"github.com/threadline/threadline/conformance"
+	"github.com/threadline/threadline/conformance/aguicheck"
 	"github.com/threadline/threadline/conformance/runner"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
@@ -81,10 +83,11 @@ func TestUpstreamAgentRoundTrip(t *testing.T) {
 			{"name":"parallel","message":%q,"rejoin":true},
 			{"name":"frontend","message":%q,"rejoin":true,"toolResult":"teal",
 				"tools":[{"name":"pickColor","description":"Asks the user for a color","parameters":{"type":"object","properties":{}}}]},
-			{"name":"subagents","message":%q,"rejoin":true}
-		]`, upstreamtest.Full, upstreamtest.Parallel, upstreamtest.Frontend, upstreamtest.Subagents)
-		direct := runInterop(t, node, fake.URL, scenarios, 4)
-		through := runInterop(t, node, h.URL+"/run-agent", scenarios, 4)
+			{"name":"subagents","message":%q,"rejoin":true},
+			{"name":"encrypted","message":%q,"rejoin":true}
+		]`, upstreamtest.Full, upstreamtest.Parallel, upstreamtest.Frontend, upstreamtest.Subagents, upstreamtest.Encrypted)
+		direct := runInterop(t, node, fake.URL, scenarios, 5)
+		through := runInterop(t, node, h.URL+"/run-agent", scenarios, 5)
 		for i, want := range direct.Results {
 			got := through.Results[i]
 			want.interopRun.succeeded(t, want.Name+" straight from the upstream")
@@ -445,4 +448,109 @@ func TestUpstreamAgentConforms(t *testing.T) {
 			t.Fatalf("the upstream got %d requests, want one per protocol at least", len(fake.Requests()))
 		}
 	})
+}
+
+// An upstream's REASONING_ENCRYPTED_VALUE events reach the /run-agent
+// stream attached to entities the client holds there (the reasoning
+// message, the text message, the tool call), and a rejoin afterwards
+// restates them: the MESSAGES_SNAPSHOT carries each value on its message
+// or tool call, as the client that followed the run live holds them.
+func TestUpstreamEncryptedReasoning(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h, _ := startUpstream(t, store, 0)
+	thread := "up-encrypted"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := h.PostRunAgent(ctx, servertest.RunAgentInput(thread, "r1", upstreamtest.Encrypted,
+		map[string]any{"forwardedProps": map[string]any{"agent": "fake"}}), "text/event-stream")
+	rec, err := conformance.Record(ctx, res, nil)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("run-agent: %d %v", res.StatusCode, err)
+	}
+	verdict := map[string]conformance.Finding{}
+	for _, f := range aguicheck.Check(rec) {
+		verdict[f.Rule] = f
+		if f.Status == conformance.Fail {
+			t.Errorf("%s fails: %s", f.Rule, f.Detail)
+		}
+	}
+	if f := verdict[aguicheck.ReasonEncrypted]; f.Status != conformance.Pass {
+		t.Fatalf("%s: %+v\n%s", aguicheck.ReasonEncrypted, f, rec.Body)
+	}
+	for _, v := range []string{upstreamtest.EncryptedReasoning, upstreamtest.EncryptedMessage, upstreamtest.EncryptedCall} {
+		if !strings.Contains(string(rec.Body), `"encryptedValue":"`+v+`"`) {
+			t.Fatalf("the stream lacks encrypted value %s:\n%s", v, rec.Body)
+		}
+	}
+
+	// The rejoin's snapshot restates them on their entities.
+	var snapshot []map[string]any
+	for _, ev := range h.openRejoin(ctx, thread, "").rest() {
+		if ev.typ == "MESSAGES_SNAPSHOT" {
+			raw, _ := json.Marshal(ev.body["messages"])
+			_ = json.Unmarshal(raw, &snapshot)
+		}
+	}
+	found := map[string]string{}
+	for _, m := range snapshot {
+		if v, ok := m["encryptedValue"].(string); ok {
+			found[v] = fmt.Sprint(m["role"])
+		}
+		calls, _ := m["toolCalls"].([]any)
+		for _, c := range calls {
+			tc, _ := c.(map[string]any)
+			if v, ok := tc["encryptedValue"].(string); ok {
+				found[v] = "toolCall " + fmt.Sprint(tc["id"])
+			}
+		}
+	}
+	want := map[string]string{upstreamtest.EncryptedReasoning: "reasoning", upstreamtest.EncryptedMessage: "assistant",
+		upstreamtest.EncryptedCall: "toolCall ec1"}
+	if !maps.Equal(found, want) {
+		t.Fatalf("encrypted values in the rejoin's MESSAGES_SNAPSHOT %v, want %v\nsnapshot: %v", found, want, snapshot)
+	}
+}
+
+// An upstream's interrupt keeps its expiresAt on the /run-agent stream; a
+// resume that resolves it too late gets RUN_ERROR interrupt_expired and
+// leaves it open; cancelling it still goes on with the thread.
+func TestUpstreamInterruptExpiry(t *testing.T) {
+	store := servertest.OpenStore(t, "memory")
+	h, fake := startUpstream(t, store, 0)
+	thread := "up-expiring"
+	resumeBody := func(thread, runID string, resume []any) string {
+		return inputJSON(map[string]any{"threadId": thread, "runId": runID, "messages": []any{}, "resume": resume,
+			"forwardedProps": map[string]any{"agent": "fake"}})
+	}
+	evs := h.runAgent(thread, "r1", upstreamtest.InterruptExpiring, map[string]any{"forwardedProps": map[string]any{"agent": "fake"}})
+	out := outcomeOf(t, evs)
+	ins, _ := out["interrupts"].([]any)
+	if out["type"] != "interrupt" || len(ins) != 1 {
+		t.Fatalf("outcome %v", out)
+	}
+	in, _ := ins[0].(map[string]any)
+	id, _ := in["id"].(string)
+	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(in["expiresAt"]))
+	if err != nil {
+		t.Fatalf("the interrupt's expiresAt: %v (%v)", in["expiresAt"], err)
+	}
+	time.Sleep(time.Until(at) + 20*time.Millisecond)
+	late := resumeBody(thread, "r2", []any{map[string]any{"interruptId": id, "status": "resolved", "payload": map[string]any{"approved": true}}})
+	if code, field := h.runAgentRefused(late); code != "interrupt_expired" || field != "resume[0].interruptId" {
+		t.Fatalf("a late resume: %s %q", code, field)
+	}
+	if st := h.ThreadStatus(thread); !st.IsSuspended {
+		t.Fatalf("after the refused late resume: %+v", st)
+	}
+	evs = h.runAgentBody(resumeBody(thread, "r3", []any{map[string]any{"interruptId": id, "status": "cancelled"}}))
+	if o := outcomeOf(t, evs); o["type"] != "success" {
+		t.Fatalf("cancelled: outcome %v", o)
+	}
+	reqs := fake.Requests()
+	// A cancelled approval goes upstream as a denial (PROTOCOLS.md §3).
+	if last := reqs[len(reqs)-1]; len(last.Resume) != 1 || last.Resume[0].InterruptID != "int-1" ||
+		string(last.Resume[0].Payload) != `{"approved":false}` {
+		t.Fatalf("the upstream's last request resumes %+v", last.Resume)
+	}
 }

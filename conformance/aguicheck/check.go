@@ -17,25 +17,49 @@ import (
 
 // Check judges one /run-agent response: one finding per rule of Rules.
 func Check(rec *conformance.Recording) []conformance.Finding {
-	return CheckContinuation(rec)
+	return CheckWith(rec, Options{})
 }
 
 // CheckContinuation judges a response that continues earlier ones of the
 // same thread (a resume answering an interrupt): a TOOL_CALL_RESULT may
 // name a call that an earlier response announced.
 func CheckContinuation(rec *conformance.Recording, earlier ...*conformance.Recording) []conformance.Finding {
+	return CheckWith(rec, Options{Earlier: earlier})
+}
+
+// Options tell the checker what it cannot read from the stream itself.
+type Options struct {
+	// Input is the RunAgentInput the stream answers, when known (its
+	// protocolVersion is what the producer is asked to match).
+	Input map[string]any
+	// Earlier are responses of the same thread that this one continues.
+	Earlier []*conformance.Recording
+	// History marks a stream that restates a thread's history (a rejoin,
+	// a connect): its runs before the last must come compacted.
+	History bool
+}
+
+// CheckWith judges one response with what opts say about it.
+func CheckWith(rec *conformance.Recording, opts Options) []conformance.Finding {
 	t := conformance.NewTally(Rules)
 	checkHTTP(t, rec)
 	c := newChecker(t)
-	for _, prev := range earlier {
+	c.history = opts.History
+	if v, ok := opts.Input["protocolVersion"].(string); ok {
+		c.inputVersion = v
+	}
+	for _, prev := range opts.Earlier {
 		for _, f := range prev.Data() {
-			var ev struct {
-				Type       string `json:"type"`
-				ToolCallID string `json:"toolCallId"`
+			m, err := decodeObject(f.Data)
+			if err != nil {
+				continue
 			}
-			if json.Unmarshal([]byte(f.Data), &ev) == nil && ev.Type == string(agui.TypeToolCallStart) {
-				c.announced[ev.ToolCallID] = true
+			if m["type"] == string(agui.TypeToolCallStart) {
+				if id, ok := m["toolCallId"].(string); ok {
+					c.announced[id] = true
+				}
 			}
+			c.learnIDs(&event{typ: fmt.Sprint(m["type"]), m: m})
 		}
 	}
 	n := 0
@@ -113,11 +137,14 @@ type checker struct {
 	stateWhy   string
 
 	last *event // the last data frame, nil if it was not a JSON object
+
+	more
 }
 
 func newChecker(t *conformance.Tally) *checker {
 	c := &checker{t: t, announced: map[string]bool{},
 		stateWhy: "no STATE_DELTA in this stream"}
+	c.more = newMore()
 	c.reset()
 	return c
 }
@@ -174,6 +201,7 @@ func (c *checker) frame(idx int, data string) {
 	c.t.Pass(EventKnownType)
 	c.shape(e)
 	c.sequence(e)
+	c.after(e)
 }
 
 func (c *checker) finish(n int) {
@@ -223,6 +251,7 @@ func (c *checker) finish(n int) {
 	t.Skip(EventTimestamp, "no event carries a timestamp")
 	t.Skip(EventCustom, "no CUSTOM event in this stream")
 	t.Skip(RunFinishedIDs, "no RUN_FINISHED after a RUN_STARTED")
+	c.finishMore()
 }
 
 func (c *checker) sequence(e *event) {

@@ -11,6 +11,8 @@ const (
 	srcProto   = "PROTOCOLS.md §2"
 	srcVerify  = "PROTOCOLS.md §2 (@ag-ui/client verifyEvents)"
 	srcSchemas = "@ag-ui/core@1.0.0 events zod schemas"
+	srcCore    = "@ag-ui/core@1.0.0 dist/version-*.d.ts"
+	srcApply   = "@ag-ui/client@1.0.0 defaultApplyEvents"
 )
 
 // Rule ids, named once so Check and the rule list cannot drift apart.
@@ -53,6 +55,11 @@ const (
 	SubAttribution    = "agui.subagent.attribution"
 	StateDeltaShape   = "agui.state.delta-shape"
 	StateDeltaApplies = "agui.state.delta-applies"
+
+	RunProtocolVersion = "agui.run.protocol-version"
+	RunPendingCalls    = "agui.run.pending-tool-calls"
+	ReasonEncrypted    = "agui.reasoning.encrypted-entity"
+	ReplayCompacted    = "agui.replay.compacted"
 )
 
 // Rules is every rule Check judges.
@@ -95,4 +102,13 @@ var Rules = []conformance.Rule{
 	{ID: SubAttribution, Title: "events of a message, tool call or reasoning message carry its opener's subagentRunId", Source: srcVerify},
 	{ID: StateDeltaShape, Title: "STATE_DELTA delta (and ACTIVITY_DELTA patch) is an array of RFC 6902 operations with JSON Pointer paths", Source: srcSchemas + " (JsonPatchSchema)"},
 	{ID: StateDeltaApplies, Title: "STATE_DELTA applies cleanly to the state the stream's STATE_SNAPSHOT built", Source: srcProto + "; RFC 6902"},
+
+	{ID: RunProtocolVersion, Title: "RUN_STARTED's protocolVersion, when present, is a major.minor version (\"1.0\"); it is present when the run's input declared one",
+		Source: srcCore + " (RunStartedEvent.protocolVersion, RunAgentInput.protocolVersion, PROTOCOL_VERSION \"1.0\"); @ag-ui/client@1.0.0 RUN_STARTED version check"},
+	{ID: RunPendingCalls, Title: "a success outcome's non-empty pendingToolCallIds lists the run's tool calls left without TOOL_CALL_RESULT, in start order",
+		Source: srcCore + " (RunFinishedSuccessOutcome.pendingToolCallIds); " + srcApply + " (RUN_FINISHED)"},
+	{ID: ReasonEncrypted, Title: "REASONING_ENCRYPTED_VALUE names a tool call or message the client already holds (else it drops the value)",
+		Source: srcApply + " (REASONING_ENCRYPTED_VALUE); " + srcCore + " (ReasoningEncryptedValueEvent)"},
+	{ID: ReplayCompacted, Title: "a stream restating a thread's history carries each run before its last compacted: one TEXT_MESSAGE_CONTENT per message, one TOOL_CALL_ARGS per call, state as STATE_SNAPSHOT (no STATE_DELTA)",
+		Source: "ag-ui docs/concepts/serialization.mdx (Event Compaction) @821b8c2; @ag-ui/client@1.0.0 compactEvents"},
 }

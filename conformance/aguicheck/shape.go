@@ -238,10 +238,12 @@ var opaque = map[string]bool{
 	"content": true,
 }
 
-// nullable members may themselves be null: the schemas type them as any
-// JSON value (STATE_SNAPSHOT.snapshot, CUSTOM.value, RAW.event, a patch
-// operation's value, RunAgentInput.state).
-var nullable = map[string]bool{"snapshot": true, "value": true, "event": true, "state": true}
+// nullableRE matches the members that may themselves be null, by where
+// they are: the schemas type them as any JSON value (STATE_SNAPSHOT.snapshot,
+// CUSTOM.value, RAW.event, a patch operation's value, RunAgentInput.state
+// echoed on RUN_STARTED). A member of the same name elsewhere (a context
+// item's value, a string) is a protocol field like any other.
+var nullableRE = regexp.MustCompile(`^/(snapshot|value|event|input/state)$|^/(delta|patch)/[0-9]+/value$`)
 
 var (
 	camelRE   = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
@@ -316,7 +318,7 @@ func walk(v any, path string, badKey, nullAt *string) {
 			}
 			x := v[k]
 			if x == nil {
-				if *nullAt == "" && !nullable[k] {
+				if *nullAt == "" && !nullableRE.MatchString(p) {
 					*nullAt = p
 				}
 				continue

@@ -96,7 +96,7 @@ var Scenarios = []Scenario{
 
 // Catalog returns every rule the runner judges.
 func Catalog() (*conformance.Catalog, error) {
-	return conformance.NewCatalog(aguicheck.Rules, nativecheck.Rules, ssecheck.Rules)
+	return conformance.NewCatalog(aguicheck.Rules, Rules, nativecheck.Rules, ssecheck.Rules)
 }
 
 type runner struct {
@@ -405,23 +405,19 @@ func (r *runner) record(ctx context.Context, method, path string, body any, head
 	return rec, nil
 }
 
-// aguiEvent is the part of an AG-UI event the runner reads.
-type aguiEvent struct {
-	Type    string `json:"type"`
-	Outcome *struct {
-		Type       string `json:"type"`
-		Interrupts []struct {
-			ID string `json:"id"`
-		} `json:"interrupts"`
-	} `json:"outcome"`
-}
+// protocolVersion is the AG-UI version the runner's requests declare, as
+// @ag-ui/client 1.0.0's HttpAgent does.
+const protocolVersion = "1.0"
 
-// agui plays a scenario at /run-agent: one run, and for an interrupt the
-// run that resumes it, each stream checked.
+// agui plays a scenario at /run-agent: one run, each stream checked. For
+// an interrupt, it then sends what the interrupt contract refuses (a run
+// without resume, a resume that leaves an interrupt out, a late one when
+// an interrupt expires soon), the resume that answers every interrupt, and
+// that resume again.
 func (r *runner) agui(ctx context.Context, sc Scenario) conformance.ScenarioResult {
 	thread := r.thread("agui-" + sc.Name)
 	input := map[string]any{
-		"threadId": thread, "runId": "run-1",
+		"threadId": thread, "runId": "run-1", "protocolVersion": protocolVersion,
 		"messages": []any{map[string]any{"id": "m1", "role": "user", "content": sc.Message}},
 		"tools":    sc.Tools, "context": []any{}, "state": map[string]any{}, "forwardedProps": map[string]any{},
 	}
@@ -432,33 +428,39 @@ func (r *runner) agui(ctx context.Context, sc Scenario) conformance.ScenarioResu
 	if err != nil {
 		return conformance.ScenarioResult{Error: err.Error()}
 	}
-	findings := append(aguicheck.Check(rec), ssecheck.Check(rec, ssecheck.Options{})...)
-	if id := interruptID(rec); id != "" {
-		resume := map[string]any{
-			"threadId": thread, "runId": "run-2", "messages": []any{}, "tools": []any{}, "context": []any{},
-			"state": map[string]any{}, "forwardedProps": map[string]any{},
-			"resume": []any{map[string]any{"interruptId": id, "status": "resolved", "payload": map[string]any{"approved": true}}},
-		}
-		rec2, err := r.record(ctx, http.MethodPost, "/run-agent", resume, nil, nil)
-		if err != nil {
-			return conformance.ScenarioResult{Findings: findings, Error: "resume: " + err.Error()}
-		}
-		findings = append(findings, aguicheck.CheckContinuation(rec2, rec)...)
-		findings = append(findings, ssecheck.Check(rec2, ssecheck.Options{})...)
+	findings := append(aguicheck.CheckWith(rec, aguicheck.Options{Input: input}), ssecheck.Check(rec, ssecheck.Options{})...)
+	ins := interrupts(rec)
+	if len(ins) == 0 {
+		return conformance.ScenarioResult{Findings: findings}
 	}
+	findings = append(findings, r.breakContract(ctx, thread, ins)...)
+	status := "resolved"
+	late, sent := r.expired(ctx, thread, ins)
+	findings = append(findings, late)
+	if sent != nil {
+		if late.Status == conformance.Fail {
+			// The late resume went through: nothing is left to resume,
+			// but it can be replayed.
+			return conformance.ScenarioResult{Findings: append(findings, r.replay(ctx, sent))}
+		}
+		status = "cancelled" // an expired interrupt can still be cancelled
+	}
+	resume := resumeInput(thread, "run-2", approvals(ins, status))
+	rec2, err := r.record(ctx, http.MethodPost, "/run-agent", resume, nil, nil)
+	if err != nil {
+		return conformance.ScenarioResult{Findings: findings, Error: "resume (the refused requests before it must leave the interrupts open): " + err.Error()}
+	}
+	var first struct {
+		Type string `json:"type"`
+	}
+	if data := rec2.Data(); len(data) > 0 && json.Unmarshal([]byte(data[0].Data), &first) == nil && first.Type == "RUN_ERROR" {
+		findings = append(findings, conformance.Failf(ResumeCoversOpen,
+			"the resume answering every interrupt after the refused requests got RUN_ERROR: a refused request closed the interrupts"))
+	}
+	findings = append(findings, aguicheck.CheckWith(rec2, aguicheck.Options{Input: resume, Earlier: []*conformance.Recording{rec}})...)
+	findings = append(findings, ssecheck.Check(rec2, ssecheck.Options{})...)
+	findings = append(findings, r.replay(ctx, resume))
 	return conformance.ScenarioResult{Findings: findings}
-}
-
-// interruptID is the first interrupt a run ended with.
-func interruptID(rec *conformance.Recording) string {
-	for _, f := range rec.Data() {
-		var ev aguiEvent
-		if json.Unmarshal([]byte(f.Data), &ev) == nil && ev.Type == "RUN_FINISHED" && ev.Outcome != nil &&
-			ev.Outcome.Type == "interrupt" && len(ev.Outcome.Interrupts) > 0 {
-			return ev.Outcome.Interrupts[0].ID
-		}
-	}
-	return ""
 }
 
 // nativeEvent is the part of a native event the runner reads.

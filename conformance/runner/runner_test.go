@@ -2,12 +2,14 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,9 +65,20 @@ func TestThreadlineConforms(t *testing.T) {
 				t.Fatalf("%d progress lines for %d scenarios:\n%s", got, len(rep.Scenarios), progress.String())
 			}
 			passed := 0
+			status := map[string]conformance.Status{}
 			for _, v := range rep.Rules {
+				status[v.ID] = v.Status
 				if v.Status == conformance.Pass {
 					passed++
+				}
+			}
+			// The confirm scenario's interrupt exercises the interrupt
+			// contract; Threadline's interrupts do not expire.
+			for id, want := range map[string]conformance.Status{runner.ResumeCoversOpen: conformance.Pass,
+				runner.ResumeReplay: conformance.Pass, runner.ResumeExpired: conformance.Skip,
+				aguicheck.RunProtocolVersion: conformance.Pass, aguicheck.RunPendingCalls: conformance.Pass} {
+				if status[id] != want {
+					t.Errorf("%s is %s, want %s", id, status[id], want)
 				}
 			}
 			if passed < len(rep.Rules)*3/4 {
@@ -245,5 +258,111 @@ func TestServerWithoutThreadsEndpoint(t *testing.T) {
 	}
 	if !rep.Passed || len(rep.Scenarios) != 3 {
 		t.Fatalf("chat-first: %s", failures(rep))
+	}
+}
+
+// interruptingAGUI serves /run-agent with a run that stops on an interrupt
+// expiring in 300 ms. A conforming one keeps the interrupt contract; the
+// other takes every request as a new run: a message without resume, a
+// resume that leaves the interrupt out, one past its expiry, one replayed.
+func interruptingAGUI(conforming bool) http.Handler {
+	var mu sync.Mutex
+	open := map[string]map[string]time.Time{} // thread → interrupt id → expiry
+	n := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /run-agent", func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			ThreadID string `json:"threadId"`
+			RunID    string `json:"runId"`
+			Resume   []struct {
+				InterruptID string `json:"interruptId"`
+				Status      string `json:"status"`
+			} `json:"resume"`
+		}
+		if json.NewDecoder(r.Body).Decode(&in) != nil {
+			http.Error(w, `{"error":"bad input"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Accel-Buffering", "no")
+		send := func(evs ...string) {
+			for _, ev := range evs {
+				fmt.Fprintf(w, "data: %s\n\n", ev)
+			}
+		}
+		started := fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q,"protocolVersion":"1.0"}`, in.ThreadID, in.RunID)
+		finished := fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, in.ThreadID, in.RunID)
+		refuse := func(code string) { send(fmt.Sprintf(`{"type":"RUN_ERROR","message":"refused","code":%q}`, code)) }
+		mu.Lock()
+		defer mu.Unlock()
+		pending := open[in.ThreadID]
+		if conforming && len(pending) > 0 {
+			answered := map[string]bool{}
+			for _, e := range in.Resume {
+				exp, ok := pending[e.InterruptID]
+				switch {
+				case !ok:
+					refuse("interrupt_not_open")
+					return
+				case time.Now().After(exp) && e.Status != "cancelled":
+					refuse("interrupt_expired")
+					return
+				}
+				answered[e.InterruptID] = true
+			}
+			if len(answered) != len(pending) {
+				refuse("interrupts_unanswered")
+				return
+			}
+			delete(open, in.ThreadID)
+		} else if conforming && len(in.Resume) > 0 {
+			refuse("interrupt_not_open")
+			return
+		}
+		if len(in.Resume) > 0 || (!conforming && open[in.ThreadID] != nil) {
+			send(started, `{"type":"TEXT_MESSAGE_START","messageId":"m-`+in.RunID+`","role":"assistant"}`,
+				`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m-`+in.RunID+`","delta":"Done."}`,
+				`{"type":"TEXT_MESSAGE_END","messageId":"m-`+in.RunID+`"}`, finished)
+			return
+		}
+		n++
+		id := fmt.Sprintf("i%d", n)
+		exp := time.Now().Add(300 * time.Millisecond)
+		open[in.ThreadID] = map[string]time.Time{id: exp}
+		send(started, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":%q,"reason":"confirmation","expiresAt":%q}]}}`,
+			in.ThreadID, in.RunID, id, exp.UTC().Format(time.RFC3339Nano)))
+	})
+	return mux
+}
+
+// TestResumeRules: a server that keeps AG-UI's interrupt contract passes
+// the resume rules; one that runs whatever it is sent fails each.
+func TestResumeRules(t *testing.T) {
+	for _, conforming := range []bool{true, false} {
+		t.Run(fmt.Sprint("conforming=", conforming), func(t *testing.T) {
+			srv := httptest.NewServer(interruptingAGUI(conforming))
+			defer srv.Close()
+			rep, err := runner.Run(context.Background(), runner.Config{Target: srv.URL, Protocols: []string{runner.ProtocolAGUI}, Timeout: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			status := map[string]conformance.Status{}
+			for _, v := range rep.Rules {
+				status[v.ID] = v.Status
+			}
+			for _, id := range []string{runner.ResumeCoversOpen, runner.ResumeExpired, runner.ResumeReplay} {
+				want := conformance.Fail
+				if conforming {
+					want = conformance.Pass
+				}
+				if status[id] != want {
+					t.Errorf("%s is %s, want %s; failures:\n%s", id, status[id], want, failures(rep))
+				}
+			}
+			if conforming && !rep.Passed {
+				t.Errorf("a conforming server failed:\n%s", failures(rep))
+			}
+		})
 	}
 }

@@ -287,15 +287,79 @@ func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, opts RunOptio
 		opts.Busy(w, r)
 		return
 	}
-	if err != nil {
-		httpjson.WriteError(w, err)
-		return
-	}
 	var dialect func([]agui.Event) []agui.Event
 	if opts.Dialect != nil {
 		dialect = opts.Dialect()
 	}
+	var refused *resumeError
+	if errors.As(err, &refused) {
+		h.refuseResume(w, refused, dialect)
+		return
+	}
+	if err != nil {
+		httpjson.WriteError(w, err)
+		return
+	}
 	h.stream(w, r, req, src, dialect)
+}
+
+// resumeError is a run request that breaks AG-UI's interrupt contract
+// (docs/concepts/interrupts.mdx, Contract rules and Error handling): a
+// thread with open interrupts run without a resume that answers every one,
+// an interruptId that names no open interrupt (one answered already, say),
+// an answer that cannot be read. The contract answers it with RUN_ERROR,
+// so it is a stream of that one event rather than an HTTP error; nothing
+// of the thread changes, and its interrupts stay open.
+type resumeError struct {
+	code  string // Code* below
+	field string // the input field at fault, e.g. resume[1].interruptId
+	msg   string
+	// interruptIDs are the thread's open interrupts, when it has any.
+	interruptIDs []string
+}
+
+// RUN_ERROR codes of a refused resume.
+const (
+	// CodeInterruptsUnanswered: the thread has open interrupts the input
+	// does not answer (no resume, or one that leaves some out).
+	CodeInterruptsUnanswered = "interrupts_unanswered"
+	// CodeInterruptNotOpen: a resume entry names no open interrupt of the
+	// thread (an unknown id, or one already answered: a replayed resume
+	// does nothing twice).
+	CodeInterruptNotOpen = "interrupt_not_open"
+	// CodeInvalidResume: a resume entry cannot be read as an answer.
+	CodeInvalidResume = "invalid_resume"
+	// CodeInterruptExpired: a resume entry resolves an interrupt past its
+	// expiresAt (cancelling one is still allowed, as @ag-ui/client lets a
+	// client do to go on with the thread).
+	CodeInterruptExpired = "interrupt_expired"
+)
+
+func (e *resumeError) Error() string { return e.field + ": " + e.msg }
+
+func newResumeError(code, field string, open []string, format string, args ...any) *resumeError {
+	return &resumeError{code: code, field: field, msg: fmt.Sprintf(format, args...), interruptIDs: open}
+}
+
+// refuseResume answers a resumeError as AG-UI's interrupt contract says: a
+// stream whose one event is RUN_ERROR, its message naming the field, its
+// metadata the field and the thread's open interrupts.
+func (h *Handler) refuseResume(w http.ResponseWriter, e *resumeError, dialect func([]agui.Event) []agui.Event) {
+	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+	if err != nil {
+		return
+	}
+	detail := map[string]any{"field": e.field}
+	if len(e.interruptIDs) > 0 {
+		detail["interruptIds"] = e.interruptIDs
+	}
+	ev := &agui.RunError{Message: e.Error(), Code: e.code}
+	ev.Timestamp = time.Now().UnixMilli()
+	ev.Metadata = map[string]any{mapping.MetadataKey: detail}
+	out := &writer{s: s, dialect: dialect}
+	if out.write(0, []agui.Event{ev}) == nil {
+		_ = s.Flush()
+	}
 }
 
 // begin picks what the request does: answer the pending interrupts of a
@@ -376,8 +440,8 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 // noPendingInterrupt is the answer to a resume of a thread that waits for
 // no answer.
 func noPendingInterrupt(threadID string, resume []agui.Resume) error {
-	return httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume[0].interruptId",
-		"thread %q has no pending interrupt; %q cannot be answered", threadID, resume[0].InterruptID)
+	return newResumeError(CodeInterruptNotOpen, "resume[0].interruptId", nil,
+		"thread %q has no open interrupt; %q cannot be answered (it was answered already, or never was one)", threadID, resume[0].InterruptID)
 }
 
 // resume answers every pending interrupt of the thread's suspended run with
@@ -403,19 +467,22 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 	for i, r := range resume {
 		field := fmt.Sprintf("resume[%d].interruptId", i)
 		if byID[r.InterruptID] == nil {
-			e := httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
-				"%q is not a pending interrupt of thread %q", r.InterruptID, id)
-			e.Detail.Details["interruptIds"] = pending
-			return source{}, e
+			return source{}, newResumeError(CodeInterruptNotOpen, field, pending,
+				"%q is not an open interrupt of thread %q (it was answered already, or never was one)", r.InterruptID, id)
 		}
 		if seen[r.InterruptID] {
-			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
-				"interrupt %q is answered twice", r.InterruptID)
+			return source{}, newResumeError(CodeInvalidResume, field, pending, "interrupt %q is answered twice", r.InterruptID)
 		}
 		seen[r.InterruptID] = true
+		if r.Status != agui.ResumeCancelled {
+			if at := expiryOf(byID[r.InterruptID]); mapping.InterruptExpired(at, time.Now()) {
+				return source{}, newResumeError(CodeInterruptExpired, field, pending,
+					"interrupt %q expired at %s and can no longer be answered; cancel it to go on with the thread", r.InterruptID, at)
+			}
+		}
 		a, err := answerOf(r)
 		if err != nil {
-			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].payload", i), "%v", err)
+			return source{}, newResumeError(CodeInvalidResume, fmt.Sprintf("resume[%d].payload", i), pending, "%v", err)
 		}
 		answers[i] = a
 	}
@@ -426,11 +493,9 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		}
 	}
 	if len(missing) > 0 {
-		e := httpjson.NewError(http.StatusBadRequest, "invalid_field", "resume",
-			"thread %q has a run suspended on interrupt(s) %s: resume must answer every pending interrupt",
+		return source{}, newResumeError(CodeInterruptsUnanswered, "resume", missing,
+			"thread %q has a run suspended on interrupt(s) %s: resume must answer every open interrupt",
 			id, strings.Join(missing, ", "))
-		e.Detail.Details["interruptIds"] = missing
-		return source{}, e
 	}
 	runID := awaited[0].RunID
 	next, err := h.store.NextSeq(ctx, id)
@@ -446,11 +511,11 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		_, _, err := h.core.Answer(ctx, user, r.InterruptID, answers[i])
 		switch {
 		case errors.Is(err, instanceai.ErrNotFound):
-			return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fmt.Sprintf("resume[%d].interruptId", i),
-				"%q is not a pending interrupt of thread %q", r.InterruptID, id)
+			return source{}, newResumeError(CodeInterruptNotOpen, fmt.Sprintf("resume[%d].interruptId", i), nil,
+				"%q is not an open interrupt of thread %q", r.InterruptID, id)
 		case errors.Is(err, instanceai.ErrAlreadyAnswered), errors.Is(err, instanceai.ErrConfirmationClosed),
 			errors.Is(err, instanceai.ErrRunActive):
-			return source{}, httpjson.NewError(http.StatusConflict, "interrupt_closed", fmt.Sprintf("resume[%d].interruptId", i),
+			return source{}, newResumeError(CodeInterruptNotOpen, fmt.Sprintf("resume[%d].interruptId", i), nil,
 				"interrupt %q can no longer be answered: %v", r.InterruptID, err)
 		case err != nil:
 			return source{}, err
@@ -482,6 +547,17 @@ func (s source) resumed(threadID, runID string, stored []instanceai.StoredEvent)
 	}
 	s.mapper, s.first = m, m.Resume(runID)
 	return s
+}
+
+// expiryOf is the expiresAt of the interrupt c stands for ("" for none).
+func expiryOf(c *instanceai.Confirmation) string {
+	var req struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if c == nil || json.Unmarshal(c.Request, &req) != nil {
+		return ""
+	}
+	return mapping.InterruptExpiry(req.Args)
 }
 
 // answerOf maps a resume entry to a confirmation answer: resolved carries

@@ -121,6 +121,7 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 			}
 		}
 	}
+	var state json.RawMessage // the shared state after the runs restated so far
 	for i, runID := range order {
 		evs := runs[runID]
 		m := mapping.NewInstanceToAGUI(threadID, runID)
@@ -140,6 +141,9 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 			return
 		}
 		mapped = append(mapped, m.Close(nil)...)
+		// History is restated, not streamed again: the run's state as one
+		// STATE_SNAPSHOT (its text and tool arguments are whole already).
+		mapped, state = mapping.CompactState(mapped, state)
 		id := head // the last block's last frame: a cursor the next connect takes
 		if i < len(order)-1 {
 			mapped = restateFailure(mapped, threadID, runID)

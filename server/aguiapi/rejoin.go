@@ -404,7 +404,7 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	if len(t.runRows) > 0 {
 		startTS = t.runRows[0].Event.TS
 	}
-	started := &agui.RunStarted{ThreadID: t.threadID, RunID: t.runID}
+	started := &agui.RunStarted{ThreadID: t.threadID, RunID: t.runID, ProtocolVersion: agui.ProtocolVersion}
 	started.Timestamp = startTS
 
 	probe := mapping.NewInstanceToAGUI(t.threadID, t.runID)

@@ -28,6 +28,10 @@ const (
 	Full = "full"
 	// Parallel streams two tool calls whose arguments interleave.
 	Parallel = "parallel"
+	// Encrypted streams a reasoning message, a text message and a tool
+	// call, each followed by a REASONING_ENCRYPTED_VALUE for it (the
+	// values are EncryptedReasoning, EncryptedMessage, EncryptedCall).
+	Encrypted = "encrypted"
 	// Subagents runs a sub-agent (text, a tool call and its result inside
 	// it) before the parent's answer.
 	Subagents = "subagents"
@@ -39,6 +43,8 @@ const (
 	// it gets the answer back as text. InterruptText asks for text.
 	Interrupt     = "interrupt"
 	InterruptText = "interrupt-text"
+	// InterruptExpiring is Interrupt with an expiresAt ExpiringIn ahead.
+	InterruptExpiring = "interrupt-expiring"
 	// Slow streams Chunks text deltas, one every Interval.
 	Slow = "slow"
 	// Stall starts and then sends nothing until the request goes.
@@ -57,6 +63,17 @@ const (
 	AfterEnd  = "after-end"
 	NoEnd     = "no-end"
 )
+
+// The encrypted values of the Encrypted script.
+const (
+	EncryptedReasoning = "enc-reasoning-Zm9v"
+	EncryptedMessage   = "enc-message-YmFy"
+	EncryptedCall      = "enc-call-YmF6"
+)
+
+// ExpiringIn is how long the InterruptExpiring script's interrupt can be
+// answered.
+const ExpiringIn = 300 * time.Millisecond
 
 // Defaults of the Slow script.
 const (
@@ -210,6 +227,25 @@ func (st *stream) play(name string, r *http.Request) bool {
 		st.send(map[string]any{"type": "CUSTOM", "name": "weather.fetched", "value": map[string]any{"ok": true}})
 		st.send(map[string]any{"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "role": "assistant", "delta": "It is 21 °C."})
 		st.finished()
+	case Encrypted:
+		enc := func(subtype, id, value string) {
+			st.send(map[string]any{"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": id, "encryptedValue": value})
+		}
+		st.send(map[string]any{"type": "REASONING_START", "messageId": "er1"})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_START", "messageId": "er1", "role": "reasoning"})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_CONTENT", "messageId": "er1", "delta": "Thinking it over."})
+		st.send(map[string]any{"type": "REASONING_MESSAGE_END", "messageId": "er1"})
+		st.send(map[string]any{"type": "REASONING_END", "messageId": "er1"})
+		enc("message", "er1", EncryptedReasoning)
+		st.text("em1", "Checking the weather.")
+		enc("message", "em1", EncryptedMessage)
+		st.send(map[string]any{"type": "TOOL_CALL_START", "toolCallId": "ec1", "toolCallName": "get_weather", "parentMessageId": "em1"})
+		st.send(map[string]any{"type": "TOOL_CALL_ARGS", "toolCallId": "ec1", "delta": `{"city":"Bern"}`})
+		st.send(map[string]any{"type": "TOOL_CALL_END", "toolCallId": "ec1"})
+		enc("tool-call", "ec1", EncryptedCall)
+		st.send(map[string]any{"type": "TOOL_CALL_RESULT", "messageId": "et1", "toolCallId": "ec1", "content": `{"tempC":18}`, "role": "tool"})
+		st.text("em2", "18 °C in Bern.")
+		st.finished()
 	case Parallel:
 		st.send(map[string]any{"type": "TOOL_CALL_START", "toolCallId": "p1", "toolCallName": "get_weather"})
 		st.send(map[string]any{"type": "TOOL_CALL_START", "toolCallId": "p2", "toolCallName": "get_time"})
@@ -248,13 +284,16 @@ func (st *stream) play(name string, r *http.Request) bool {
 		last := in.Messages[len(in.Messages)-1]
 		st.text("after-tool", "The browser answered: "+last.Text())
 		st.finished()
-	case Interrupt, InterruptText:
+	case Interrupt, InterruptText, InterruptExpiring:
 		st.text("ask", "I need your approval first.")
 		interrupt := map[string]any{"id": "int-1", "reason": "tool_approval", "message": "Deploy to production?",
 			"responseSchema": json.RawMessage(approvalSchema)}
 		if name == InterruptText {
 			interrupt = map[string]any{"id": "int-1", "reason": "input", "message": "Which region?",
 				"responseSchema": json.RawMessage(`{"type":"string"}`)}
+		}
+		if name == InterruptExpiring {
+			interrupt["expiresAt"] = time.Now().Add(ExpiringIn).UTC().Format(time.RFC3339Nano)
 		}
 		st.send(map[string]any{"type": "RUN_FINISHED", "threadId": in.ThreadID, "runId": in.RunID,
 			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{interrupt}}})
