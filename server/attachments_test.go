@@ -99,14 +99,27 @@ func TestNativeChatAttachments(t *testing.T) {
 			t.Fatalf("rejoin user content\n%s\nwant\n%s", got, wantParts)
 		}
 
-		// A message of files alone is taken (n8n's message defaults to "").
+		// A message of files alone is taken (n8n's message defaults to
+		// ""), and titles a new thread after its first file.
 		llm.script(answerStep("A dot.", 10, 2))
-		code, out = h.Do(http.MethodPost, "/instance-ai/chat/files", `{"attachments":[{"type":"file","data":"`+pngB64+`","mimeType":"image/png","fileName":"dot.png"}]}`)
+		h.EnsureThread("only-files")
+		live = h.Connect("only-files", "", false)
+		code, out = h.Do(http.MethodPost, "/instance-ai/chat/only-files", `{"attachments":[{"type":"file","data":"`+pngB64+`","mimeType":"image/png","fileName":"dot.png"}]}`)
 		if code != http.StatusOK {
 			t.Fatalf("chat of files alone: %d %v", code, out)
 		}
 		runID, _ = out["runId"].(string)
 		live.Until(wait, servertest.IsRunFinish(runID))
+		if got := llm.sentContent(t, 1, 0); got != `[{"image_url":{"url":"data:image/png;base64,`+pngB64+`"},"type":"image_url"}]` {
+			t.Fatalf("files alone reached the model as %s", got)
+		}
+		titled := false
+		for _, th := range h.ListThreads("").Threads {
+			titled = titled || th.ID == "only-files" && th.Title == "dot.png"
+		}
+		if !titled {
+			t.Fatalf("threads %+v: want only-files titled dot.png", h.ListThreads("").Threads)
+		}
 	})
 }
 
