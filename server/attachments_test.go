@@ -266,3 +266,28 @@ func TestReferenceAgentTakesAttachments(t *testing.T) {
 		t.Fatalf("AG-UI run ended with %s", evs[len(evs)-1].typ)
 	}
 }
+
+// The upstream AG-UI agent passes a message's files on as content parts,
+// the ones the stored message comes back as.
+func TestUpstreamAgentGetsAttachments(t *testing.T) {
+	h, fake := startUpstream(t, servertest.OpenStore(t, "memory"), 0)
+	h.EnsureThread("up-files")
+	live := h.Connect("up-files", "", false)
+	code, out := h.Do(http.MethodPost, "/instance-ai/chat/up-files",
+		`{"message":"echo look","attachments":[{"type":"file","data":"`+pngB64+`","mimeType":"image/png","fileName":"dot.png"}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("chat: %d %v", code, out)
+	}
+	runID, _ := out["runId"].(string)
+	live.Until(wait, servertest.IsRunFinish(runID))
+	reqs := fake.Requests()
+	if len(reqs) != 1 || len(reqs[0].Messages) == 0 {
+		t.Fatalf("the upstream got %+v", reqs)
+	}
+	last := reqs[0].Messages[len(reqs[0].Messages)-1]
+	want := `[{"type":"text","text":"echo look"},{"type":"image","source":{"type":"data","value":"` + pngB64 +
+		`","mimeType":"image/png"},"metadata":{"filename":"dot.png"}}]`
+	if last.Role != "user" || string(last.Content) != want {
+		t.Fatalf("the upstream's user message: %s %s\nwant %s", last.Role, last.Content, want)
+	}
+}
