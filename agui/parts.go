@@ -152,6 +152,18 @@ func (m Message) parseParts() ([]instanceai.Attachment, *FieldError) {
 			return nil, bad("source.value", "is required")
 		}
 		a := instanceai.Attachment{Type: instanceai.AttachmentFile, Kind: p.Type, MimeType: s.MimeType, FileName: partFileName(p.Metadata)}
+		// size counts a part's bytes against the limits.
+		size := func(n int) *FieldError {
+			if n > instanceai.MaxAttachmentBytes {
+				return &FieldError{Field: at("source.value"), Status: http.StatusRequestEntityTooLarge,
+					Reason: fmt.Sprintf("decodes to %d bytes; a part may hold at most %d (7.5 MiB)", n, instanceai.MaxAttachmentBytes)}
+			}
+			if total += n; total > instanceai.MaxMessageAttachmentBytes {
+				return &FieldError{Field: at("source.value"), Status: http.StatusRequestEntityTooLarge,
+					Reason: fmt.Sprintf("brings the message's parts to %d bytes; a message may hold at most %d (12 MiB)", total, instanceai.MaxMessageAttachmentBytes)}
+			}
+			return nil
+		}
 		switch s.Type {
 		case SourceData:
 			if err := instanceai.CheckMimeType(s.MimeType); err != nil {
@@ -161,16 +173,19 @@ func (m Message) parseParts() ([]instanceai.Attachment, *FieldError) {
 			if err != nil {
 				return nil, bad("source.value", "%v", err)
 			}
-			if n > instanceai.MaxAttachmentBytes {
-				return nil, &FieldError{Field: at("source.value"), Status: http.StatusRequestEntityTooLarge,
-					Reason: fmt.Sprintf("decodes to %d bytes; a part may hold at most %d (7.5 MiB)", n, instanceai.MaxAttachmentBytes)}
-			}
-			if total += n; total > instanceai.MaxMessageAttachmentBytes {
-				return nil, &FieldError{Field: at("source.value"), Status: http.StatusRequestEntityTooLarge,
-					Reason: fmt.Sprintf("brings the message's parts to %d bytes; a message may hold at most %d (12 MiB)", total, instanceai.MaxMessageAttachmentBytes)}
+			if fe := size(n); fe != nil {
+				return nil, fe
 			}
 			a.Data = s.Value
 		case SourceURL, SourceFile:
+			if s.Type == SourceURL && len(s.Value) > 5 && strings.EqualFold(s.Value[:5], "data:") {
+				// A data: URL carries its bytes as inline data does: it
+				// counts against the same limits (3 bytes per 4 of base64).
+				_, payload, _ := strings.Cut(s.Value, ",")
+				if fe := size(len(payload) / 4 * 3); fe != nil {
+					return nil, fe
+				}
+			}
 			if s.MimeType != "" {
 				if err := instanceai.CheckMimeType(s.MimeType); err != nil {
 					return nil, bad("source.mimeType", "%v", err)

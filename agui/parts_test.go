@@ -100,6 +100,8 @@ func TestContentPartsRefused(t *testing.T) {
 			`{"type":"document","source":{"type":"file","value":"f"}}]`, "messages[1].content[10]", "at most 10", 0},
 		{"file over the limit", img(`{"type":"data","value":"` + b64(instanceai.MaxAttachmentBytes+1) + `","mimeType":"image/png"}`),
 			"messages[1].content[0].source.value", "at most 7864320", http.StatusRequestEntityTooLarge},
+		{"data URL over the limit", img(`{"type":"url","value":"data:image/png;base64,` + b64(instanceai.MaxAttachmentBytes+3) + `"}`),
+			"messages[1].content[0].source.value", "at most 7864320", http.StatusRequestEntityTooLarge},
 		{"message over the limit", `[{"type":"text","text":"x"},` +
 			`{"type":"image","source":{"type":"data","value":"` + b64(instanceai.MaxAttachmentBytes) + `","mimeType":"image/png"}},` +
 			`{"type":"image","source":{"type":"data","value":"` + b64(instanceai.MaxMessageAttachmentBytes-instanceai.MaxAttachmentBytes+1) + `","mimeType":"image/png"}}]`,
