@@ -175,6 +175,9 @@ func (in RunAgentInput) MarshalJSON() ([]byte, error) {
 type FieldError struct {
 	Field  string
 	Reason string
+	// Status is the HTTP status the error calls for when it is not 400:
+	// 413 for a content part over a size limit.
+	Status int
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
@@ -504,7 +507,11 @@ func (m Message) validate() *FieldError {
 	}
 	switch m.Role {
 	case RoleUser:
-		return strOrParts()
+		if err := strOrParts(); err != nil {
+			return err
+		}
+		_, err := m.parseParts()
+		return err
 	case RoleAssistant:
 		if len(m.Content) > 0 {
 			if err := str(); err != nil {

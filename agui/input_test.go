@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -175,6 +176,9 @@ func FuzzDecodeRunAgentInput(f *testing.F) {
 		`{"thread_id":"t","run_id":"r","messages":[{"role":"user","content":"hi"}]}`,
 		`{"threadId":"t","runId":"r","messages":[{"role":"tool","tool_call_id":"c","content":[{"type":"text","text":"x"}]}],"resume":[{"interrupt_id":"i","status":"resolved"}]}`,
 		`{"messages":null,"state":null}`, `[]`, `"x"`, `{`, ``,
+		`{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":[{"type":"text","text":"see"},{"type":"image","source":{"type":"data","value":"iVBORw0KGgo=","mimeType":"image/png"},"metadata":{"filename":"a.png"}}]}]}`,
+		`{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":[{"type":"document","source":{"type":"file","value":"file-1","provider":"openai"}},{"type":"audio","source":{"type":"data","value":"UklGRg==","mimeType":"audio/wav"}}]}]}`,
+		`{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":[{"type":"video","source":{"type":"url","value":"https://x/v.mp4"}},{"type":"image","source":{"type":"data","value":"A=A=","mimeType":"image/png"}}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -187,8 +191,26 @@ func FuzzDecodeRunAgentInput(f *testing.F) {
 			}
 			return
 		}
-		if in.Validate() != nil {
+		if err := in.Validate(); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) && fe.Status != 0 && fe.Status != 413 {
+				t.Fatalf("refusal with status %d: %v", fe.Status, err)
+			}
 			return
+		}
+		// A valid user message's parts, stored as attachments, come back
+		// as content (MESSAGES_SNAPSHOT) that is valid and reads the same.
+		for _, m := range in.Messages {
+			if m.Role != RoleUser {
+				continue
+			}
+			back := Message{ID: m.ID, Role: RoleUser, Content: PartsContent(m.Text(), m.Attachments())}
+			if err := back.validate(); err != nil {
+				t.Fatalf("stored parts of %s come back invalid: %v: %s", m.Content, err, back.Content)
+			}
+			if back.Text() != m.Text() || !reflect.DeepEqual(back.Attachments(), m.Attachments()) {
+				t.Fatalf("stored parts of %s come back as %s", m.Content, back.Content)
+			}
 		}
 		// A valid input re-encodes to camelCase that decodes to the same value.
 		out, err := json.Marshal(in)

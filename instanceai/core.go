@@ -148,7 +148,7 @@ func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, erro
 	if req.ToolResult != nil {
 		return c.Runs.Start(req)
 	}
-	return c.Runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message) })
+	return c.Runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message, req.Attachments) })
 }
 
 // recordMessage stores the user message of a run that is starting and, if
@@ -156,15 +156,19 @@ func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, erro
 // under way whatever happens here, so failures are logged, not returned.
 // A client that hangs up at once must not lose its message: the work is
 // detached from the request's cancellation.
-func (c *Core) recordMessage(ctx context.Context, t Thread, user, runID, message string) {
+func (c *Core) recordMessage(ctx context.Context, t Thread, user, runID, message string, attachments []Attachment) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := c.Store.AddMessage(ctx, Message{ID: NewID("msg_"), ThreadID: t.ID, RunID: runID, Role: "user", Content: message})
+	err := c.Store.AddMessage(ctx, Message{ID: NewID("msg_"), ThreadID: t.ID, RunID: runID, Role: "user", Content: message, Attachments: attachments})
 	if err != nil {
 		c.log.Error("could not store the user message", "thread", t.ID, "run", runID, "err", err)
 	}
 	if t.Title != "" {
 		return
+	}
+	if message == "" && len(attachments) > 0 {
+		// A message of files alone is titled after its first file.
+		message = attachments[0].FileName
 	}
 	if title := DeriveTitle(message); title != "" {
 		if err := c.Rename(ctx, t.ID, user, runID, title); err != nil {

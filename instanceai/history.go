@@ -16,6 +16,8 @@ const (
 type HistoryMessage struct {
 	Role    string
 	Content string
+	// Attachments are a user message's files.
+	Attachments []Attachment
 	// ToolCalls are the calls an assistant message made.
 	ToolCalls []HistoryToolCall
 	// ToolCallID names the call a tool message answers.

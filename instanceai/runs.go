@@ -243,6 +243,9 @@ type StartRequest struct {
 	ThreadID string
 	UserID   string
 	Message  string
+	// Attachments are the files sent with Message (checked by the surface
+	// that took them: see CheckDeliverable); Chat stores them with it.
+	Attachments []Attachment
 	// Tools are tools the client offers the run and executes itself (AG-UI
 	// input.tools): the agent may call them and leave the result to the
 	// client.

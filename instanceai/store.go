@@ -305,14 +305,17 @@ var ErrAlreadyAnswered = errors.New("confirmation was already answered")
 // Message is a user message, stored when it is sent. Assistant messages are
 // not stored: they are folded from the event log.
 type Message struct {
-	ID        string
-	ThreadID  string
-	RunID     string
-	Role      string // "user"
-	Content   string
-	CreatedAt time.Time
-	// Size is the content's length in bytes, set by MessageHeads (which
-	// leaves Content empty).
+	ID       string
+	ThreadID string
+	RunID    string
+	Role     string // "user"
+	Content  string
+	// Attachments are the files sent with the message (none for a message
+	// stored before they were kept).
+	Attachments []Attachment
+	CreatedAt   time.Time
+	// Size is the content's length in bytes, with its attachments' JSON,
+	// set by MessageHeads (which leaves Content and Attachments empty).
 	Size int
 }
 

@@ -176,7 +176,7 @@ func TestRunAgentAccept(t *testing.T) {
 }
 
 func TestRunAgentRejectsBadRequests(t *testing.T) {
-	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 2048}})
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 2048, ChatMaxBody: 2048}})
 	cases := []struct {
 		name, body string
 		status     int

@@ -272,7 +272,7 @@ func TestLiveFramesCarryIDsOnlyWhenDurable(t *testing.T) {
 
 func TestRequestErrors(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, store instanceai.Store) {
-		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 1024}})
+		h := start(t, store, servertest.Options{AgentDelay: 5 * time.Millisecond, Config: server.Config{MaxBody: 1024, ChatMaxBody: 1024}})
 		cases := []struct {
 			name, method, path, body string
 			status                   int

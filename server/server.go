@@ -32,6 +32,7 @@ import (
 	"github.com/threadline/threadline/server/copilotkitapi"
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
+	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
@@ -46,7 +47,10 @@ const DefaultHistoryMaxBytes = history.DefaultMaxBytes
 
 // Config is the application's configuration beyond the store and agent.
 type Config struct {
-	MaxBody         int64
+	MaxBody int64
+	// ChatMaxBody is the body limit of the requests that start a run with
+	// a user message, which may carry files (0: httpjson.DefaultChatMaxBody).
+	ChatMaxBody     int64
 	SubscriberQueue int
 	// SubscriberQueueBytes bounds a subscriber's queue in bytes (0: the
 	// hub's default).
@@ -166,7 +170,10 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	authed := router.NewRoute().Subrouter()
 	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
 	authed.Use(cfg.Auth.Middleware, auth.PublishGate(publishapi.Prefix), guard.Requests(guardCfg))
-	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
+	if cfg.ChatMaxBody <= 0 {
+		cfg.ChatMaxBody = httpjson.DefaultChatMaxBody
+	}
+	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, ChatMaxBody: cfg.ChatMaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
 		MessagesMaxBytes: cfg.HistoryMaxBytes})
 	s.native.Register(authed)
 	publishapi.New(s.Core, publishapi.Config{MaxBody: cfg.MaxBody, Producers: cfg.Producers}).Register(authed)
@@ -201,7 +208,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		agentStatus = r.Reachability
 	}
 	runs := aguiapi.New(s.Core, aguiapi.Config{
-		MaxBody: cfg.MaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
+		MaxBody: cfg.ChatMaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes, AgentStatus: agentStatus,
 	})
 	runs.Register(authed, router)
@@ -209,7 +216,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if n, ok := agent.(instanceai.NamedAgent); ok {
 		named = n.Names()
 	}
-	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(), MaxBody: cfg.MaxBody,
+	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(), MaxBody: cfg.ChatMaxBody,
 		Agent: cfg.AgentName, Named: named}).Register(authed)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.

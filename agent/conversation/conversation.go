@@ -131,9 +131,11 @@ func ErrorText(msg string) string { return "Error: " + msg }
 
 // foldedRun is one run of the log, folded.
 type foldedRun struct {
-	id    string
-	user  string
-	state *agenttree.State
+	id   string
+	user string
+	// attachments are the user message's files.
+	attachments []instanceai.Attachment
+	state       *agenttree.State
 }
 
 // fold reads the thread and folds each run before stopRunID (and that run
@@ -146,10 +148,10 @@ func fold(ctx context.Context, store instanceai.Store, threadID, stopRunID strin
 	if err != nil && !errors.Is(err, instanceai.ErrNotFound) {
 		return nil, fmt.Errorf("conversation: read the thread's messages: %w", err)
 	}
-	userByRun := map[string]string{}
+	userByRun := map[string]instanceai.Message{}
 	for _, m := range users {
 		if _, dup := userByRun[m.RunID]; !dup && m.Role == instanceai.RoleUser {
-			userByRun[m.RunID] = m.Content
+			userByRun[m.RunID] = m
 		}
 	}
 	rows, err := store.ReadAfter(ctx, threadID, 0, 0)
@@ -172,7 +174,8 @@ func fold(ctx context.Context, store instanceai.Store, threadID, stopRunID strin
 		if stop && !include {
 			break
 		}
-		order = append(order, &foldedRun{id: r.ID, user: userByRun[r.ID], state: r.State})
+		u := userByRun[r.ID]
+		order = append(order, &foldedRun{id: r.ID, user: u.Content, attachments: u.Attachments, state: r.State})
 		if stop {
 			break
 		}
@@ -188,8 +191,8 @@ func fold(ctx context.Context, store instanceai.Store, threadID, stopRunID strin
 // that have no outcome are reported there instead of given NoResult.
 func (r *foldedRun) messages(open *[]instanceai.HistoryToolCall) []instanceai.HistoryMessage {
 	var out []instanceai.HistoryMessage
-	if r.user != "" {
-		out = append(out, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: r.user})
+	if r.user != "" || len(r.attachments) > 0 {
+		out = append(out, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: r.user, Attachments: r.attachments})
 	}
 	root := r.state.Tree()
 	calls := map[string]*agenttree.ToolCallState{}

@@ -72,9 +72,9 @@ func (h *harness) start(t *testing.T, req instanceai.StartRequest) *instanceai.R
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.Message != "" {
+	if req.Message != "" || len(req.Attachments) > 0 {
 		if err := h.store.AddMessage(context.Background(), instanceai.Message{ID: instanceai.NewID("msg_"),
-			ThreadID: thread, RunID: run.ID, Role: "user", Content: req.Message}); err != nil {
+			ThreadID: thread, RunID: run.ID, Role: "user", Content: req.Message, Attachments: req.Attachments}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -248,7 +248,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := io.ReadAll(r.Body)
 	var req wireReq
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := json.Unmarshal(partsAsText(body), &req); err != nil {
 		f.t.Errorf("request body is not JSON: %v: %s", err, body)
 	}
 	req.auth = r.Header.Get("Authorization")
@@ -260,6 +260,28 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	h := f.script[min(n, len(f.script)-1)]
 	f.mu.Unlock()
 	h(w, r)
+}
+
+// partsAsText rewrites the body so that a message's content-part array
+// reads as a string holding the array's JSON, as the request encoded it:
+// wireReq's Content stays a *string, and a test compares parts exactly.
+func partsAsText(body []byte) []byte {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return body
+	}
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(top["messages"], &msgs) != nil {
+		return body
+	}
+	for _, m := range msgs {
+		if c := m["content"]; len(c) > 0 && c[0] == '[' {
+			m["content"], _ = json.Marshal(string(c))
+		}
+	}
+	top["messages"], _ = json.Marshal(msgs)
+	out, _ := json.Marshal(top)
+	return out
 }
 
 func (f *fake) requests() []wireReq {

@@ -320,6 +320,9 @@ func wireMessages(msgs []instanceai.HistoryMessage) []wireMessage {
 		w := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID}
 		content := m.Content
 		w.Content = &content
+		if m.Role == instanceai.RoleUser && len(m.Attachments) > 0 {
+			w.Content = userParts(content, m.Attachments)
+		}
 		if m.Role == instanceai.RoleAssistant && len(m.ToolCalls) > 0 {
 			if content == "" {
 				w.Content = nil // null, as OpenAI sends it back
@@ -357,8 +360,10 @@ type (
 		IncludeUsage bool `json:"include_usage"`
 	}
 	wireMessage struct {
-		Role       string         `json:"role"`
-		Content    *string        `json:"content"`
+		Role string `json:"role"`
+		// Content is a *string, []wirePart (a user message with
+		// attachments) or nil (null).
+		Content    any            `json:"content"`
 		ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
 		ToolCallID string         `json:"tool_call_id,omitempty"`
 	}

@@ -222,7 +222,7 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 		// A run that answers a client tool has no new user message: the
 		// conversation ends with the tool's answer. (Its Message, when a
 		// client sent one, is the earlier user message the history holds.)
-		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: run.Message})
+		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: run.Message, Attachments: run.Attachments})
 	}
 	return l.loop(ctx)
 }

@@ -21,10 +21,10 @@ func (a *Agent) input(ctx context.Context, run *instanceai.Run) (agui.RunAgentIn
 			return in, err
 		}
 	}
-	if run.ToolResult == nil && run.Message != "" {
+	if run.ToolResult == nil && (run.Message != "" || len(run.Attachments) > 0) {
 		// A run that answers a client tool has no new user message: the
 		// conversation ends with the tool's answer.
-		in.Messages = append(in.Messages, agui.Message{ID: run.ID + "-user", Role: agui.RoleUser, Content: agui.TextContent(run.Message)})
+		in.Messages = append(in.Messages, agui.Message{ID: run.ID + "-user", Role: agui.RoleUser, Content: agui.PartsContent(run.Message, run.Attachments)})
 	}
 	for _, t := range run.Tools {
 		in.Tools = append(in.Tools, agui.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
@@ -75,6 +75,8 @@ func messages(history []instanceai.HistoryMessage, prefix string) []agui.Message
 			}
 		case instanceai.RoleTool:
 			m.Content, m.ToolCallID = agui.TextContent(h.Content), h.ToolCallID
+		case instanceai.RoleUser:
+			m.Content = agui.PartsContent(h.Content, h.Attachments)
 		default:
 			m.Content = agui.TextContent(h.Content)
 		}

@@ -41,6 +41,7 @@ type serveConfig struct {
 	agent           string
 	scriptDelay     time.Duration
 	maxBody         int64
+	chatMaxBody     int64
 	subscriberQueue int
 	queueBytes      int
 	historyBytes    int
@@ -83,6 +84,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Duration(&c.scriptDelay, "script-delay", "THREADLINE_SCRIPT_DELAY", 20*time.Millisecond,
 		"pause between the reference agent's events (0 = as fast as possible)")
 	f.Int64(&c.maxBody, "max-body", "THREADLINE_MAX_BODY", httpjson.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
+	f.Int64(&c.chatMaxBody, "max-chat-body", "THREADLINE_MAX_CHAT_BODY", httpjson.DefaultChatMaxBody,
+		"body limit in bytes of the requests that start a run with a user message, which may carry files (/run-agent, CopilotKit's runs, the native chat); larger bodies get 413")
 	f.Int(&c.subscriberQueue, "subscriber-queue", "THREADLINE_SUBSCRIBER_QUEUE", 8192,
 		"frames an SSE subscriber may fall behind; past that its queued token deltas are merged, and one still that far behind is disconnected and resumes from its cursor")
 	f.Int(&c.queueBytes, "subscriber-queue-bytes", "THREADLINE_SUBSCRIBER_QUEUE_BYTES", instanceai.DefaultQueueBytes,
@@ -327,7 +330,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
-		MaxBody: c.maxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Producers: producers, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
+		MaxBody: c.maxBody, ChatMaxBody: c.chatMaxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Producers: producers, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.

@@ -3,7 +3,8 @@
 //
 //   node run.js <url> '<scenarios JSON>'
 //
-// Each scenario is {name, message, state?, headers?, tools?, resume?,
+// Each scenario is {name, message (a string, or an array of content parts),
+// state?, headers?, tools?, resume?,
 // toolResult?, forwardedProps?, abortAfter?, rejoin?}: one runAgent() with a
 // single user message (and `tools` as its frontend tools, `forwardedProps`
 // as its forwarded props). With `abortAfter` (an event type), the client

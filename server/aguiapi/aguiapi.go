@@ -161,6 +161,9 @@ type runRequest struct {
 	input agui.RunAgentInput
 	// message is the text of the last user message ("" when none).
 	message string
+	// attachments are the last user message's image, audio and document
+	// parts.
+	attachments []instanceai.Attachment
 	// keepOnDisconnect is forwardedProps.onDisconnect == "continue".
 	keepOnDisconnect bool
 	// agent is forwardedProps.agent: which of the agent's named upstreams
@@ -188,6 +191,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 	if err != nil {
 		var fe *agui.FieldError
 		if errors.As(err, &fe) {
+			if fe.Status == http.StatusRequestEntityTooLarge {
+				return runRequest{}, httpjson.NewError(fe.Status, "too_large", fe.Field, "%s", fe.Error())
+			}
 			return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", fe.Field, "%s", fe.Error())
 		}
 		return runRequest{}, httpjson.NewError(http.StatusBadRequest, "invalid_json", "", "invalid RunAgentInput: %v", err)
@@ -208,6 +214,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 	for i := len(in.Messages) - 1; i >= 0; i-- {
 		if in.Messages[i].Role == agui.RoleUser {
 			req.message = in.Messages[i].Text()
+			req.attachments = in.Messages[i].Attachments()
 			break
 		}
 	}
@@ -370,9 +377,9 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	id := req.input.ThreadID
 	n := len(req.input.Messages)
 	toolAnswer := n > 0 && req.input.Messages[n-1].Role == agui.RoleTool
-	if len(req.input.Resume) == 0 && !toolAnswer && strings.TrimSpace(req.message) == "" {
+	if len(req.input.Resume) == 0 && !toolAnswer && strings.TrimSpace(req.message) == "" && len(req.attachments) == 0 {
 		return source{}, httpjson.NewError(http.StatusBadRequest, "invalid_field", "messages",
-			"messages must end the conversation with a user message that has text to run, or with the tool message answering a frontend tool call")
+			"messages must end the conversation with a user message that has text or a file to run, or with the tool message answering a frontend tool call")
 	}
 	// A refused request leaves no thread behind: the agent is checked
 	// first, and a resume, which answers a run the thread already has,
@@ -426,8 +433,12 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	}
 	// Chat records the user's message (not a tool answer) as the native
 	// chat does, so /messages, the title and the model history have it.
+	var atts []instanceai.Attachment
+	if !toolAnswer {
+		atts = req.attachments
+	}
 	run, err := h.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.message,
-		Tools: tools, ToolResult: result, AgentName: req.agent, History: clientHistory(req.input.Messages),
+		Attachments: atts, Tools: tools, ToolResult: result, AgentName: req.agent, History: clientHistory(req.input.Messages),
 		Context: clientContext(req.input.Context), State: req.input.State, ForwardedProps: req.input.ForwardedProps})
 	if err != nil {
 		feed.Close()

@@ -71,7 +71,7 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 	for _, e := range entries {
 		if e.User != nil {
 			u := users[e.User.ID]
-			user = &agui.Message{ID: u.ID, Role: agui.RoleUser, Content: agui.TextContent(u.Content)}
+			user = &agui.Message{ID: u.ID, Role: agui.RoleUser, Content: agui.PartsContent(u.Content, u.Attachments)}
 			continue
 		}
 		in := &agui.RunAgentInput{ThreadID: threadID, RunID: e.RunID}

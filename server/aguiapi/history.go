@@ -30,7 +30,7 @@ func clientHistory(msgs []agui.Message) []instanceai.HistoryMessage {
 	for _, m := range msgs[:n] {
 		switch m.Role {
 		case agui.RoleUser:
-			out = append(out, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: m.Text()})
+			out = append(out, instanceai.HistoryMessage{Role: instanceai.RoleUser, Content: m.Text(), Attachments: m.Attachments()})
 		case agui.RoleSystem, agui.RoleDeveloper:
 			out = append(out, instanceai.HistoryMessage{Role: instanceai.RoleSystem, Content: m.Text()})
 		case agui.RoleAssistant:

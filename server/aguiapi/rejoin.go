@@ -180,7 +180,8 @@ func buildSnapshot(ctx context.Context, store history.Store, threadID string, cu
 	fold := mapping.NewAGUIFold()
 	for _, e := range entries {
 		if e.User != nil {
-			fold.Add(agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.TextContent(users[e.User.ID].Content)})
+			u := users[e.User.ID]
+			fold.Add(agui.Message{ID: e.User.ID, Role: agui.RoleUser, Content: agui.PartsContent(u.Content, u.Attachments)})
 			continue
 		}
 		m := mapping.NewInstanceToAGUI(threadID, e.RunID)

@@ -21,8 +21,10 @@ var embedded embed.FS
 // ContentSecurityPolicy is sent with every console file: only the
 // console's own scripts, styles and API calls run, nothing inline, nothing
 // from elsewhere, and no framing, so event data shown on the page cannot
-// become code even if a rendering bug put it into markup.
-const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// become code even if a rendering bug put it into markup. Images may come
+// from data: and http(s) URLs: the thumbnails of a user message's image
+// attachments, inline or by URL (an image runs no code).
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: https: http:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // contentTypes names the types of the files the console ships. The table is

@@ -26,6 +26,14 @@ import (
 // DefaultMaxBody is the default request body limit (1 MiB).
 const DefaultMaxBody = 1 << 20
 
+// DefaultChatMaxBody is the default body limit of the requests that start
+// a run with a user message, which may carry files (AG-UI /run-agent,
+// CopilotKit's runs, the native chat): 32 MiB. A message may hold 16 MiB
+// of base64 (n8n Instance AI's limit, instanceai.MaxMessageAttachmentBytes
+// decoded), and an AG-UI client sends the whole conversation with every
+// run, so an earlier message's files come again with the new one's.
+const DefaultChatMaxBody = 32 << 20
+
 // Write sends v as JSON with the given status.
 func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")

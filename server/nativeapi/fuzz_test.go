@@ -21,7 +21,10 @@ import (
 // rejected request stores nothing.
 func FuzzChatRequest(f *testing.F) {
 	for _, s := range []string{`{"message":"simple"}`, `{"message":""}`, `{`, `[]`, `null`, `{"message":null}`,
-		`{"message":"long 3","attachments":[1]}`, "\xff\xfe", `{"message":"\u0000"}`} {
+		`{"message":"long 3","attachments":[1]}`, "\xff\xfe", `{"message":"\u0000"}`,
+		`{"message":"","attachments":[{"type":"file","data":"iVBORw0KGgo=","mimeType":"image/png","fileName":"a.png"}]}`,
+		`{"attachments":[{"type":"file","data":"JVBERi0=","mimeType":"application/pdf; x=1","fileName":""},{"type":"workflow","id":"w"}]}`,
+		`{"message":"a","attachments":[{"type":"file","data":"A=A=","mimeType":"audio/ogg","fileName":null}]}`} {
 		f.Add(s, "thread-1")
 	}
 	store := memory.New()
@@ -29,16 +32,22 @@ func FuzzChatRequest(f *testing.F) {
 		instanceai.CoreConfig{})
 	f.Cleanup(func() { _ = core.Writer.Close(context.Background()) })
 	router := mux.NewRouter()
-	nativeapi.New(core, nativeapi.Config{MaxBody: 4096}).Register(router)
+	nativeapi.New(core, nativeapi.Config{MaxBody: 4096, ChatMaxBody: 4096}).Register(router)
 
 	f.Fuzz(func(t *testing.T, body, thread string) {
 		req := httptest.NewRequest(http.MethodPost, "/instance-ai/chat/x", strings.NewReader(body))
 		req = mux.SetURLVars(req, map[string]string{"threadId": thread})
 		rec := httptest.NewRecorder()
+		before, _ := store.ListMessages(context.Background(), thread)
 		router.ServeHTTP(rec, req)
 		switch {
 		case rec.Code == http.StatusOK || rec.Code == http.StatusConflict:
 		case rec.Code >= 400 && rec.Code < 500:
+			// The chat's message is stored as its run starts, which a
+			// refused chat never does.
+			if after, _ := store.ListMessages(context.Background(), thread); len(after) != len(before) {
+				t.Fatalf("refused chat (%d) stored a message: %q", rec.Code, body)
+			}
 			var out struct {
 				Error struct{ Code, Message string } `json:"error"`
 			}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/server/internal/history"
@@ -27,6 +28,9 @@ type richMessage struct {
 	Reasoning   string               `json:"reasoning"`
 	IsStreaming bool                 `json:"isStreaming"`
 	AgentTree   *agenttree.AgentNode `json:"agentTree,omitempty"`
+	// Attachments are a user message's files, where n8n's InstanceAiMessage
+	// carries them.
+	Attachments []instanceai.Attachment `json:"attachments,omitempty"`
 }
 
 type messagesResponse struct {
@@ -131,7 +135,7 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 		if e.User != nil {
 			m := got.Users[e.User.ID]
 			msgs = append(msgs, richMessage{ID: e.User.ID, RunID: e.User.RunID, Role: "user",
-				CreatedAt: e.User.CreatedAt.UTC().Format(time.RFC3339Nano), Content: m.Content})
+				CreatedAt: e.User.CreatedAt.UTC().Format(time.RFC3339Nano), Content: m.Content, Attachments: m.Attachments})
 			continue
 		}
 		run := got.Runs.Get(e.RunID)

@@ -4,6 +4,7 @@ package nativeapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,9 @@ import (
 type Config struct {
 	// MaxBody is the request body limit in bytes; larger bodies get 413.
 	MaxBody int64
+	// ChatMaxBody is the limit of a chat's body, which may carry files
+	// (httpjson.DefaultChatMaxBody when 0).
+	ChatMaxBody int64
 	// Heartbeat is the pause between `: ping` comments (15 s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each SSE flush.
@@ -45,6 +49,9 @@ type API struct {
 func New(core *instanceai.Core, cfg Config) *API {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = httpjson.DefaultMaxBody
+	}
+	if cfg.ChatMaxBody <= 0 {
+		cfg.ChatMaxBody = httpjson.DefaultChatMaxBody
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = ssestream.DefaultHeartbeat
@@ -92,6 +99,9 @@ func (a *API) ownedThread(r *http.Request) (instanceai.Thread, error) {
 
 type chatRequest struct {
 	Message string `json:"message"`
+	// Attachments are n8n's InstanceAiAttachment list: files, checked by
+	// chatAttachments.
+	Attachments []json.RawMessage `json:"attachments"`
 	// Agent names one of the agent's upstreams (an n8n webhook); "" is the
 	// default.
 	Agent string `json:"agent"`
@@ -113,11 +123,16 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req chatRequest
-	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
+	if err := httpjson.Decode(w, r, a.cfg.ChatMaxBody, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Message) == "" {
-		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty")
+	atts, err := chatAttachments(req.Attachments)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Message) == "" && len(atts) == 0 {
+		// n8n takes a message of files alone (its message defaults to "").
+		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message is required and must not be empty when there is no attachment")
 	}
 	if strings.ContainsRune(req.Message, 0) {
 		// PostgreSQL keeps no NUL in text: refused on every store alike,
@@ -133,7 +148,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	run, err := a.core.Chat(r.Context(), t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, AgentName: req.Agent})
+	run, err := a.core.Chat(r.Context(), t, instanceai.StartRequest{ThreadID: id, UserID: user, Message: req.Message, Attachments: atts, AgentName: req.Agent})
 	if err != nil {
 		return httpjson.AtField(err, "agent")
 	}

@@ -60,6 +60,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		return fmt.Errorf("memory: add message %q to thread %q: a message with this id exists", m.ID, m.ThreadID)
 	}
 	s.messageIDs[m.ID] = m.ThreadID
+	m.Attachments = slices.Clone(m.Attachments)
 	t.messages = append(t.messages, m)
 	return nil
 }
@@ -87,6 +88,12 @@ func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai
 	out, err := s.ListMessages(ctx, threadID)
 	for i := range out {
 		out[i].Size, out[i].Content = len(out[i].Content), ""
+		if a := out[i].Attachments; len(a) > 0 {
+			// As the SQL stores count it: the attachments' JSON.
+			enc, _ := records.EncodeAttachments(a)
+			out[i].Size += len(enc)
+			out[i].Attachments = nil
+		}
 	}
 	return out, err
 }

@@ -28,15 +28,19 @@ func orNow(t time.Time) any {
 // database's now().
 func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 	err := records.Message(m)
+	var atts string
+	if err == nil {
+		atts, err = records.EncodeAttachments(m.Attachments)
+	}
 	if err == nil {
 		// The EXISTS tells a missing thread apart without parsing the
 		// foreign-key error; the key still guards against a concurrent delete.
 		var res sql.Result
 		res, err = s.db.ExecContext(ctx,
-			`INSERT INTO messages (id, thread_id, run_id, role, content, created_at)
-			 SELECT $1, $2, $3, $4, $5, COALESCE($6::timestamptz, now())
+			`INSERT INTO messages (id, thread_id, run_id, role, content, attachments, created_at)
+			 SELECT $1, $2, $3, $4, $5, $7, COALESCE($6::timestamptz, now())
 			 WHERE EXISTS (SELECT 1 FROM threads WHERE id = $2)`,
-			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, orNow(m.CreatedAt))
+			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, orNow(m.CreatedAt), atts)
 		if err == nil {
 			err = sqllog.MustAffect(res)
 		}
@@ -53,6 +57,7 @@ type messageRow struct {
 	RunID     string    `db:"run_id"`
 	Role      string    `db:"role"`
 	Content   string    `db:"content"`
+	Attached  string    `db:"attachments"`
 	Size      int       `db:"size"`
 	CreatedAt time.Time `db:"created_at"`
 }
@@ -60,7 +65,7 @@ type messageRow struct {
 // ListMessages implements instanceai.MessageStore: oldest first, equal
 // timestamps in insertion order. A missing thread is ErrNotFound.
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
-	out, err := s.queryMessages(ctx, threadID, "content", "")
+	out, err := s.queryMessages(ctx, threadID, "content, attachments", "")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
 	}
@@ -69,7 +74,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 
 // MessageHeads implements instanceai.MessageStore.
 func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
-	out, err := s.queryMessages(ctx, threadID, "'' AS content, octet_length(content) AS size", "")
+	out, err := s.queryMessages(ctx, threadID, "'' AS content, '' AS attachments, octet_length(content) + octet_length(attachments) AS size", "")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list message heads of thread %q: %w", threadID, withCtx(ctx, err))
 	}
@@ -78,7 +83,7 @@ func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai
 
 // MessagesByID implements instanceai.MessageStore.
 func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error) {
-	out, err := s.queryMessages(ctx, threadID, "content", " AND id = ANY($2)", pq.Array(ids))
+	out, err := s.queryMessages(ctx, threadID, "content, attachments", " AND id = ANY($2)", pq.Array(ids))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read messages of thread %q: %w", threadID, withCtx(ctx, err))
 	}
@@ -100,8 +105,12 @@ func (s *Store) queryMessages(ctx context.Context, threadID, content, where stri
 	}
 	var out []instanceai.Message
 	for _, r := range rows {
+		atts, err := records.DecodeAttachments(r.Attached)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, instanceai.Message{ID: r.ID, ThreadID: r.ThreadID, RunID: r.RunID, Role: r.Role,
-			Content: r.Content, CreatedAt: r.CreatedAt.UTC(), Size: r.Size})
+			Content: r.Content, Attachments: atts, CreatedAt: r.CreatedAt.UTC(), Size: r.Size})
 	}
 	return out, nil
 }

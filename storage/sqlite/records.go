@@ -17,6 +17,10 @@ import (
 // AddMessage implements instanceai.MessageStore. A zero CreatedAt means now.
 func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 	err := records.Message(m)
+	var atts string
+	if err == nil {
+		atts, err = records.EncodeAttachments(m.Attachments)
+	}
 	if err == nil {
 		at := m.CreatedAt
 		if at.IsZero() {
@@ -26,9 +30,9 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		// foreign-key error; the key still guards against a concurrent delete.
 		var res sql.Result
 		res, err = s.wdb.ExecContext(ctx,
-			`INSERT INTO messages (id, thread_id, run_id, role, content, created_at)
-			 SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
-			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, formatTime(at), m.ThreadID)
+			`INSERT INTO messages (id, thread_id, run_id, role, content, attachments, created_at)
+			 SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM threads WHERE id = ?)`,
+			m.ID, m.ThreadID, m.RunID, m.Role, m.Content, atts, formatTime(at), m.ThreadID)
 		if err == nil {
 			err = sqllog.MustAffect(res)
 		}
@@ -51,7 +55,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 
 // MessageHeads implements instanceai.MessageStore.
 func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
-	out, err := s.queryMessages(ctx, threadID, `octet_length(content)`, "", nil)
+	out, err := s.queryMessages(ctx, threadID, `octet_length(content) + octet_length(attachments)`, "", nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list message heads of thread %q: %w", threadID, err)
 	}
@@ -83,7 +87,7 @@ func (s *Store) listMessages(ctx context.Context, threadID string) ([]instanceai
 // given (the content, or its size), filtered by where and its args.
 func (s *Store) queryMessages(ctx context.Context, threadID, content, where string, args []any) ([]instanceai.Message, error) {
 	rows, err := s.rdb.QueryContext(ctx,
-		`SELECT id, run_id, role, `+content+`, created_at FROM messages WHERE thread_id = ?`+where+` ORDER BY created_at, rowid`,
+		`SELECT id, run_id, role, `+content+`, attachments, created_at FROM messages WHERE thread_id = ?`+where+` ORDER BY created_at, rowid`,
 		append([]any{threadID}, args...)...)
 	if err != nil {
 		return nil, err
@@ -93,13 +97,18 @@ func (s *Store) queryMessages(ctx context.Context, threadID, content, where stri
 	var out []instanceai.Message
 	for rows.Next() {
 		m := instanceai.Message{ThreadID: threadID}
-		var created string
+		var created, atts string
 		dst := any(&m.Content)
 		if heads {
 			dst = &m.Size
 		}
-		if err := rows.Scan(&m.ID, &m.RunID, &m.Role, dst, &created); err != nil {
+		if err := rows.Scan(&m.ID, &m.RunID, &m.Role, dst, &atts, &created); err != nil {
 			return nil, err
+		}
+		if !heads {
+			if m.Attachments, err = records.DecodeAttachments(atts); err != nil {
+				return nil, err
+			}
 		}
 		if m.CreatedAt, err = parseTime(created); err != nil {
 			return nil, err

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"AppendChecksOwner", testAppendChecksOwner},
 		{"CancelledContextWritesNothing", testCancelledContext},
 		{"Messages", testMessages},
+		{"MessageAttachments", testMessageAttachments},
 		{"Confirmations", testConfirmations},
 		{"ConcurrentAnswersOneWins", testConcurrentAnswers},
 		{"UnfinishedRuns", testUnfinishedRuns},

@@ -2,7 +2,7 @@
 // extension, GET /agui/threads/{id}/events) and shows the events and the
 // messages they build, as an AG-UI client would hold them.
 
-import { el } from './render.js';
+import { el, renderParts } from './render.js';
 
 // Fields worth showing beside an event's type.
 const KEY_FIELDS = ['runId', 'messageId', 'role', 'toolCallId', 'toolCallName', 'parentMessageId', 'stepName', 'name', 'code', 'message'];
@@ -134,7 +134,8 @@ export class AguiView {
   renderMessages() {
     this.o.messages.replaceChildren(...this.messages.map((m) => el('div', { class: `agui-msg role-${m.role}`, 'data-testid': 'agui-message', 'data-role': m.role },
       el('span', { class: 'who', text: m.role === 'tool' ? `tool result (${m.toolCallId})` : m.role }),
-      m.content && el('div', { class: 'text', text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content) }),
+      ...(Array.isArray(m.content) ? renderParts(m.content)
+        : [m.content && el('div', { class: 'text', text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content) })]),
       ...(m.toolCalls || []).map((tc) => el('pre', { class: 'args', 'data-testid': 'agui-tool-call', text: `${tc.function.name}(${tc.function.arguments})` })))));
   }
 }

@@ -247,7 +247,7 @@ async function loadMessages() {
   const users = new Map();
   const trees = new Map();
   for (const m of pages.reverse().flat()) {
-    if (m.role === 'user') users.set(m.runId, m.content);
+    if (m.role === 'user') users.set(m.runId, { text: m.content, attachments: m.attachments || [] });
     else if (m.agentTree) trees.set(m.runId, m.agentTree);
   }
   return { users, trees: [...trees.entries()], next };
@@ -361,7 +361,7 @@ async function refreshUsers() {
   try {
     const m = await loadMessages();
     if (gen !== S.gen) return;
-    for (const [runId, text] of m.users) S.users.set(runId, text);
+    for (const [runId, user] of m.users) S.users.set(runId, user);
     schedule();
   } catch {
     // The next run-start tries again.
@@ -388,7 +388,7 @@ async function sendChat(ev) {
   if (!message.trim() || !S.threadId) return;
   try {
     const { runId } = await api('POST', `/instance-ai/chat/${enc(S.threadId)}`, { message });
-    S.users.set(runId, message);
+    S.users.set(runId, { text: message, attachments: [] });
     $('message').value = '';
     notify(null);
     schedule();

@@ -29,19 +29,74 @@ const STATUS_LABELS = { active: 'running…', completed: 'completed', cancelled:
 
 const badge = (status) => el('span', { class: `badge badge-${status}`, text: STATUS_LABELS[status] || status });
 
-// renderRun draws one run: the user's message, the assistant's tree and the
-// run's end. ctx keeps what must survive a redraw: the open <details> and
-// the approval cards (with what the user typed into them).
-export function renderRun(run, userText, ctx) {
+// renderRun draws one run: the user's message ({text, attachments}, as
+// /messages returns it), the assistant's tree and the run's end. ctx keeps
+// what must survive a redraw: the open <details> and the approval cards
+// (with what the user typed into them).
+export function renderRun(run, user, ctx) {
   const tree = toAgentTree(run.state);
   const status = run.state.status;
   let end = status === 'active' && ctx.suspended === run.id ? 'waiting for approval' : STATUS_LABELS[status] || status;
   if (tree.cancellationReason) end += ` (${tree.cancellationReason})`;
   return el('article', { class: 'run', 'data-testid': 'run', 'data-run-id': run.id, 'data-status': status },
-    userText !== undefined && el('div', { class: 'user', 'data-testid': 'user-message' },
-      el('span', { class: 'who', text: 'You' }), el('div', { class: 'text', text: userText })),
+    user !== undefined && el('div', { class: 'user', 'data-testid': 'user-message' },
+      el('span', { class: 'who', text: 'You' }), user.text && el('div', { class: 'text', text: user.text }),
+      user.attachments && user.attachments.length > 0 &&
+        el('div', { class: 'attachments', 'data-testid': 'attachments' }, ...user.attachments.map(renderAttachment))),
     renderAgent(tree, 0, ctx),
     el('p', { class: `run-status status-${status}`, 'data-testid': 'run-status', text: end }));
+}
+
+// Inline images shown as thumbnails: the raster types a browser draws
+// (SVG, which may carry script, is listed as a file instead).
+const THUMB_TYPES = new Set(['image/png', 'image/jpeg', 'image/jpg', 'image/gif', 'image/webp']);
+
+// thumbSource is the URL an image attachment is drawn from, or null: a
+// data: URL of its inline bytes, or its own http(s) URL.
+export function thumbSource(a) {
+  const mime = String(a.mimeType || '').split(';')[0].trim().toLowerCase();
+  const image = a.kind ? a.kind === 'image' : mime.startsWith('image/');
+  if (!image) return null;
+  if (a.url) {
+    try {
+      const u = new URL(a.url);
+      return u.protocol === 'https:' || u.protocol === 'http:' ? u.href : null;
+    } catch {
+      return null;
+    }
+  }
+  if (a.data && THUMB_TYPES.has(mime) && /^[A-Za-z0-9+/]+=*$/.test(a.data)) return `data:${mime};base64,${a.data}`;
+  return null;
+}
+
+// renderAttachment draws an image as a thumbnail and any other file as its
+// name and type.
+function renderAttachment(a) {
+  const name = a.fileName || a.url || a.fileId || 'attachment';
+  const src = thumbSource(a);
+  if (src) {
+    return el('figure', { class: 'attachment image', 'data-testid': 'attachment' },
+      el('img', { class: 'thumb', src, alt: name, loading: 'lazy', referrerpolicy: 'no-referrer' }),
+      el('figcaption', { text: name }));
+  }
+  return el('div', { class: 'attachment file', 'data-testid': 'attachment' },
+    el('span', { class: 'file-name', text: name }),
+    a.mimeType && el('span', { class: 'muted', text: ` ${a.mimeType}` }));
+}
+
+// renderParts draws an AG-UI message's content parts: the text parts as
+// text, the media parts as attachments (a thumbnail, or a file's name).
+export function renderParts(parts) {
+  const text = parts.filter((p) => p && p.type === 'text').map((p) => String(p.text)).join('');
+  const media = parts.filter((p) => p && p.type !== 'text' && p.source).map((p) => ({
+    kind: p.type, mimeType: p.source.mimeType,
+    data: p.source.type === 'data' ? p.source.value : undefined,
+    url: p.source.type === 'url' ? p.source.value : undefined,
+    fileId: p.source.type === 'file' ? p.source.value : undefined,
+    fileName: p.metadata && typeof p.metadata.filename === 'string' ? p.metadata.filename : undefined,
+  }));
+  return [text && el('div', { class: 'text', text }),
+    media.length > 0 && el('div', { class: 'attachments', 'data-testid': 'attachments' }, ...media.map(renderAttachment))];
 }
 
 function renderAgent(node, depth, ctx) {

@@ -25,6 +25,32 @@ func Message(m instanceai.Message) error {
 	return nil
 }
 
+// EncodeAttachments is the attachments column of a message: their JSON
+// array, or "" for none (as every message stored before they were kept
+// reads).
+func EncodeAttachments(a []instanceai.Attachment) (string, error) {
+	if len(a) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", fmt.Errorf("encode attachments: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeAttachments reads an attachments column back ("" is none).
+func DecodeAttachments(s string) ([]instanceai.Attachment, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var a []instanceai.Attachment
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return nil, fmt.Errorf("decode attachments: %w", err)
+	}
+	return a, nil
+}
+
 // Confirmation checks a confirmation for AddConfirmation and returns its
 // status: a new confirmation is pending (an empty status means pending) and
 // carries no answer yet.

@@ -1,0 +1,3 @@
+-- A user message keeps the files sent with it: a JSON array of n8n's
+-- InstanceAiFileAttachment, '' for none (every message stored before).
+ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '';
