@@ -348,3 +348,28 @@ func TestConsoleWithoutQueryToken(t *testing.T) {
 	    document.querySelector('[data-testid=conn-state]').textContent === 'offline'; })()`)
 	b.Shot("needs-query-token")
 }
+
+// TestConsoleShowsAttachments: a user message's files, sent on n8n's chat,
+// are shown on the page: an image as a thumbnail the browser decodes (the
+// page's image policy admits data URLs), any other file as its name; the
+// AG-UI view shows them as the user message's content parts.
+func TestConsoleShowsAttachments(t *testing.T) {
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+	b := newBrowser(t)
+	p := launch(t, 2*time.Millisecond)
+	body := `{"message":"simple look at these","attachments":[` +
+		`{"type":"file","data":"` + png + `","mimeType":"image/png","fileName":"dot.png"},` +
+		`{"type":"file","data":"JVBERi0xLjQK","mimeType":"application/pdf","fileName":"report.pdf"}]}`
+	if code, answer := p.API.Do(http.MethodPost, "/instance-ai/chat/console-files", body); code != http.StatusOK {
+		t.Fatalf("chat with attachments: %d %v", code, answer)
+	}
+	b.Do("open the thread", chromedp.Navigate(p.URL+"/#thread=console-files"))
+	b.untilRun(0, "completed")
+	b.Until("image thumbnail decoded", `(() => { const img = document.querySelector('[data-testid=user-message] [data-testid=attachment] img');
+	  if (!img) return false; img.scrollIntoView(); return img.complete && img.naturalWidth === 1 && img.alt === 'dot.png'; })()`)
+	b.Until("file name", `[...document.querySelectorAll('[data-testid=user-message] [data-testid=attachment]')].some((e) => e.textContent.includes('report.pdf') && e.textContent.includes('application/pdf') && !e.querySelector('img'))`)
+	b.Shot("attachments")
+	b.Do("AG-UI tab", chromedp.Click(chromedp.CSS(`[data-testid=tab-agui]`)))
+	b.Until("AG-UI user message with its parts", `(() => { const m = [...document.querySelectorAll('[data-testid=agui-message][data-role=user]')].pop();
+	  return !!m && m.textContent.includes('simple look at these') && m.textContent.includes('report.pdf') && !!m.querySelector('[data-testid=attachment] img'); })()`)
+}
