@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -35,12 +34,6 @@ import (
 // and what a request's Accept names to ask for it.
 const MediaType = "application/vnd.ag-ui.event+proto"
 
-// CursorKey is the metadata key under which a frame carries the stream
-// cursor the SSE binding sends as the frame's `id:` (the binding's framing
-// has no place for one). Its value is the cursor as a decimal string, the
-// form Last-Event-ID and ?lastEventId take back.
-const CursorKey = "threadline.eventId"
-
 // prefixLen is the length prefix's size.
 const prefixLen = 4
 
@@ -52,34 +45,58 @@ func Convert(ev agui.Event) (*aguipb.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fromJSON(data, 0, true)
+	return fromJSON(data, true)
 }
 
 // AppendFrame appends ev as one frame of the binding (length prefix and
-// message) to dst. A positive cursor is added to the event's metadata under
-// CursorKey.
+// message) to dst. A positive cursor, the SSE binding's `id:`, follows the
+// event's bytes as an aguipb.FrameCursor: a field every ag_ui.Event decoder
+// skips as unknown, and FrameCursor reads back (see Cursor).
 func AppendFrame(dst []byte, ev agui.Event, cursor int64) ([]byte, error) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return dst, err
 	}
-	msg, err := fromJSON(data, cursor, true)
+	msg, err := fromJSON(data, true)
 	if err != nil {
 		return dst, err
 	}
-	return appendMessage(dst, msg)
+	var trailer *aguipb.FrameCursor
+	if cursor > 0 {
+		trailer = &aguipb.FrameCursor{EventId: proto.Int64(cursor)}
+	}
+	return appendMessage(dst, msg, trailer)
 }
 
-// appendMessage appends msg's length and bytes to dst.
-func appendMessage(dst []byte, msg *aguipb.Event) ([]byte, error) {
+// Cursor returns the cursor of a frame's message (the bytes after the
+// length prefix), 0 when it carries none.
+func Cursor(message []byte) (int64, error) {
+	var c aguipb.FrameCursor
+	if err := proto.Unmarshal(message, &c); err != nil {
+		return 0, fmt.Errorf("aguiproto: %w", err)
+	}
+	return c.GetEventId(), nil
+}
+
+// appendMessage appends the length of msg and trailer together, then
+// their bytes, to dst: protobuf reads the two concatenated as one message.
+func appendMessage(dst []byte, msg *aguipb.Event, trailer *aguipb.FrameCursor) ([]byte, error) {
 	size := proto.Size(msg)
+	if trailer != nil {
+		size += proto.Size(trailer)
+	}
 	if size > math.MaxUint32 {
 		return dst, fmt.Errorf("aguiproto: an event of %d bytes does not fit the 4-byte length prefix", size)
 	}
 	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
 	// Deterministic keeps a Struct's keys in one order, so that the same
 	// event is the same bytes on every stream.
-	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(dst, msg)
+	opts := proto.MarshalOptions{Deterministic: true}
+	dst, err := opts.MarshalAppend(dst, msg)
+	if err == nil && trailer != nil {
+		dst, err = opts.MarshalAppend(dst, trailer)
+	}
+	return dst, err
 }
 
 // ErrNoProtobufForm is returned for an event the binding cannot carry: a
@@ -90,7 +107,7 @@ var ErrNoProtobufForm = errors.New("aguiproto: the event has no protobuf form")
 // fromJSON converts an AG-UI event's JSON. discard leaves out the members
 // the schema has no field for; without it they are an error (the tests
 // check that none of Threadline's own events has any).
-func fromJSON(data []byte, cursor int64, discard bool) (*aguipb.Event, error) {
+func fromJSON(data []byte, discard bool) (*aguipb.Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // numbers reach protojson as written
 	var obj map[string]any
@@ -102,7 +119,7 @@ func fromJSON(data []byte, cursor int64, discard bool) (*aguipb.Event, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: type %q is not in @ag-ui/proto 1.0.0", ErrNoProtobufForm, typ)
 	}
-	body, err := reshape(agui.EventType(typ), obj, cursor)
+	body, err := reshape(agui.EventType(typ), obj)
 	if err != nil {
 		return nil, err
 	}
@@ -135,23 +152,14 @@ func armOf(typ string) (string, bool) {
 // member: the fields every event carries go to baseEvent, and the members
 // whose protobuf form differs from their JSON one are rewritten as
 // @ag-ui/proto's encode rewrites them.
-func reshape(typ agui.EventType, obj map[string]any, cursor int64) (map[string]any, error) {
+func reshape(typ agui.EventType, obj map[string]any) (map[string]any, error) {
 	base := map[string]any{"type": string(typ)}
 	for _, k := range []string{"timestamp", "rawEvent"} {
 		if v, ok := obj[k]; ok {
 			base[k] = v
 		}
 	}
-	meta := objectOrNil(obj["metadata"])
-	if cursor > 0 {
-		withCursor := make(map[string]any, len(meta)+1)
-		for k, v := range meta {
-			withCursor[k] = v
-		}
-		withCursor[CursorKey] = strconv.FormatInt(cursor, 10)
-		meta = withCursor
-	}
-	if meta != nil {
+	if meta := objectOrNil(obj["metadata"]); meta != nil {
 		base["metadata"] = meta
 	}
 	delete(obj, "type")

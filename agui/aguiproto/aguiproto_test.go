@@ -1,6 +1,7 @@
 package aguiproto
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -73,7 +74,7 @@ var extras = []string{
 
 func TestConvertIsStrictForEveryType(t *testing.T) {
 	for typ, data := range goldens(t) {
-		msg, err := fromJSON(data, 0, false)
+		msg, err := fromJSON(data, false)
 		if err != nil {
 			t.Errorf("%s: %v", typ, err)
 			continue
@@ -83,7 +84,7 @@ func TestConvertIsStrictForEveryType(t *testing.T) {
 		}
 	}
 	for _, data := range extras {
-		if _, err := fromJSON([]byte(data), 0, false); err != nil {
+		if _, err := fromJSON([]byte(data), false); err != nil {
 			t.Errorf("%s: %v", data, err)
 		}
 	}
@@ -112,7 +113,7 @@ func TestConvertLeavesOutWhatTheSchemaLacks(t *testing.T) {
 	if got := msg.GetTextMessageEnd().GetMessageId(); got != "m" {
 		t.Fatalf("messageId %q", got)
 	}
-	if _, err := fromJSON(ev.Data, 0, false); err == nil {
+	if _, err := fromJSON(ev.Data, false); err == nil {
 		t.Fatal("strict conversion took a member the schema does not have")
 	}
 }
@@ -149,28 +150,47 @@ func TestFrameIsLengthPrefixedMessage(t *testing.T) {
 	if c.GetMessageId() != "m1" || c.GetDelta() != "Hello" || c.GetBaseEvent().GetType() != aguipb.EventType_TEXT_MESSAGE_CONTENT {
 		t.Fatalf("decoded %v", &msg)
 	}
-	if c.GetBaseEvent().GetMetadata() != nil {
-		t.Fatalf("no cursor asked for, metadata %v", c.GetBaseEvent().GetMetadata())
+	if len(msg.ProtoReflect().GetUnknown()) != 0 {
+		t.Fatal("no cursor asked for, yet the message carries more")
+	}
+	if c, err := Cursor(frame[prefixLen:]); err != nil || c != 0 {
+		t.Fatalf("cursor %d, %v", c, err)
 	}
 }
 
-func TestFrameCarriesCursorInMetadata(t *testing.T) {
+// TestFrameCarriesCursorBesideTheEvent: the cursor follows the event's
+// bytes inside the frame; an Event decoder sees the event unchanged (the
+// cursor an unknown field) and Cursor reads it back.
+func TestFrameCarriesCursorBesideTheEvent(t *testing.T) {
 	ev := &agui.TextMessageEnd{MessageID: "m1"}
 	ev.Metadata = map[string]any{"k": "v"}
+	plain, err := AppendFrame(nil, ev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	frame, err := AppendFrame(nil, ev, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msg aguipb.Event
-	if err := proto.Unmarshal(frame[prefixLen:], &msg); err != nil {
+	if !bytes.HasPrefix(frame[prefixLen:], plain[prefixLen:]) {
+		t.Fatal("the event's bytes are not the frame's first bytes")
+	}
+	if n := binary.BigEndian.Uint32(frame); int(n) != len(frame)-prefixLen {
+		t.Fatalf("prefix says %d, message is %d bytes", n, len(frame)-prefixLen)
+	}
+	var withCursor, without aguipb.Event
+	if err := proto.Unmarshal(frame[prefixLen:], &withCursor); err != nil {
 		t.Fatal(err)
 	}
-	meta := msg.GetTextMessageEnd().GetBaseEvent().GetMetadata().AsMap()
-	if !reflect.DeepEqual(meta, map[string]any{"k": "v", CursorKey: "42"}) {
-		t.Fatalf("metadata %v", meta)
+	if err := proto.Unmarshal(plain[prefixLen:], &without); err != nil {
+		t.Fatal(err)
 	}
-	if len(ev.Metadata) != 1 {
-		t.Fatalf("the event's own metadata changed: %v", ev.Metadata)
+	withCursor.ProtoReflect().SetUnknown(nil)
+	if !proto.Equal(&withCursor, &without) {
+		t.Fatalf("the cursor changed the event: %v vs %v", &withCursor, &without)
+	}
+	if c, err := Cursor(frame[prefixLen:]); err != nil || c != 42 {
+		t.Fatalf("cursor %d, %v", c, err)
 	}
 }
 
@@ -208,11 +228,13 @@ func TestDecodedByAGUIProtoEqualsSSE(t *testing.T) {
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatal(err)
 		}
-		got := decoded[i]
+		got := decoded[i].Event
+		wantCursor := int64(0)
 		if i%2 == 1 {
-			if c := takeCursor(got); c != int64(1000+i) {
-				t.Errorf("%s: cursor %d, want %d", want["type"], c, 1000+i)
-			}
+			wantCursor = int64(1000 + i)
+		}
+		if decoded[i].Cursor != wantCursor {
+			t.Errorf("%s: cursor %d, want %d", want["type"], decoded[i].Cursor, wantCursor)
 		}
 		known(want)
 		if !reflect.DeepEqual(got, want) {
@@ -264,23 +286,6 @@ func binaryAsDocument(p map[string]any) map[string]any {
 	return map[string]any{"type": "document", "source": map[string]any{"type": kind, "value": value, "mimeType": p["mimeType"]}, "metadata": meta}
 }
 
-// takeCursor removes the cursor from a decoded event's metadata (and the
-// metadata, when nothing else is in it) and returns it (0 when none).
-func takeCursor(ev map[string]any) int64 {
-	meta, _ := ev["metadata"].(map[string]any)
-	s, ok := meta[CursorKey].(string)
-	if !ok {
-		return 0
-	}
-	delete(meta, CursorKey)
-	if len(meta) == 0 {
-		delete(ev, "metadata")
-	}
-	var n int64
-	_ = json.Unmarshal([]byte(s), &n)
-	return n
-}
-
 // interopDir holds the pinned @ag-ui/proto and proto-decode.js.
 const interopDir = "../../conformance/interop"
 
@@ -299,8 +304,14 @@ func nodeWithProto(t *testing.T) string {
 	return node
 }
 
+// decodedFrame is one frame as proto-decode.js reports it.
+type decodedFrame struct {
+	Event  map[string]any `json:"event"`
+	Cursor int64          `json:"cursor"`
+}
+
 // decodeWithAGUIProto decodes a binding stream with proto-decode.js.
-func decodeWithAGUIProto(t *testing.T, node string, stream []byte) []map[string]any {
+func decodeWithAGUIProto(t *testing.T, node string, stream []byte) []decodedFrame {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "stream.bin")
 	if err := os.WriteFile(f, stream, 0o644); err != nil {
@@ -316,7 +327,7 @@ func decodeWithAGUIProto(t *testing.T, node string, stream []byte) []map[string]
 		t.Fatalf("proto-decode.js: %v\n%s", err, stderr.String())
 	}
 	var rep struct {
-		Streams [][]map[string]any `json:"streams"`
+		Streams [][]decodedFrame `json:"streams"`
 	}
 	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Streams) != 1 {
 		t.Fatalf("report: %v\n%s", err, out)

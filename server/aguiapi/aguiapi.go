@@ -627,8 +627,9 @@ func (o *writer) write(id int64, events []agui.Event) error {
 }
 
 // frame writes one event. On the SSE binding id goes on the frame's `id:`
-// line; the protobuf binding has no such line, so there it rides in the
-// event's metadata (aguiproto.CursorKey).
+// line; the protobuf binding has no such line, so there it follows the
+// event's bytes inside the frame as a FrameCursor (see aguiproto), which
+// AG-UI's decoders skip as they skip `id:`.
 func (o *writer) frame(id int64, ev agui.Event) error {
 	if o.binding == bindingProtobuf {
 		wire, err := aguiproto.AppendFrame(nil, ev, id)
