@@ -12,6 +12,10 @@
 // contentParts, a patch op becomes an enum, and so on). The reshaped JSON is
 // read into the generated types by protojson, whose field names are AG-UI's
 // camelCase names: no wire bytes are written here by hand.
+//
+// The stream cursor, which SSE frames carry as `id:`, follows the event's
+// bytes inside the frame as an aguipb.FrameCursor: AG-UI's decoders skip it
+// as an unknown field, and Cursor reads it back.
 package aguiproto
 
 import (
@@ -33,9 +37,6 @@ import (
 // MediaType is the binding's media type, the Content-Type of its responses
 // and what a request's Accept names to ask for it.
 const MediaType = "application/vnd.ag-ui.event+proto"
-
-// prefixLen is the length prefix's size.
-const prefixLen = 4
 
 // Convert returns ev as the binding's Event message. Fields of ev that the
 // 1.0.0 schema has no place for (only an upstream's verbatim event can carry

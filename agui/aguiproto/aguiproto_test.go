@@ -18,6 +18,9 @@ import (
 	"github.com/threadline/threadline/agui/aguipb"
 )
 
+// prefixLen is the size of a frame's length prefix.
+const prefixLen = 4
+
 // goldens returns the SSE JSON of one populated event of every type: the
 // agui package's golden files.
 func goldens(t *testing.T) map[agui.EventType][]byte {
@@ -333,4 +336,32 @@ func decodeWithAGUIProto(t *testing.T, node string, stream []byte) []decodedFram
 		t.Fatalf("report: %v\n%s", err, out)
 	}
 	return rep.Streams[0]
+}
+
+// FuzzFromJSON: an upstream agent's verbatim event is outside input; any
+// bytes convert or fail with an error, never a panic, and what converts
+// frames into a message protobuf reads back.
+func FuzzFromJSON(f *testing.F) {
+	for _, e := range extras {
+		f.Add([]byte(e))
+	}
+	f.Add([]byte(`{"type":"TEXT_MESSAGE_CONTENT","messageId":5}`))
+	f.Add([]byte(`{"type":"MESSAGES_SNAPSHOT","messages":[null,{"content":[{"type":"binary"}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msg, err := fromJSON(data, true)
+		if err != nil {
+			return
+		}
+		frame, err := appendMessage(nil, msg, &aguipb.FrameCursor{EventId: proto.Int64(7)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back aguipb.Event
+		if err := proto.Unmarshal(frame[prefixLen:], &back); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if c, err := Cursor(frame[prefixLen:]); err != nil || c != 7 {
+			t.Fatalf("cursor %d, %v", c, err)
+		}
+	})
 }
