@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos
+.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos aguipb aguipb-verify
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -59,6 +59,14 @@ bench-peers-smoke:
 ## chaos: the fault harness's long version: every scenario on both buses, a minute of load and repeated faults each, with the server's default leases (about 25 minutes; needs TEST_DATABASE_URL and TEST_REDIS_URL as the tests do; CHAOS_FLAGS passes cmd/chaos flags; logs of scenarios with anomalies go to chaos-out/)
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
+
+## aguipb: regenerate the Go types of AG-UI's protobuf binding (agui/aguipb) from its .proto files; needs protoc and protoc-gen-go v1.36.12 (go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12)
+aguipb:
+	cd agui/aguipb && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate .
+
+## aguipb-verify: check agui/aguipb/proto against the ts-proto sources published in @ag-ui/proto 1.0.0 (needs node, npm, protoc)
+aguipb-verify:
+	agui/aguipb/verify.sh
 
 ## lint: gofmt and go vet
 lint:

@@ -43,6 +43,8 @@ type Stream struct {
 	// partSize is the size of DataParts' next part (0: firstPart): it
 	// grows while the client takes whole parts, from frame to frame.
 	partSize int
+	// binary is Options.Binary.
+	binary bool
 }
 
 // spillSize is how much a stream gathers before it writes without waiting
@@ -83,6 +85,11 @@ type Options struct {
 	WriteTimeout time.Duration
 	// FirstComment is written at once; empty means "connected".
 	FirstComment string
+	// Binary makes the body another framing than SSE, written with
+	// Frame(0, …) (AG-UI's protobuf binding, say): no first comment, and
+	// Ping only flushes, since such a framing has no comment to send. The
+	// stream keeps its buffering and write deadlines.
+	Binary bool
 }
 
 func (o *Options) defaults() {
@@ -111,9 +118,11 @@ func Open(w http.ResponseWriter, opts Options) (*Stream, error) {
 	opts.defaults()
 	setHeaders(w.Header(), &opts, "keep-alive")
 	w.WriteHeader(http.StatusOK)
-	s := &Stream{w: w, rc: http.NewResponseController(w), writeTimeout: opts.WriteTimeout}
-	if err := s.Comment(opts.FirstComment); err != nil {
-		return nil, err
+	s := &Stream{w: w, rc: http.NewResponseController(w), writeTimeout: opts.WriteTimeout, binary: opts.Binary}
+	if !opts.Binary {
+		if err := s.Comment(opts.FirstComment); err != nil {
+			return nil, err
+		}
 	}
 	return s, s.Flush()
 }
@@ -151,7 +160,7 @@ func Hijack(w http.ResponseWriter, r *http.Request, opts Options) (*Stream, erro
 	}
 	setHeaders(h, &opts, "close")
 	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	s := &Stream{conn: conn, writeTimeout: opts.WriteTimeout}
+	s := &Stream{conn: conn, writeTimeout: opts.WriteTimeout, binary: opts.Binary}
 	b := s.buffer()
 	*b = append(*b, "HTTP/1.1 200 OK\r\n"...)
 	if err := h.Write(appendTo{b}); err != nil {
@@ -159,7 +168,11 @@ func Hijack(w http.ResponseWriter, r *http.Request, opts Options) (*Stream, erro
 		return nil, err
 	}
 	*b = append(*b, "\r\n"...)
-	if err := s.Comment(opts.FirstComment); err == nil {
+	err = nil
+	if !opts.Binary {
+		err = s.Comment(opts.FirstComment)
+	}
+	if err == nil {
 		err = s.Flush()
 	}
 	if err != nil {
@@ -505,8 +518,12 @@ func (s *Stream) buffer() *[]byte {
 	return s.buf
 }
 
-// Ping writes and flushes a heartbeat comment.
+// Ping writes and flushes a heartbeat comment; on a binary stream it only
+// flushes.
 func (s *Stream) Ping() error {
+	if s.binary {
+		return s.Flush()
+	}
 	if err := s.Comment("ping"); err != nil {
 		return err
 	}

@@ -56,6 +56,31 @@ func TestStreamFraming(t *testing.T) {
 	}
 }
 
+// TestBinaryStreamWritesOnlyFrames: a binary stream's body is the frames
+// and nothing else, heartbeats included.
+func TestBinaryStreamWritesOnlyFrames(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s, err := Open(rec, Options{Binary: true, ContentType: "application/vnd.ag-ui.event+proto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Body.Len() != 0 {
+		t.Fatalf("a binary stream opened with %q", rec.Body.String())
+	}
+	frame := []byte{0, 0, 0, 2, 0x0a, 0x00}
+	for _, step := range []error{s.Frame(0, frame), s.Ping(), s.Frame(0, frame), s.Flush()} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	if want := append(append([]byte{}, frame...), frame...); !bytes.Equal(rec.Body.Bytes(), want) {
+		t.Fatalf("body % x, want % x", rec.Body.Bytes(), want)
+	}
+	if got := rec.Result().Header.Get("Content-Type"); got != "application/vnd.ag-ui.event+proto" {
+		t.Fatalf("Content-Type %q", got)
+	}
+}
+
 func TestStreamOverHTTPIsReadBack(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, err := Open(w, Options{})

@@ -21,7 +21,13 @@
 // lists, per scenario, the event types seen, the run's outcome, the agent's
 // messages and state afterwards, the error runAgent() threw (if any), the
 // RUN_ERROR it saw (if any), the second run's report as followUp, and every
-// console warning or error the client printed while it ran.
+// console warning or error the client printed while it ran. With
+// `protobuf`, every request of the scenario asks for AG-UI's protobuf
+// binding (Accept: application/vnd.ag-ui.event+proto) and the client reads
+// the answer with its own protobuf parser; `contentType` reports what the
+// first run's response said it was. With `full`, the report's
+// `eventObjects` holds the events themselves as the client's subscribers
+// saw them.
 const {
   HttpAgent,
   buildResumeArray,
@@ -31,6 +37,26 @@ const {
   verifyEvents,
 } = require("@ag-ui/client");
 const { lastValueFrom, tap } = require("rxjs");
+const { AGUI_MEDIA_TYPE } = require("@ag-ui/proto");
+
+// ProtoHttpAgent is HttpAgent asking for the protobuf binding: HttpAgent's
+// own requestInit hard-codes text/event-stream, and its response parser
+// picks protobuf when the Content-Type is exactly AGUI_MEDIA_TYPE.
+class ProtoHttpAgent extends HttpAgent {
+  requestInit(input) {
+    const init = super.requestInit(input);
+    return { ...init, headers: { ...init.headers, Accept: AGUI_MEDIA_TYPE } };
+  }
+}
+
+// recordingFetch wraps fetch to keep the Content-Type of each response.
+function recordingFetch(seen) {
+  return async (url, init) => {
+    const res = await fetch(url, init);
+    seen.push(res.headers.get("content-type"));
+    return res;
+  };
+}
 
 const captured = [];
 for (const level of ["warn", "error"]) {
@@ -43,21 +69,25 @@ for (const level of ["warn", "error"]) {
 
 async function runScenario(url, sc, index) {
   const threadId = sc.threadId || `interop-${process.pid}-${Date.now()}-${index}`;
-  const agent = new HttpAgent({
+  const contentTypes = [];
+  const Agent = sc.protobuf ? ProtoHttpAgent : HttpAgent;
+  const agent = new Agent({
     url,
     threadId,
     headers: sc.headers || {},
     initialMessages: [{ id: `user-${index}`, role: "user", content: sc.message }],
     initialState: sc.state,
+    fetch: recordingFetch(contentTypes),
   });
   const before = captured.length;
   const report = {
     name: sc.name,
     threadId,
-    ...(await run(agent, { runId: `interop-run-${index}`, tools: sc.tools, forwardedProps: sc.forwardedProps }, sc.abortAfter)),
+    ...(await run(agent, { runId: `interop-run-${index}`, tools: sc.tools, forwardedProps: sc.forwardedProps }, sc.abortAfter, sc.full)),
     warnings: [],
   };
-  if (sc.rejoin) report.rejoin = await rejoin(url, threadId, sc.headers || {});
+  report.contentType = contentTypes[0] || null;
+  if (sc.rejoin) report.rejoin = await rejoin(url, threadId, sc.headers || {}, sc.protobuf);
   if (!report.error && sc.resume) {
     const responses = {};
     for (const interrupt of agent.pendingInterrupts) responses[interrupt.id] = sc.resume;
@@ -67,13 +97,13 @@ async function runScenario(url, sc, index) {
     } catch (err) {
       report.followUp = { error: err.message };
     }
-    if (resume) report.followUp = await run(agent, { runId: `interop-run-${index}-resume`, resume });
+    if (resume) report.followUp = await run(agent, { runId: `interop-run-${index}-resume`, resume }, undefined, sc.full);
   }
   if (!report.error && sc.toolResult !== undefined) {
     for (const id of report.pendingToolCallIds || []) {
       agent.addMessage({ id: `tool-${id}`, role: "tool", toolCallId: id, content: sc.toolResult });
     }
-    report.followUp = await run(agent, { runId: `interop-run-${index}-continue`, tools: sc.tools });
+    report.followUp = await run(agent, { runId: `interop-run-${index}-continue`, tools: sc.tools }, undefined, sc.full);
   }
   report.messages = agent.messages;
   report.state = agent.state;
@@ -82,14 +112,17 @@ async function runScenario(url, sc, index) {
 }
 
 // run calls runAgent once and reports what the client saw of that run.
-// With abortAfter, it aborts the run on the first event of that type.
-async function run(agent, params, abortAfter) {
+// With abortAfter, it aborts the run on the first event of that type; with
+// full, it keeps the events themselves in eventObjects.
+async function run(agent, params, abortAfter, full) {
   const out = { events: [], outcome: null, pendingToolCallIds: null, interrupts: null, runError: null, error: null };
   if (abortAfter) out.aborted = false;
+  if (full) out.eventObjects = [];
   try {
     await agent.runAgent(params, {
       onEvent: ({ event }) => {
         out.events.push(event.type);
+        if (full) out.eventObjects.push(event);
         if (abortAfter && !out.aborted && event.type === abortAfter) {
           out.aborted = true;
           agent.abortRun();
@@ -110,16 +143,16 @@ async function run(agent, params, abortAfter) {
   return out;
 }
 
-// rejoin reads the thread's rejoin stream with the client's own HTTP, SSE
-// and verification pipeline and folds it into messages as an agent would.
-async function rejoin(runURL, threadId, headers) {
+// rejoin reads the thread's rejoin stream (SSE, or protobuf when asked)
+// with the client's own HTTP, stream parsing and verification pipeline and folds it into messages as an agent would.
+async function rejoin(runURL, threadId, headers, protobuf) {
   const url = new URL(`/agui/threads/${encodeURIComponent(threadId)}/events`, runURL).toString();
   const out = { events: [], runError: null, error: null, messages: [] };
   const agent = new HttpAgent({ url: runURL, threadId });
   const input = { threadId, runId: `rejoin-${threadId}`, state: {}, messages: [], tools: [], context: [], forwardedProps: {} };
   try {
     const events$ = transformHttpEventStream(
-      runHttpRequest(() => fetch(url, { headers: { ...headers, Accept: "text/event-stream" } })),
+      runHttpRequest(() => fetch(url, { headers: { ...headers, Accept: protobuf ? AGUI_MEDIA_TYPE : "text/event-stream" } })),
     ).pipe(
       verifyEvents(),
       tap((event) => {

@@ -13,16 +13,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"mime"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/agui"
+	"github.com/threadline/threadline/agui/aguiproto"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/mapping"
@@ -126,36 +125,6 @@ func (h *Handler) Register(authed, public *mux.Router) {
 // when the client goes away; by default a disconnect cancels it.
 const OnDisconnectContinue = "continue"
 
-// acceptsEventStream reports whether an Accept header admits
-// text/event-stream (a missing header admits anything).
-func acceptsEventStream(header []string) bool {
-	if len(header) == 0 {
-		return true
-	}
-	for _, h := range header {
-		for _, part := range strings.Split(h, ",") {
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
-			mt, params, err := mime.ParseMediaType(part)
-			if err != nil {
-				continue
-			}
-			if q, ok := params["q"]; ok {
-				if v, err := strconv.ParseFloat(q, 64); err != nil || v <= 0 {
-					continue
-				}
-			}
-			switch mt {
-			case "text/event-stream", "text/*", "*/*":
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // runRequest is a checked /run-agent request.
 type runRequest struct {
 	input agui.RunAgentInput
@@ -169,14 +138,16 @@ type runRequest struct {
 	// agent is forwardedProps.agent: which of the agent's named upstreams
 	// answers ("" for the default).
 	agent string
+	// binding is the wire the request's Accept asked for.
+	binding binding
 }
 
 // decode reads and checks the request: every error is a 4xx sent before any
 // byte of stream.
-func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, error) {
-	if !acceptsEventStream(r.Header.Values("Accept")) {
-		return runRequest{}, httpjson.NewError(http.StatusNotAcceptable, "not_acceptable", "Accept",
-			"this endpoint streams text/event-stream; the Accept header %q does not admit it", r.Header.Get("Accept"))
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request, protobufOK bool) (runRequest, error) {
+	wire, ok := negotiate(r.Header.Values("Accept"), protobufOK)
+	if !ok {
+		return runRequest{}, notAcceptable(r, protobufOK)
 	}
 	data, err := httpjson.ReadBody(w, r, h.cfg.MaxBody)
 	if err != nil {
@@ -210,7 +181,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (runRequest, er
 				"messages[%d].content must not contain U+0000", i)
 		}
 	}
-	req := runRequest{input: in}
+	req := runRequest{input: in, binding: wire}
 	for i := len(in.Messages) - 1; i >= 0; i-- {
 		if in.Messages[i].Role == agui.RoleUser {
 			req.message = in.Messages[i].Text()
@@ -269,6 +240,10 @@ type RunOptions struct {
 	// (a surface's own way of answering interrupts, say); an error is
 	// answered as a request error.
 	Prepare func(r *http.Request, in *agui.RunAgentInput) error
+	// SSEOnly serves SSE whatever the Accept header asks for beside it: a
+	// surface whose clients read no protobuf (or whose Dialect rewrites
+	// the events into a version @ag-ui/proto 1.0.0 does not describe).
+	SSEOnly bool
 }
 
 // RunHandler serves runs as /run-agent does, adapted by opts.
@@ -277,7 +252,7 @@ func (h *Handler) RunHandler(opts RunOptions) http.Handler {
 }
 
 func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, opts RunOptions) {
-	req, err := h.decode(w, r)
+	req, err := h.decode(w, r, !opts.SSEOnly)
 	if err == nil && opts.Agent != nil {
 		req.agent = opts.Agent(r)
 	}
@@ -655,12 +630,12 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req runRequest,
 		defer src.feed.Close() // the stream may end before it reads it
 	}
 	log := h.cfg.Logger.With("thread", threadID, "run", run.ID, "aguiRun", req.input.RunID)
-	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+	s, err := h.open(w, req.binding)
 	if err != nil {
 		h.disconnected(ctx, req, run, log)
 		return
 	}
-	out := &writer{s: s, state: req.input.State, dialect: dialect}
+	out := &writer{s: s, binding: req.binding, log: log, state: req.input.State, dialect: dialect}
 	if len(src.first) > 0 {
 		if out.write(0, src.first) != nil || s.Flush() != nil {
 			h.disconnected(ctx, req, run, log)
@@ -689,9 +664,21 @@ func (h *Handler) disconnected(ctx context.Context, req runRequest, run *instanc
 	h.core.Cancel(run.ThreadID)
 }
 
-// writer frames AG-UI events as `data: <json>` SSE messages.
+// open starts the response of a stream in binding b.
+func (h *Handler) open(w http.ResponseWriter, b binding) (*ssestream.Stream, error) {
+	if b == bindingProtobuf {
+		return ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout, Binary: true, ContentType: aguiproto.MediaType})
+	}
+	return ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+}
+
+// writer frames AG-UI events as `data: <json>` SSE messages, or as
+// @ag-ui/proto's length-prefixed messages.
 type writer struct {
-	s *ssestream.Stream
+	s       *ssestream.Stream
+	binding binding
+	// log reports events the protobuf binding cannot carry (nil: none).
+	log *slog.Logger
 	// state is input.state, sent as STATE_SNAPSHOT right after RUN_STARTED.
 	state     json.RawMessage
 	stateSent bool
@@ -726,7 +713,26 @@ func (o *writer) write(id int64, events []agui.Event) error {
 	return nil
 }
 
+// frame writes one event. On the SSE binding id goes on the frame's `id:`
+// line; the protobuf binding has no such line, so there it follows the
+// event's bytes inside the frame as a FrameCursor (see aguiproto), which
+// AG-UI's decoders skip as they skip `id:`.
 func (o *writer) frame(id int64, ev agui.Event) error {
+	if o.binding == bindingProtobuf {
+		wire, err := aguiproto.AppendFrame(nil, ev, id)
+		if errors.Is(err, aguiproto.ErrNoProtobufForm) {
+			// Only an upstream's verbatim event can be one: a client
+			// would drop it as unknown, so the stream goes on without it.
+			if o.log != nil {
+				o.log.Warn("AG-UI event left out of a protobuf stream", "type", ev.Type(), "err", err)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return o.s.Frame(0, wire)
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err

@@ -73,19 +73,20 @@ type rejoinTarget struct {
 }
 
 func (h *Handler) rejoin(w http.ResponseWriter, r *http.Request) {
+	wire, ok := negotiate(r.Header.Values("Accept"), true)
+	if !ok {
+		httpjson.WriteError(w, notAcceptable(r, true))
+		return
+	}
 	t, err := h.rejoinTarget(r)
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	h.streamRejoin(w, r, t)
+	h.streamRejoin(w, r, t, wire)
 }
 
 func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
-	if !acceptsEventStream(r.Header.Values("Accept")) {
-		return nil, httpjson.NewError(http.StatusNotAcceptable, "not_acceptable", "Accept",
-			"this endpoint streams text/event-stream; the Accept header %q does not admit it", r.Header.Get("Accept"))
-	}
 	cursor, err := parseCursor(r)
 	if err != nil {
 		return nil, err
@@ -449,18 +450,18 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 }
 
 // streamRejoin writes the rejoined run, then its live tail.
-func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoinTarget) {
+func (h *Handler) streamRejoin(w http.ResponseWriter, r *http.Request, t *rejoinTarget, wire binding) {
 	log := h.cfg.Logger.With("thread", t.threadID, "run", t.runID)
 	opening, m, cursor, err := rejoinStart(t)
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+	s, err := h.open(w, wire)
 	if err != nil {
 		return
 	}
-	out := &writer{s: s}
+	out := &writer{s: s, binding: wire, log: log}
 	if err := out.write(cursor, opening); err != nil || s.Flush() != nil || m == nil {
 		return
 	}

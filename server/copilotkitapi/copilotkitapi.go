@@ -83,6 +83,9 @@ func New(core *instanceai.Core, runs *aguiapi.Handler, cfg Config) *Handler {
 		Busy:    emptyStream,
 		Dialect: Dialect,
 		Prepare: h.resumeCommand,
+		// Its client reads SSE only, and its dialect is not the AG-UI
+		// 1.0 that @ag-ui/proto describes.
+		SSEOnly: true,
 	}))
 	return h
 }
