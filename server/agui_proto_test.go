@@ -552,3 +552,21 @@ func TestAGUIProtoRejoinLive(t *testing.T) {
 		}
 	}
 }
+
+// TestAGUIProtoRefusedResume: a resume the interrupt contract refuses is
+// answered in the binding the request asked for, as a stream whose one
+// event is RUN_ERROR.
+func TestAGUIProtoRefusedResume(t *testing.T) {
+	node := protoNode(t)
+	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h.runAgent("pb-refused", "r1", "confirm", nil)
+	body := servertest.RunAgentInput("pb-refused", "r2", "", map[string]any{
+		"resume": []any{map[string]any{"interruptId": "no-such-interrupt", "status": "resolved"}}})
+	pb := readStream(t, h.PostRunAgent(ctx, body, aguiproto.MediaType), aguiproto.MediaType)
+	got, _ := protoEvents(t, node, pb)
+	if len(got[0]) != 1 || got[0][0]["type"] != "RUN_ERROR" || got[0][0]["code"] != "interrupt_not_open" {
+		t.Fatalf("refused resume over protobuf: %v", got[0])
+	}
+}

@@ -275,7 +275,7 @@ func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, opts RunOptio
 	}
 	var refused *resumeError
 	if errors.As(err, &refused) {
-		h.refuseResume(w, refused, dialect)
+		h.refuseResume(w, req.binding, refused, dialect)
 		return
 	}
 	if err != nil {
@@ -326,8 +326,8 @@ func newResumeError(code, field string, open []string, format string, args ...an
 // refuseResume answers a resumeError as AG-UI's interrupt contract says: a
 // stream whose one event is RUN_ERROR, its message naming the field, its
 // metadata the field and the thread's open interrupts.
-func (h *Handler) refuseResume(w http.ResponseWriter, e *resumeError, dialect func([]agui.Event) []agui.Event) {
-	s, err := ssestream.Open(w, ssestream.Options{WriteTimeout: h.cfg.WriteTimeout})
+func (h *Handler) refuseResume(w http.ResponseWriter, b binding, e *resumeError, dialect func([]agui.Event) []agui.Event) {
+	s, err := h.open(w, b)
 	if err != nil {
 		return
 	}
@@ -338,7 +338,7 @@ func (h *Handler) refuseResume(w http.ResponseWriter, e *resumeError, dialect fu
 	ev := &agui.RunError{Message: e.Error(), Code: e.code}
 	ev.Timestamp = time.Now().UnixMilli()
 	ev.Metadata = map[string]any{mapping.MetadataKey: detail}
-	out := &writer{s: s, dialect: dialect}
+	out := &writer{s: s, binding: b, log: h.cfg.Logger, dialect: dialect}
 	if out.write(0, []agui.Event{ev}) == nil {
 		_ = s.Flush()
 	}
