@@ -108,7 +108,21 @@ func nodeWith(t *testing.T, dir, pkg string) string {
 // hold want results.
 func runInterop(t *testing.T, node, url, scenarios string, want int) interopReport {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	out := runJS(t, node, url, scenarios)
+	var rep interopReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if len(rep.Results) != want {
+		t.Fatalf("report has %d results, want %d:\n%s", len(rep.Results), want, out)
+	}
+	return rep
+}
+
+// runJS runs run.js against url and returns its report.
+func runJS(t *testing.T, node, url, scenarios string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "run.js", url, scenarios)
 	cmd.Dir = interopDir
@@ -118,14 +132,7 @@ func runInterop(t *testing.T, node, url, scenarios string, want int) interopRepo
 	if err != nil {
 		t.Fatalf("node run.js: %v\n%s", err, stderr.String())
 	}
-	var rep interopReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("report: %v\n%s", err, out)
-	}
-	if len(rep.Results) != want {
-		t.Fatalf("report has %d results, want %d:\n%s", len(rep.Results), want, out)
-	}
-	return rep
+	return out
 }
 
 // TestAGUIInteropHttpAgent runs the real @ag-ui/client HttpAgent against

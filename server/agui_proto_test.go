@@ -466,16 +466,7 @@ func TestAGUIProtoHttpAgent(t *testing.T) {
 // runInteropRaw runs run.js and returns its results as JSON objects.
 func runInteropRaw(t *testing.T, node, url, scenarios string) []map[string]any {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "run.js", url, scenarios)
-	cmd.Dir = interopDir
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node run.js: %v\n%s", err, stderr.String())
-	}
+	out := runJS(t, node, url, scenarios)
 	var rep struct {
 		Results []map[string]any `json:"results"`
 	}
