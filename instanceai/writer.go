@@ -917,12 +917,20 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	d.w.cfg.Logger.Error("giving up on storing events; failing their runs", "thread", d.threadID,
 		"events", len(items), "err", err)
 	var frames []Frame
+	// A run whose run-start is in the failed batch has nothing in the log
+	// yet: its run-start is kept with its ending, so that the log does not
+	// end a run it never started (the chat that started the run answered
+	// with its id, and the client waits for its run in the log).
+	starts := map[string]Event{}
 	for _, it := range items {
-		if it.ev.Type == TypeRunFinish {
+		switch it.ev.Type {
+		case TypeRunFinish:
 			if d.lostFinish == nil {
 				d.lostFinish = map[string]Event{}
 			}
 			d.lostFinish[it.ev.RunID] = it.ev
+		case TypeRunStart:
+			starts[it.ev.RunID] = it.ev
 		}
 	}
 	for _, it := range items {
@@ -942,13 +950,17 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		}
 		agent := OrchestratorAgentID(runID)
 		now := time.Now().UnixMilli()
-		for _, ev := range []Event{
+		var ending []Event
+		if start, ok := starts[runID]; ok {
+			ending = append(ending, start)
+		}
+		for _, ev := range append(ending, []Event{
 			{Type: TypeError, RunID: runID, AgentID: agent, UserID: it.ev.UserID, TS: now,
 				Payload: &ErrorPayload{Content: "The server could not store this run's events; the run was stopped.",
 					Code: "storage_unavailable", TechnicalDetails: err.Error()}},
 			{Type: TypeRunFinish, RunID: runID, AgentID: agent, UserID: it.ev.UserID, TS: now,
 				Payload: &RunFinish{Status: RunError, Reason: "storage_unavailable"}},
-		} {
+		}...) {
 			if f, ferr := NewFrame(0, &ev); ferr == nil {
 				frames = append(frames, f)
 				d.endings = append(d.endings, batchItem{ev: ev, stored: true, fence: holder})
@@ -972,7 +984,7 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 // outlasted its lease) and settled it, the log refuses the ending, which
 // is dropped; the log then ends the run with that settlement.
 func (d *threadDrain) storeEndings() {
-	if len(d.endings) == 0 || !d.dropStoredEndings() || len(d.endings) == 0 {
+	if len(d.endings) == 0 || !d.dropStoredEndings() || !d.dropStoredStarts() || len(d.endings) == 0 {
 		return
 	}
 	events := make([]Event, len(d.endings))
@@ -1093,6 +1105,47 @@ func (d *threadDrain) dropStoredEndings() bool {
 		}
 	}
 	d.w.hub.Publish(d.threadID, frames)
+	return true
+}
+
+// dropStoredStarts drops the kept run-starts (see fail) that the log holds
+// after all: the append that seemed to fail had been committed, its
+// answer lost. The rest of such a run's ending is still stored; the run's
+// rows this drain did not know it committed are published, as any
+// catch-up from the log. It reports false when the log could not be read:
+// the endings wait for the next pass. A log that cannot list a run's
+// events keeps the run-starts.
+func (d *threadDrain) dropStoredStarts() bool {
+	index, ok := d.w.log.(RunIndex)
+	if !ok {
+		return true
+	}
+	stored := map[string]bool{}
+	var frames []Frame
+	for _, e := range d.endings {
+		if e.ev.Type != TypeRunStart {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+		rows, err := index.RunEvents(ctx, d.threadID, e.ev.RunID)
+		cancel()
+		if err != nil {
+			// A deleted thread: the endings' own append says so.
+			return errors.Is(err, ErrNotFound)
+		}
+		stored[e.ev.RunID] = slices.ContainsFunc(rows, func(r StoredEvent) bool { return r.Event.Type == TypeRunStart })
+		for _, r := range rows {
+			if r.Seq > d.committed {
+				frames = append(frames, EncodedFrame(r.Seq, &r.Event, r.Data))
+			}
+		}
+	}
+	d.endings = slices.DeleteFunc(d.endings, func(e batchItem) bool {
+		return e.ev.Type == TypeRunStart && stored[e.ev.RunID]
+	})
+	if len(frames) > 0 {
+		d.w.hub.Publish(d.threadID, frames)
+	}
 	return true
 }
 

@@ -458,6 +458,66 @@ func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
 	}
 }
 
+// indexedLog is a log wrapper that also lists a run's events, as every
+// built-in store does (instanceai.RunIndex), from the store underneath.
+type indexedLog struct {
+	instanceai.EventLog
+	index instanceai.RunIndex
+}
+
+func (l indexedLog) RunEvents(ctx context.Context, thread, run string) ([]instanceai.StoredEvent, error) {
+	return l.index.RunEvents(ctx, thread, run)
+}
+
+func (l indexedLog) UnfinishedRuns(ctx context.Context) ([]instanceai.RunRef, error) {
+	return l.index.UnfinishedRuns(ctx)
+}
+
+// A run whose run-start was in the batch the outage failed has nothing in
+// the log: its ending, live and stored, begins with its run-start, so the
+// log never ends a run it did not start. Where the append that seemed to
+// fail had stored the run-start (its answer lost), the ending is stored
+// without it: the run starts once.
+func TestARunStartedInAFailedBatchEndsWithItsStart(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answer lost=%v", lost), func(t *testing.T) {
+			store := memory.New()
+			lossy := &lostAnswerLog{EventLog: store}
+			e, finished := outageEnv(t, store, indexedLog{EventLog: lossy, index: store})
+			sub, _ := e.hub.Subscribe("t")
+			defer sub.Close()
+			lossy.lose.Store(lost)
+			lossy.failing.Store(3) // the retries, and the ending's first try
+			e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}), call("r", "a", "c1"))
+			var got []string
+			nctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			for len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "run-finish@") || strings.HasSuffix(got[len(got)-1], "@0") {
+				frames, err := sub.Next(nctx)
+				if err != nil {
+					t.Fatalf("published %v, then %v", got, err)
+				}
+				for _, f := range frames {
+					got = append(got, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
+				}
+			}
+			want := "run-start@0 error@0 run-finish@0 run-start@1 error@2 run-finish@3"
+			shape := []string{"run-start[a]", "error[orchestrator-r]", "run-finish[orchestrator-r]"}
+			if lost {
+				want = "run-start@0 error@0 run-finish@0 run-start@1 tool-call@2 error@3 run-finish@4"
+				shape = []string{"run-start[a]", "tool-call[a]", "error[orchestrator-r]", "run-finish[orchestrator-r]"}
+			}
+			if strings.Join(got, " ") != want {
+				t.Fatalf("published %v, want %s", got, want)
+			}
+			expectLog(t, e.logShape(t), shape...)
+			if finished.Load() != 1 {
+				t.Fatalf("the run's claim was released %d times, want once", finished.Load())
+			}
+		})
+	}
+}
+
 // batchRecorder is a Publisher that records the size of every batch.
 type batchRecorder struct {
 	mu      sync.Mutex
