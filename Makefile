@@ -23,7 +23,7 @@ node-deps:
 
 ## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see README)
 test: node-deps
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

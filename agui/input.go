@@ -57,7 +57,10 @@ func TextContent(s string) json.RawMessage {
 // a parts array joined together.
 func (m Message) Text() string {
 	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
+	if firstByte(m.Content) != '[' {
+		// (Not tried on an array: Unmarshal would scan it whole, megabytes
+		// of a file's base64, to refuse it as a string.)
+		_ = json.Unmarshal(m.Content, &s)
 		return s
 	}
 	var parts []struct {
@@ -309,20 +312,10 @@ func decodeRunAgentInput(data []byte) (RunAgentInput, error) {
 	if firstByte(data) != '{' {
 		return in, &FieldError{Field: "body", Reason: "must be a JSON object"}
 	}
-	normalized, err := renameKeys(data, inputAliases, func(key string, v json.RawMessage) (json.RawMessage, error) {
-		switch key {
-		case "messages":
-			return renameEach(v, messageAliases, func(k string, v json.RawMessage) (json.RawMessage, error) {
-				if k == "toolCalls" {
-					return renameEach(v, toolCallAliases, nil)
-				}
-				return v, nil
-			})
-		case "resume":
-			return renameEach(v, resumeAliases, nil)
-		}
-		return v, nil
-	})
+	normalized, err := data, error(nil)
+	if mayHaveAliases(data) {
+		normalized, err = renameAliases(data)
+	}
 	if err != nil {
 		return in, &FieldError{Field: "body", Reason: "invalid JSON: " + err.Error()}
 	}
@@ -342,6 +335,54 @@ func decodeRunAgentInput(data []byte) (RunAgentInput, error) {
 		}
 	}
 	return in, nil
+}
+
+// aliasKeys are every snake_case key renameAliases rewrites, quoted as
+// they appear in JSON.
+var aliasKeys = func() [][]byte {
+	var out [][]byte
+	for _, m := range []map[string]string{inputAliases, messageAliases, toolCallAliases, resumeAliases} {
+		for k := range m {
+			out = append(out, []byte(`"`+k+`"`))
+		}
+	}
+	return out
+}()
+
+// mayHaveAliases reports whether the body may hold a snake_case key: one
+// of them, quoted, or any \u escape (a key could spell one that way).
+// Bodies without (every camelCase client's) skip the renaming pass,
+// which parses and writes the whole body again: a message with files is
+// megabytes of base64.
+func mayHaveAliases(data []byte) bool {
+	if bytes.Contains(data, []byte(`\u`)) {
+		return true
+	}
+	for _, k := range aliasKeys {
+		if bytes.Contains(data, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// renameAliases rewrites the snake_case keys of a run request, at every
+// level that has them, to their camelCase names.
+func renameAliases(data []byte) (json.RawMessage, error) {
+	return renameKeys(data, inputAliases, func(key string, v json.RawMessage) (json.RawMessage, error) {
+		switch key {
+		case "messages":
+			return renameEach(v, messageAliases, func(k string, v json.RawMessage) (json.RawMessage, error) {
+				if k == "toolCalls" {
+					return renameEach(v, toolCallAliases, nil)
+				}
+				return v, nil
+			})
+		case "resume":
+			return renameEach(v, resumeAliases, nil)
+		}
+		return v, nil
+	})
 }
 
 // decodeField decodes one top-level member, naming the field on error.

@@ -17,7 +17,14 @@ import (
 // checking the framing and the verifier's rules.
 func (h *harness) runAgentBody(body string) []aguiEvent {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return h.runAgentBodyWithin(body, 20*time.Second)
+}
+
+// runAgentBodyWithin is runAgentBody with its own deadline: a body of
+// megabytes takes its time under the race detector on a busy machine.
+func (h *harness) runAgentBodyWithin(body string, within time.Duration) []aguiEvent {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	res := h.PostRunAgent(ctx, body, "text/event-stream")
 	defer res.Body.Close()
