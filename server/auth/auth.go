@@ -125,7 +125,7 @@ func parseEntry(s string, spaced bool) (Entry, error) {
 		return Entry{}, errors.New("empty user")
 	case !visibleASCII(token):
 		return Entry{}, errors.New("the token must be printable ASCII without spaces")
-	case !visibleUser(user):
+	case !ValidUserID(user):
 		return Entry{}, errors.New("the user id must not contain spaces, control characters, '=' or ','")
 	}
 	return Entry{Token: token, User: user}, nil
@@ -140,7 +140,13 @@ func visibleASCII(s string) bool {
 	return true
 }
 
-func visibleUser(s string) bool {
+// ValidUserID reports whether s may be a user id: valid UTF-8 without
+// spaces, control characters, '=' or ','. A JWT's sub follows the same
+// rule, so that both kinds of token name users alike.
+func ValidUserID(s string) bool {
+	if s == "" {
+		return false
+	}
 	if !utf8.ValidString(s) {
 		return false
 	}
