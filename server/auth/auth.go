@@ -8,6 +8,12 @@
 // server runs in single-user mode: every request acts as LocalUser,
 // and CheckListen keeps such a server on loopback unless told otherwise.
 //
+// Beside static tokens the authenticator may take JWTs (UseJWT, with a
+// Verifier such as jwtauth's). Either kind resolves to a Grant: the user,
+// what the token may do (Perm: read, write, publish; Gate checks each
+// route's need) and, for a JWT that says so, the threads it may touch,
+// which the core enforces (instanceai.WithThreadLimit).
+//
 // Tokens are secrets: no error message and no log line built here contains
 // one. Errors name where a token was configured (the list entry or the file
 // line) instead.

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/threadline/threadline/server/httpjson"
@@ -35,15 +36,21 @@ func Gate(need func(*http.Request) Perm) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := Require(r, need(r)); err != nil {
-				if err.Detail.Code == "insufficient_scope" {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="insufficient_scope", scope="`+need(r).String()+`"`)
-				}
-				httpjson.WriteError(w, err)
+				Deny(w, err)
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// Deny sends Require's refusal; one of a scope claim carries RFC 6750's
+// challenge, naming the scope the request needs.
+func Deny(w http.ResponseWriter, e *httpjson.Error) {
+	if e.Detail.Code == "insufficient_scope" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="insufficient_scope", scope="`+fmt.Sprint(e.Detail.Details["scope"])+`"`)
+	}
+	httpjson.WriteError(w, e)
 }
 
 // Require answers whether the request's token has need: nil when it does

@@ -85,7 +85,7 @@ func (h *Handler) single(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := auth.Require(r, perm); err != nil {
-		httpjson.WriteError(w, err)
+		auth.Deny(w, err)
 		return
 	}
 	inner := mux.SetURLVars(r, vars)

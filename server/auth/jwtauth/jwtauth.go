@@ -161,9 +161,10 @@ func openJWKS(ctx context.Context, cfg Config) (keyfunc.Keyfunc, error) {
 			Client:          cfg.Client,
 			HTTPTimeout:     fetchTimeout,
 			RefreshInterval: cfg.RefreshInterval,
-			// One fetch for an unknown kid per interval; a token that
-			// would wait for the next one is refused at once instead
-			// (a wait longer than RateLimitWaitMax is not taken).
+			// One fetch for an unknown kid per interval. A token that
+			// comes sooner waits for the next allowed fetch only if it
+			// is due within RateLimitWaitMax, and is refused at once
+			// otherwise: a request never hangs on the limiter.
 			RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDInterval), 1),
 			RateLimitWaitMax:  fetchTimeout,
 			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
