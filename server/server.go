@@ -172,6 +172,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	if cfg.CopilotKitPath == "" {
 		cfg.CopilotKitPath = copilotkitapi.DefaultBase
 	}
+	cfg.Auth.LogTo(cfg.Logger)
 	authed.Use(cfg.Auth.Middleware, auth.Gate(routeNeed(cfg.CopilotKitPath)), guard.Requests(guardCfg))
 	if cfg.ChatMaxBody <= 0 {
 		cfg.ChatMaxBody = httpjson.DefaultChatMaxBody

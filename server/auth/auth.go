@@ -179,6 +179,16 @@ type Authenticator struct {
 	on bool
 	// queryToken accepts ?access_token= on GET requests (AllowQueryToken).
 	queryToken bool
+	// logger hears why tokens are refused, at debug level (LogTo).
+	logger *slog.Logger
+}
+
+// LogTo sends the middleware's log (why a token was refused, at debug
+// level) to logger instead of slog's default. Call it before serving.
+func (a *Authenticator) LogTo(logger *slog.Logger) {
+	if a != nil {
+		a.logger = logger
+	}
 }
 
 // staticTokens are the configured static tokens.
@@ -409,7 +419,11 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 				// Why a JWT was refused, for an operator who debugs a
 				// client: the reason only (expired, wrong audience), never
 				// the token or its claims.
-				slog.DebugContext(r.Context(), "bearer token refused", "reason", err.Error())
+				log := a.logger
+				if log == nil {
+					log = slog.Default()
+				}
+				log.DebugContext(r.Context(), "bearer token refused", "reason", err.Error())
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="invalid_token"`)
 			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "invalid_token", "",
@@ -449,7 +463,7 @@ func CheckListen(addr string, a *Authenticator, insecure bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s is reachable from other machines and no tokens are configured; "+
-		"configure --tokens, --tokens-file or JWT (--jwt-secret, --jwt-jwks), "+
+		"configure --tokens or --tokens-file (THREADLINE_TOKENS, THREADLINE_TOKENS_FILE) or JWT keys (--jwt-jwks, the other --jwt-… flags), "+
 		"or pass --insecure-no-auth (THREADLINE_INSECURE_NO_AUTH=true) to serve it without authentication",
 		ErrNoAuthOnNetwork, addr)
 }
