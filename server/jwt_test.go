@@ -403,6 +403,18 @@ func TestJWTThreads(t *testing.T) {
 	if _, err := s.store.GetThread(context.Background(), "other"); err != nil {
 		t.Errorf("the thread outside the limit is gone: %v", err)
 	}
+
+	// A confirmation of a thread outside the limit cannot be answered.
+	owner := s.As(full)
+	runID := owner.Chat("asks", "confirm")
+	frames := owner.Connect("asks", "", false).Until(10*time.Second, isType(instanceai.TypeConfirmRequest))
+	req := frames[len(frames)-1].Decoded.Payload.(*instanceai.ConfirmationRequest)
+	if a := s.call(t, limited, "POST", "/instance-ai/confirm/"+req.RequestID, `{"approved":true}`); a.status != 404 {
+		t.Errorf("the limited token answers a confirmation of another thread: %+v", a)
+	}
+	if out := owner.Confirm(req.RequestID, `{"approved":true}`); out["ok"] != true || out["runId"] != runID {
+		t.Errorf("the owner's answer after the refusal: %v", out)
+	}
 }
 
 // TestJWTQueryToken: with --query-token an EventSource passes a JWT as
