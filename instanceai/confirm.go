@@ -271,7 +271,8 @@ func (r *Run) retake() bool {
 // a control message (the answer is stored first, so the owner reads it
 // from the database), and when no live process runs it (suspended across a
 // restart, or its instance died) by taking the run and resuming it here.
-// An unknown request, or one of another user, is ErrNotFound; a second
+// An unknown request, one of another user, or one of a thread outside
+// ctx's thread limit is ErrNotFound; a second
 // answer is ErrAlreadyAnswered; a request whose run stopped waiting (it was
 // cancelled, or its agent cannot resume) is ErrConfirmationClosed. It
 // returns the request's run id, and whether the run took the answer
@@ -286,7 +287,7 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	if err != nil {
 		return "", "", err
 	}
-	if c.OwnerID != userID {
+	if c.OwnerID != userID || !ThreadAllowed(ctx, c.ThreadID) {
 		return "", "", ErrNotFound
 	}
 	switch c.Status {

@@ -242,9 +242,13 @@ func (c *Core) LiveFeed(ctx context.Context, threadID string) (*Feed, error) {
 	return OpenLiveFeed(ctx, c.Store, c.Hub, threadID)
 }
 
-// Thread returns the thread if userID owns it; a missing thread and
-// another user's are both *ThreadNotFoundError.
+// Thread returns the thread if userID owns it; a missing thread, another
+// user's and one outside the context's thread limit (WithThreadLimit) are
+// all *ThreadNotFoundError.
 func (c *Core) Thread(ctx context.Context, threadID, userID string) (Thread, error) {
+	if !ThreadAllowed(ctx, threadID) {
+		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
+	}
 	t, err := c.Store.GetThread(ctx, threadID)
 	if errors.Is(err, ErrNotFound) || (err == nil && t.OwnerID != userID) {
 		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
@@ -253,9 +257,13 @@ func (c *Core) Thread(ctx context.Context, threadID, userID string) (Thread, err
 }
 
 // OpenThread returns the thread, creating it for userID when it does not
-// exist yet (a chat on a new id starts a thread); another user's thread
-// is *ThreadNotFoundError.
+// exist yet (a chat on a new id starts a thread); another user's thread,
+// and one outside the context's thread limit, is *ThreadNotFoundError.
 func (c *Core) OpenThread(ctx context.Context, threadID, userID string) (Thread, error) {
+	if !ThreadAllowed(ctx, threadID) {
+		// Checked first: a request limited to other threads creates none.
+		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
+	}
 	t, _, err := c.Store.EnsureThread(ctx, Thread{ID: threadID, OwnerID: userID})
 	if err != nil {
 		return Thread{}, err

@@ -169,7 +169,11 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
 	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
-	authed.Use(cfg.Auth.Middleware, auth.PublishGate(publishapi.Prefix), guard.Requests(guardCfg))
+	if cfg.CopilotKitPath == "" {
+		cfg.CopilotKitPath = copilotkitapi.DefaultBase
+	}
+	cfg.Auth.LogTo(cfg.Logger)
+	authed.Use(cfg.Auth.Middleware, auth.Gate(routeNeed(cfg.CopilotKitPath)), guard.Requests(guardCfg))
 	if cfg.ChatMaxBody <= 0 {
 		cfg.ChatMaxBody = httpjson.DefaultChatMaxBody
 	}

@@ -57,6 +57,7 @@ type serveConfig struct {
 	publishTokens   string
 	publishLease    time.Duration
 	tokensFile      string
+	jwt             jwtConfig
 	insecureNoAuth  bool
 	queryToken      bool
 	allowedOrigins  string
@@ -113,9 +114,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 	f.Duration(&c.publishLease, "publish-lease", "THREADLINE_PUBLISH_LEASE", publishapi.DefaultLease,
 		"how long a run driven through the publish API waits for its producer's next request before it ends in error (producer_gone)")
 	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
-		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments")
+		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments; re-read on SIGHUP")
+	jwtFlags(f, &c.jwt)
 	f.Bool(&c.queryToken, "query-token", "THREADLINE_QUERY_TOKEN", false,
-		"also accept the bearer token as ?access_token= on GET requests, for browser EventSource clients, which cannot send headers (a token in a URL may end up in proxy logs)")
+		"also accept the bearer token (a static token or a JWT) as ?access_token= on GET requests, for browser EventSource clients, which cannot send headers (a token in a URL may end up in proxy logs)")
 	f.Bool(&c.insecureNoAuth, "insecure-no-auth", "THREADLINE_INSECURE_NO_AUTH", false,
 		"allow serving a non-loopback address without authentication")
 	f.String(&c.allowedOrigins, "allowed-origins", "THREADLINE_ALLOWED_ORIGINS", "",
@@ -176,38 +178,92 @@ func loadCatalog(ctx context.Context, where string) (*catalog.Catalog, error) {
 	return catalog.LoadFile(where)
 }
 
-// loadAuth reads the configured tokens. Errors name the list entry or file
-// line at fault, never a token.
-func loadAuth(c *serveConfig) (*auth.Authenticator, []auth.Entry, error) {
-	entries, err := auth.ParseList(c.tokens, "--tokens (THREADLINE_TOKENS)")
+// loadAuth reads the configured static tokens and sets up JWT
+// verification. Errors name the list entry or file line at fault, never a
+// token.
+func loadAuth(ctx context.Context, c *serveConfig, logger *slog.Logger) (*auth.Authenticator, []auth.Entry, error) {
+	entries, err := staticTokens(c)
 	if err != nil {
 		return nil, nil, usageError{err.Error()}
+	}
+	a, err := auth.New(entries)
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	v, err := newJWTVerifier(ctx, c.jwt, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if v != nil {
+		a.UseJWT(v)
+	}
+	return a, entries, nil
+}
+
+// staticTokens reads --tokens, --tokens-file and --publish-tokens: at
+// start, and again at each SIGHUP.
+func staticTokens(c *serveConfig) ([]auth.Entry, error) {
+	entries, err := auth.ParseList(c.tokens, "--tokens (THREADLINE_TOKENS)")
+	if err != nil {
+		return nil, err
 	}
 	if c.tokensFile != "" {
 		f, err := os.Open(c.tokensFile)
 		if err != nil {
-			return nil, nil, usageError{fmt.Sprintf("--tokens-file: %v", err)}
+			return nil, fmt.Errorf("--tokens-file: %w", err)
 		}
 		defer f.Close()
 		more, err := auth.ParseFile(f, c.tokensFile)
 		if err != nil {
-			return nil, nil, usageError{err.Error()}
+			return nil, err
 		}
 		entries = append(entries, more...)
 	}
 	publishers, err := auth.ParseList(c.publishTokens, "--publish-tokens (THREADLINE_PUBLISH_TOKENS)")
 	if err != nil {
-		return nil, nil, usageError{err.Error()}
+		return nil, err
 	}
 	for i := range publishers {
 		publishers[i].Scope = auth.ScopePublish
 	}
-	entries = append(entries, publishers...)
-	a, err := auth.New(entries)
-	if err != nil {
-		return nil, nil, usageError{err.Error()}
+	return append(entries, publishers...), nil
+}
+
+// reloadTokens reads the static tokens again and swaps them in. A file
+// that does not parse (or leaves no way to authenticate) keeps the
+// current tokens; either way the outcome is logged, without any token.
+func reloadTokens(c *serveConfig, a *auth.Authenticator, logger *slog.Logger) error {
+	entries, err := staticTokens(c)
+	if err == nil {
+		err = a.Reload(entries) // checked as at start: no token twice
 	}
-	return a, entries, nil
+	if err != nil {
+		logger.Error("SIGHUP: tokens not reloaded; the current tokens stay in use", "err", err)
+		return err
+	}
+	logger.Info("SIGHUP: tokens reloaded", "tokens", len(entries), "users", a.Users())
+	warnWeak(logger, entries)
+	return nil
+}
+
+// reloadOnHangup reloads the static tokens at each SIGHUP until stop is
+// called. Requests under way, open event streams among them, keep going:
+// a token is checked when its request begins.
+func reloadOnHangup(c *serveConfig, a *auth.Authenticator, logger *slog.Logger) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ch:
+				_ = reloadTokens(c, a, logger)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
 }
 
 // logAuth says at start how callers are authenticated.
@@ -217,7 +273,13 @@ func logAuth(logger *slog.Logger, a *auth.Authenticator, entries []auth.Entry, a
 			"loopback", auth.IsLoopback(addr))
 		return
 	}
-	logger.Info("authentication: bearer tokens", "tokens", len(entries), "users", a.Users())
+	logger.Info("authentication: bearer tokens", "tokens", len(entries), "users", a.Users(), "jwt", a.JWT())
+	warnWeak(logger, entries)
+}
+
+// warnWeak warns of the short static tokens, naming where each is
+// configured.
+func warnWeak(logger *slog.Logger, entries []auth.Entry) {
 	for _, e := range entries {
 		if len(e.Token) < auth.WeakTokenLength {
 			logger.Warn(fmt.Sprintf("a token is shorter than %d characters; use a long random one", auth.WeakTokenLength),
@@ -258,7 +320,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	// Code without a logger of its own (the JSON error helper) logs
 	// through the default one: make it this one.
 	slog.SetDefault(logger)
-	authn, entries, err := loadAuth(c)
+	authn, entries, err := loadAuth(ctx, c, logger)
 	if err != nil {
 		return err
 	}
@@ -367,6 +429,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		defer stopPprof()
 	}
 	logAuth(logger, authn, entries, c.addr)
+	if authn.Enabled() {
+		defer reloadOnHangup(c, authn, logger)()
+	}
 	logger.Info("threadline listening", "addr", ln.Addr().String(), "store", storage.Describe(c.store), "agent", c.agent,
 		"bus", describeBus(c.bus), "instance", c.instance)
 	force, stopForce := secondSignal(ctx)

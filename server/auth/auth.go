@@ -8,6 +8,12 @@
 // server runs in single-user mode: every request acts as LocalUser,
 // and CheckListen keeps such a server on loopback unless told otherwise.
 //
+// Beside static tokens the authenticator may take JWTs (UseJWT, with a
+// Verifier such as jwtauth's). Either kind resolves to a Grant: the user,
+// what the token may do (Perm: read, write, publish; Gate checks each
+// route's need) and, for a JWT that says so, the threads it may touch,
+// which the core enforces (instanceai.WithThreadLimit).
+//
 // Tokens are secrets: no error message and no log line built here contains
 // one. Errors name where a token was configured (the list entry or the file
 // line) instead.
@@ -15,17 +21,21 @@ package auth
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/httpjson"
 )
 
@@ -121,7 +131,7 @@ func parseEntry(s string, spaced bool) (Entry, error) {
 		return Entry{}, errors.New("empty user")
 	case !visibleASCII(token):
 		return Entry{}, errors.New("the token must be printable ASCII without spaces")
-	case !visibleUser(user):
+	case !ValidUserID(user):
 		return Entry{}, errors.New("the user id must not contain spaces, control characters, '=' or ','")
 	}
 	return Entry{Token: token, User: user}, nil
@@ -136,7 +146,13 @@ func visibleASCII(s string) bool {
 	return true
 }
 
-func visibleUser(s string) bool {
+// ValidUserID reports whether s may be a user id: valid UTF-8 without
+// spaces, control characters, '=' or ','. A JWT's sub follows the same
+// rule, so that both kinds of token name users alike.
+func ValidUserID(s string) bool {
+	if s == "" {
+		return false
+	}
 	if !utf8.ValidString(s) {
 		return false
 	}
@@ -148,17 +164,48 @@ func visibleUser(s string) bool {
 	return true
 }
 
-// Authenticator resolves bearer tokens to user ids. The zero value (no
-// tokens) is single-user mode.
+// Authenticator resolves bearer tokens to grants: static tokens to their
+// user and scope, and, with a Verifier (UseJWT), JWTs to the user and
+// limits their claims carry. The zero value (no tokens) is single-user
+// mode.
 type Authenticator struct {
+	// static is the table of static tokens, swapped whole by Reload so
+	// that a request sees either the old list or the new one.
+	static atomic.Pointer[staticTokens]
+	// jwt verifies tokens that are no static token; nil without JWT.
+	jwt Verifier
+	// on is whether authentication is on: decided when the server is
+	// built (static tokens at New, or a Verifier), never by a reload.
+	on bool
+	// queryToken accepts ?access_token= on GET requests (AllowQueryToken).
+	queryToken bool
+	// logger hears why tokens are refused, at debug level (LogTo).
+	logger *slog.Logger
+}
+
+// LogTo sends the middleware's log (why a token was refused, at debug
+// level) to logger instead of slog's default. Call it before serving.
+func (a *Authenticator) LogTo(logger *slog.Logger) {
+	if a != nil {
+		a.logger = logger
+	}
+}
+
+// staticTokens are the configured static tokens.
+type staticTokens struct {
 	// digests are the SHA-256 digests of the tokens: every comparison is
 	// between two 32-byte values, so neither a token's length nor its
 	// content shapes the time a comparison takes.
 	digests [][sha256.Size]byte
 	users   []string
 	scopes  []Scope
-	// queryToken accepts ?access_token= on GET requests (AllowQueryToken).
-	queryToken bool
+}
+
+// Verifier checks a token that is not a static one (a JWT) and returns
+// what it grants. Its errors are for the operator's debug log: they must
+// not hold the token or its claims.
+type Verifier interface {
+	Verify(ctx context.Context, token string) (Grant, error)
 }
 
 // QueryTokenParam is the query parameter that may carry the token.
@@ -169,16 +216,34 @@ const QueryTokenParam = "access_token"
 // send headers, so this is how it follows an event stream with auth on. It
 // is off by default: a token in a URL can end up in proxy and browser
 // history logs. The parameter is removed from the request before the API
-// sees it.
+// sees it. JWTs are taken there too.
 func (a *Authenticator) AllowQueryToken() {
 	if a != nil {
 		a.queryToken = true
 	}
 }
 
+// UseJWT makes the authenticator accept, beside its static tokens, the
+// tokens v verifies; it turns authentication on. Call it before the
+// server is built.
+func (a *Authenticator) UseJWT(v Verifier) {
+	a.jwt = v
+	a.on = a.on || v != nil
+}
+
 // New checks entries (no token twice) and returns their authenticator.
 func New(entries []Entry) (*Authenticator, error) {
-	a := &Authenticator{}
+	t, err := newStatic(entries)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authenticator{on: len(t.digests) > 0}
+	a.static.Store(t)
+	return a, nil
+}
+
+func newStatic(entries []Entry) (*staticTokens, error) {
+	t := &staticTokens{}
 	seen := map[[sha256.Size]byte]string{}
 	for _, e := range entries {
 		if e.Token == "" || e.User == "" {
@@ -189,24 +254,51 @@ func New(entries []Entry) (*Authenticator, error) {
 			return nil, fmt.Errorf("%s: duplicate token (already configured at %s)", e.Source, first)
 		}
 		seen[d] = e.Source
-		a.digests = append(a.digests, d)
-		a.users = append(a.users, e.User)
-		a.scopes = append(a.scopes, e.Scope)
+		t.digests = append(t.digests, d)
+		t.users = append(t.users, e.User)
+		t.scopes = append(t.scopes, e.Scope)
 	}
-	return a, nil
+	return t, nil
 }
 
-// Enabled reports whether any token is configured.
-func (a *Authenticator) Enabled() bool { return a != nil && len(a.digests) > 0 }
+// ErrReloadDisables is Reload's refusal of a list that would leave no
+// way to authenticate: the server cannot fall back to single-user mode
+// while it serves.
+var ErrReloadDisables = errors.New("no tokens left and no JWT configured: keeping the current tokens")
 
-// Users returns the number of distinct users with a token.
+// Reload replaces the static tokens with entries, checked as New checks
+// them. On an error the current tokens stay. Requests already
+// authenticated (open event streams among them) are not touched: a token
+// is checked when a request begins.
+func (a *Authenticator) Reload(entries []Entry) error {
+	t, err := newStatic(entries)
+	if err != nil {
+		return err
+	}
+	if len(t.digests) == 0 && a.jwt == nil {
+		return ErrReloadDisables
+	}
+	a.static.Store(t)
+	return nil
+}
+
+// Enabled reports whether authentication is on (any token configured, or
+// JWT).
+func (a *Authenticator) Enabled() bool { return a != nil && a.on }
+
+// JWT reports whether JWTs are accepted.
+func (a *Authenticator) JWT() bool { return a != nil && a.jwt != nil }
+
+// Users returns the number of distinct users with a static token.
 func (a *Authenticator) Users() int {
 	if a == nil {
 		return 0
 	}
 	set := map[string]bool{}
-	for _, u := range a.users {
-		set[u] = true
+	if t := a.static.Load(); t != nil {
+		for _, u := range t.users {
+			set[u] = true
+		}
 	}
 	return len(set)
 }
@@ -229,15 +321,36 @@ func (a *Authenticator) MatchScope(token string) (user string, scope Scope, ok b
 	if a == nil {
 		return "", ScopeAPI, false
 	}
+	t := a.static.Load()
+	if t == nil {
+		return "", ScopeAPI, false
+	}
 	d := sha256.Sum256([]byte(token))
 	found := -1
-	for i := range a.digests {
-		found = subtle.ConstantTimeSelect(compare(d[:], a.digests[i][:]), i, found)
+	for i := range t.digests {
+		found = subtle.ConstantTimeSelect(compare(d[:], t.digests[i][:]), i, found)
 	}
 	if found < 0 {
 		return "", ScopeAPI, false
 	}
-	return a.users[found], a.scopes[found], true
+	return t.users[found], t.scopes[found], true
+}
+
+// Authenticate resolves a bearer token to its grant: a static token
+// first, then a JWT. ok is false for a token neither takes; err then says
+// why a JWT was refused, for the debug log (it holds no token text).
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (g Grant, ok bool, err error) {
+	if user, scope, ok := a.MatchScope(token); ok {
+		return Grant{User: user, Perms: scope.Perms()}, true, nil
+	}
+	if a == nil || a.jwt == nil {
+		return Grant{}, false, nil
+	}
+	g, err = a.jwt.Verify(ctx, token)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	return g, true, nil
 }
 
 // bearerToken returns the token of an `Authorization: Bearer <token>`
@@ -267,10 +380,13 @@ func queryToken(r *http.Request) (string, bool) {
 }
 
 // Middleware authenticates every request before next: the caller's user id
-// goes into the request context (WithUser). A request without a
-// bearer token, or with one that matches none, gets 401 with
-// `WWW-Authenticate: Bearer`. In single-user mode every request is
-// LocalUser's.
+// goes into the request context (WithUser), with its Grant (GrantFrom)
+// and, for a token limited to some threads, the limit the core checks
+// (instanceai.WithThreadLimit). A request without a bearer token, or with
+// one that matches none, gets 401 with `WWW-Authenticate: Bearer`; every
+// refused token, whatever the reason (unknown, expired, wrong audience,
+// bad signature), gets the same answer. In single-user mode every request
+// is LocalUser's.
 func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 	if !a.Enabled() {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -297,14 +413,28 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 				"authentication required: %s", how))
 			return
 		}
-		user, scope, ok := a.MatchScope(token)
+		g, ok, err := a.Authenticate(r.Context(), token)
 		if !ok {
+			if err != nil {
+				// Why a JWT was refused, for an operator who debugs a
+				// client: the reason only (expired, wrong audience), never
+				// the token or its claims.
+				log := a.logger
+				if log == nil {
+					log = slog.Default()
+				}
+				log.DebugContext(r.Context(), "bearer token refused", "reason", err.Error())
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="threadline", error="invalid_token"`)
 			httpjson.WriteError(w, httpjson.NewError(http.StatusUnauthorized, "invalid_token", "",
 				"the bearer token is not valid"))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withScope(WithUser(r.Context(), user), scope)))
+		ctx := withGrant(WithUser(r.Context(), g.User), g)
+		if g.Threads != nil {
+			ctx = instanceai.WithThreadLimit(ctx, g.Threads.Allows)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -333,7 +463,7 @@ func CheckListen(addr string, a *Authenticator, insecure bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s is reachable from other machines and no tokens are configured; "+
-		"configure --tokens or --tokens-file (THREADLINE_TOKENS, THREADLINE_TOKENS_FILE), "+
+		"configure --tokens or --tokens-file (THREADLINE_TOKENS, THREADLINE_TOKENS_FILE) or JWT keys (--jwt-jwks, the other --jwt-… flags), "+
 		"or pass --insecure-no-auth (THREADLINE_INSECURE_NO_AUTH=true) to serve it without authentication",
 		ErrNoAuthOnNetwork, addr)
 }

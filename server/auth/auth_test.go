@@ -271,7 +271,7 @@ func FuzzParseFile(f *testing.F) {
 		}
 		var again bytes.Buffer
 		for _, e := range entries {
-			if e.Token == "" || e.User == "" || !visibleASCII(e.Token) || !visibleUser(e.User) {
+			if e.Token == "" || e.User == "" || !visibleASCII(e.Token) || !ValidUserID(e.User) {
 				t.Fatalf("accepted entry %+v", e)
 			}
 			if !regexp.MustCompile(`^f:[0-9]+$`).MatchString(e.Source) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
 )
 
@@ -51,12 +52,15 @@ func (h *Handler) single(w http.ResponseWriter, r *http.Request) {
 		return true
 	}
 	var next http.Handler
+	// What the method needs of the token, decided here because the route
+	// alone does not say (see the server's route table).
+	perm := auth.PermWrite
 	switch env.Method {
 	case "":
 		invalidRequest(w, http.StatusBadRequest, "Missing method field")
 		return
 	case "info":
-		next = http.HandlerFunc(h.info)
+		next, perm = http.HandlerFunc(h.info), auth.PermRead
 	case "agent/run", "agent/connect":
 		if !need("agentId") {
 			return
@@ -67,7 +71,7 @@ func (h *Handler) single(w http.ResponseWriter, r *http.Request) {
 		}
 		next = h.run
 		if env.Method == "agent/connect" {
-			next = h.knownAgent(http.HandlerFunc(h.connect))
+			next, perm = h.knownAgent(http.HandlerFunc(h.connect)), auth.PermRead
 		}
 	case "agent/stop":
 		if !need("agentId", "threadId") {
@@ -78,6 +82,10 @@ func (h *Handler) single(w http.ResponseWriter, r *http.Request) {
 		next = http.HandlerFunc(transcribe)
 	default:
 		invalidRequest(w, http.StatusBadRequest, fmt.Sprintf("Unsupported method '%s'", env.Method))
+		return
+	}
+	if err := auth.Require(r, perm); err != nil {
+		auth.Deny(w, err)
 		return
 	}
 	inner := mux.SetURLVars(r, vars)

@@ -116,7 +116,11 @@ func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	page := threadPage{Threads: []threadRecord{}}
 	for _, t := range rows[:min(len(rows), limit)] {
-		page.Threads = append(page.Threads, record(t, agentID))
+		// A token limited to some threads lists only those; the page
+		// may then hold fewer than limit, its cursor is unchanged.
+		if instanceai.ThreadAllowed(r.Context(), t.ID) {
+			page.Threads = append(page.Threads, record(t, agentID))
+		}
 	}
 	if len(rows) > limit {
 		next := strconv.Itoa(offset + limit)

@@ -105,7 +105,11 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 	}
 	out := threadList{Threads: []threadJSON{}, Page: page, Limit: limit, HasMore: len(rows) > limit}
 	for _, t := range rows[:min(len(rows), limit)] {
-		out.Threads = append(out.Threads, threadView(t))
+		// A token limited to some threads lists only those; the page
+		// may then hold fewer than limit, hasMore is unchanged.
+		if instanceai.ThreadAllowed(r.Context(), t.ID) {
+			out.Threads = append(out.Threads, threadView(t))
+		}
 	}
 	return out, nil
 }
@@ -154,6 +158,11 @@ func (a *API) ensureThread(w http.ResponseWriter, r *http.Request) (int, instanc
 	title, err := cleanTitle(req.Title)
 	if err != nil {
 		return 0, instanceai.Thread{}, err
+	}
+	if !instanceai.ThreadAllowed(r.Context(), id) {
+		// A token limited to other threads creates none, and is told so
+		// as about another user's thread elsewhere: not found.
+		return 0, instanceai.Thread{}, httpjson.FromCore(&instanceai.ThreadNotFoundError{ThreadID: id})
 	}
 	user := auth.UserFrom(r.Context())
 	t, created, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user, Title: title})
