@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -78,6 +80,8 @@ type Cluster struct {
 	up atomic.Bool
 	// everUp is set once the listener first connected.
 	everUp atomic.Bool
+	// downErr is why the listener last lost its connection (guarded by mu).
+	downErr error
 
 	mu sync.Mutex
 	// outbound are the messages waiting for the sender, outBytes their
@@ -238,6 +242,28 @@ func (c *Cluster) Attach(runs *Runs) { c.runs = runs }
 
 // Up reports whether the bus listener is connected.
 func (c *Cluster) Up() bool { return c.up.Load() }
+
+// Check reports why the bus does not work now, for a readiness probe: its
+// listener is not connected (not yet, or lost), or the last publish
+// failed. It asks nothing of the bus itself: the listener proves its
+// connection by its own round trips (a Redis PING, a PostgreSQL health
+// query) when the bus is quiet, and reports a loss within their timeouts.
+func (c *Cluster) Check() error {
+	c.mu.Lock()
+	failing, downErr := c.failing, c.downErr
+	c.mu.Unlock()
+	switch {
+	case !c.up.Load() && !c.everUp.Load():
+		return errors.New("bus listener not connected yet")
+	case !c.up.Load() && downErr != nil:
+		return fmt.Errorf("bus listener disconnected: %w", downErr)
+	case !c.up.Load():
+		return errors.New("bus listener disconnected")
+	case failing:
+		return errors.New("bus publishes fail")
+	}
+	return nil
+}
 
 // Lost reports whether the bus listener was connected and is not now:
 // this instance may no longer reach the others over the bus, nor they it.
@@ -619,6 +645,11 @@ func (c *Cluster) Run(ctx context.Context) error {
 }
 
 func (c *Cluster) state(up bool, err error) {
+	if !up {
+		c.mu.Lock()
+		c.downErr = err
+		c.mu.Unlock()
+	}
 	was := c.up.Swap(up)
 	if up {
 		c.everUp.Store(true)

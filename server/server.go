@@ -36,6 +36,7 @@ import (
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
+	"github.com/threadline/threadline/server/probe"
 	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/workflow"
 	"github.com/threadline/threadline/workflow/catalog"
@@ -218,6 +219,12 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(), MaxBody: cfg.ChatMaxBody,
 		Agent: cfg.AgentName, Named: named}).Register(authed)
+	// The probes are public, like /health: an orchestrator sends no token.
+	var busCheck func() error
+	if s.Cluster != nil {
+		busCheck = s.Cluster.Check
+	}
+	probe.New(probe.Config{Store: store, Bus: busCheck, Draining: s.Draining}).Register(router)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.
 	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)
