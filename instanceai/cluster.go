@@ -44,6 +44,9 @@ type ClusterConfig struct {
 	// bus that routes by topic (see RoutedBus): for a cluster whose
 	// instances do not all route yet, during a rolling upgrade.
 	Broadcast bool
+	// Observer, when it is a BusObserver, is told each received
+	// message's lag.
+	Observer Observer
 }
 
 // Cluster joins this process's hub and run registry to the other instances
@@ -131,6 +134,8 @@ type Cluster struct {
 	// deltasHeld, when set and true, keeps queued deltas off the bus (see
 	// HoldDeltas).
 	deltasHeld func() bool
+	// lag is told each received frame message's lag (nil: not measured).
+	lag BusObserver
 }
 
 // HoldDeltas has the sender drop the text and reasoning deltas it still
@@ -178,6 +183,7 @@ func NewCluster(bus Bus, hub *Hub, cfg ClusterConfig) *Cluster {
 		wake: make(chan struct{}, 1), check: make(chan struct{}, 1), checkNow: map[string]bool{},
 		inWake: make(chan struct{}, 1)}
 	c.heads, _ = cfg.Log.(HeadReader)
+	c.lag, _ = cfg.Observer.(BusObserver)
 	c.toHub = hub.Publish
 	origin, _ := json.Marshal(cfg.Instance)
 	c.self = append(append([]byte(`{"o":`), origin...), ',')
@@ -280,6 +286,11 @@ type busMessage struct {
 	// carry (too large for the bus, or their publish failed).
 	Resync bool     `json:"r,omitempty"`
 	Ctl    *Control `json:"c,omitempty"`
+	// Sent is when the writer handed the message's first frames to the
+	// bus, in Unix microseconds (0 from a version that did not stamp):
+	// the receiver measures the bus's lag from it, the sender's queue
+	// included.
+	Sent int64 `json:"ts,omitempty"`
 }
 
 // size is the message's share of the outbound bound.
@@ -561,8 +572,10 @@ func (c *Cluster) messages(threadID string, frames []Frame) []busMessage {
 	var out []busMessage
 	cur := busMessage{Thread: threadID}
 	size := envelope + len(threadID)
+	sent := time.Now().UnixMicro()
 	flush := func() {
 		if len(cur.Frames) > 0 || cur.Resync {
+			cur.Sent = sent
 			out = append(out, cur)
 		}
 		cur = busMessage{Thread: threadID}
@@ -863,6 +876,9 @@ func (c *Cluster) receive(batch [][]byte) {
 			flush()
 			c.checkThreads(m.Thread)
 		case len(m.Frames) > 0:
+			if c.lag != nil && m.Sent > 0 {
+				c.lag.BusLag(max(time.Since(time.UnixMicro(m.Sent)), 0))
+			}
 			frames, ok := pending[m.Thread]
 			if !ok {
 				order = append(order, m.Thread)
