@@ -2,10 +2,13 @@ package server_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +205,30 @@ func TestProbesWhenTheBusIsDown(t *testing.T) {
 	}
 	proxy.Restore()
 	h.awaitReady("ready again", isReady)
+}
+
+// A database that lacks a migration this build embeds (an older schema
+// that a failed or skipped migration left) is not ready.
+func TestProbesWhenAMigrationIsMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "threadline.db")
+	h := start(t, servertest.OpenStore(t, "sqlite:"+path), servertest.Options{})
+	if a := h.probe(probe.ReadyPath); !isReady(a) {
+		t.Fatalf("/readyz migrated: %d %+v", a.code, a.body)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var last int64
+	if err := db.QueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM schema_migrations WHERE version = ?`, last); err != nil {
+		t.Fatal(err)
+	}
+	a := h.probe(probe.ReadyPath)
+	if !checkFails("migrations", "storage", "draining")(a) || !strings.Contains(a.body.Checks["migrations"], fmt.Sprintf("%03d", last)) {
+		t.Fatalf("/readyz without migration %03d: %d %+v", last, a.code, a.body)
+	}
 }
