@@ -174,37 +174,48 @@ func TestProbesWhenTheDatabaseIsUnreachable(t *testing.T) {
 	}
 }
 
-// An instance whose Redis bus is cut off is not ready (its clients would
-// miss what other instances publish until the head check reads it), and
-// is ready again once its listener reconnects.
+// An instance whose bus is cut off is not ready (its clients would miss
+// what other instances publish until the head check reads it), and is
+// ready again once its listener reconnects: Redis, and PostgreSQL's
+// LISTEN/NOTIFY on a database of its own link.
 func TestProbesWhenTheBusIsDown(t *testing.T) {
-	redisURL := testredis.URL(t)
-	u, err := url.Parse(redisURL)
-	if err != nil {
-		t.Fatal(err)
+	for _, link := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"redis", func(t *testing.T) string { return testredis.URL(t) + "?channel=test-" + randomName() }},
+		{"postgres", func(t *testing.T) string {
+			return testpg.WithParams(t, testpg.FreshDSN(t), map[string]string{"channel": "test_" + randomName()})
+		}},
+	} {
+		t.Run(link.name, func(t *testing.T) {
+			u, err := url.Parse(link.url(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := bustest.NewProxy(t, u.Host)
+			u.Host = proxy.Addr()
+			b, err := bus.Open(context.Background(), u.String(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{Bus: b, Instance: "probe-" + randomName()}})
+			h.App.Start()
+			a := h.awaitReady("ready with the bus connected", isReady)
+			if a.body.Checks["bus"] != probe.OK {
+				t.Fatalf("/readyz with a bus: %+v", a.body)
+			}
+			proxy.CutOff()
+			a = h.awaitReady("unready with the bus cut off", checkFails("bus", "storage", "migrations", "draining"))
+			t.Logf("bus check while cut off: %s", a.body.Checks["bus"])
+			if l := h.probe(probe.LivePath); l.code != http.StatusOK {
+				t.Fatalf("/livez with the bus down: %d", l.code)
+			}
+			proxy.Restore()
+			h.awaitReady("ready again", isReady)
+		})
 	}
-	proxy := bustest.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	u.RawQuery = "channel=test-" + randomName()
-	b, err := bus.Open(context.Background(), u.String(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{Config: server.Config{Bus: b, Instance: "probe-" + randomName()}})
-	h.App.Start()
-	a := h.awaitReady("ready with the bus connected", isReady)
-	if a.body.Checks["bus"] != probe.OK {
-		t.Fatalf("/readyz with a bus: %+v", a.body)
-	}
-	proxy.CutOff()
-	a = h.awaitReady("unready with the bus cut off", checkFails("bus", "storage", "migrations", "draining"))
-	t.Logf("bus check while cut off: %s", a.body.Checks["bus"])
-	if l := h.probe(probe.LivePath); l.code != http.StatusOK {
-		t.Fatalf("/livez with the bus down: %d", l.code)
-	}
-	proxy.Restore()
-	h.awaitReady("ready again", isReady)
 }
 
 // A database that lacks a migration this build embeds (an older schema
