@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -117,6 +118,33 @@ func TestMetricsHTTP(t *testing.T) {
 	}
 	if _, ok := after[`threadline_http_request_duration_seconds_count{method="POST",route="/run-agent"}`]; ok {
 		t.Error("the AG-UI run's stream was timed as a request")
+	}
+
+	// CopilotKit's connect replays the finished run from the log.
+	if err := h.App.Writer.Sync(context.Background(), "m-agui"); err != nil {
+		t.Fatal(err)
+	}
+	runRows := len(servertest.StoredEvents(t, store, "m-agui"))
+	req, _ := http.NewRequest(http.MethodPost, h.URL+"/copilotkit/agent/default/connect", strings.NewReader(`{"threadId":"m-agui"}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := h.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "RUN_FINISHED") {
+		t.Fatalf("connect: %d %s", res.StatusCode, body)
+	}
+	last := h.scrape()
+	for series, want := range map[string]float64{
+		`threadline_replay_events_total{surface="copilotkit"}`:                                                 float64(runRows),
+		`threadline_stream_duration_seconds_count{surface="copilotkit"}`:                                       1,
+		`threadline_http_requests_total{code="200",method="POST",route="/copilotkit/agent/{agentId}/connect"}`: 1,
+	} {
+		if got := last[series] - before[series]; got != want {
+			t.Errorf("%s grew by %v, want %v", series, got, want)
+		}
 	}
 }
 
