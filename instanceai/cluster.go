@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -42,6 +44,9 @@ type ClusterConfig struct {
 	// bus that routes by topic (see RoutedBus): for a cluster whose
 	// instances do not all route yet, during a rolling upgrade.
 	Broadcast bool
+	// Observer, when it is a BusObserver, is told each received
+	// message's lag.
+	Observer Observer
 }
 
 // Cluster joins this process's hub and run registry to the other instances
@@ -78,6 +83,8 @@ type Cluster struct {
 	up atomic.Bool
 	// everUp is set once the listener first connected.
 	everUp atomic.Bool
+	// downErr is why the listener last lost its connection (guarded by mu).
+	downErr error
 
 	mu sync.Mutex
 	// outbound are the messages waiting for the sender, outBytes their
@@ -127,6 +134,8 @@ type Cluster struct {
 	// deltasHeld, when set and true, keeps queued deltas off the bus (see
 	// HoldDeltas).
 	deltasHeld func() bool
+	// lag is told each received frame message's lag (nil: not measured).
+	lag BusObserver
 }
 
 // HoldDeltas has the sender drop the text and reasoning deltas it still
@@ -174,6 +183,7 @@ func NewCluster(bus Bus, hub *Hub, cfg ClusterConfig) *Cluster {
 		wake: make(chan struct{}, 1), check: make(chan struct{}, 1), checkNow: map[string]bool{},
 		inWake: make(chan struct{}, 1)}
 	c.heads, _ = cfg.Log.(HeadReader)
+	c.lag, _ = cfg.Observer.(BusObserver)
 	c.toHub = hub.Publish
 	origin, _ := json.Marshal(cfg.Instance)
 	c.self = append(append([]byte(`{"o":`), origin...), ',')
@@ -239,6 +249,28 @@ func (c *Cluster) Attach(runs *Runs) { c.runs = runs }
 // Up reports whether the bus listener is connected.
 func (c *Cluster) Up() bool { return c.up.Load() }
 
+// Check reports why the bus does not work now, for a readiness probe: its
+// listener is not connected (not yet, or lost), or the last publish
+// failed. It asks nothing of the bus itself: the listener proves its
+// connection by its own round trips (a Redis PING, a PostgreSQL health
+// query) when the bus is quiet, and reports a loss within their timeouts.
+func (c *Cluster) Check() error {
+	c.mu.Lock()
+	failing, downErr := c.failing, c.downErr
+	c.mu.Unlock()
+	switch {
+	case !c.up.Load() && !c.everUp.Load():
+		return errors.New("bus listener not connected yet")
+	case !c.up.Load() && downErr != nil:
+		return fmt.Errorf("bus listener disconnected: %w", downErr)
+	case !c.up.Load():
+		return errors.New("bus listener disconnected")
+	case failing:
+		return errors.New("bus publishes fail")
+	}
+	return nil
+}
+
 // Lost reports whether the bus listener was connected and is not now:
 // this instance may no longer reach the others over the bus, nor they it.
 func (c *Cluster) Lost() bool { return c.everUp.Load() && !c.up.Load() }
@@ -254,6 +286,11 @@ type busMessage struct {
 	// carry (too large for the bus, or their publish failed).
 	Resync bool     `json:"r,omitempty"`
 	Ctl    *Control `json:"c,omitempty"`
+	// Sent is when the writer handed the message's first frames to the
+	// bus, in Unix microseconds (0 from a version that did not stamp):
+	// the receiver measures the bus's lag from it, the sender's queue
+	// included.
+	Sent int64 `json:"ts,omitempty"`
 }
 
 // size is the message's share of the outbound bound.
@@ -535,8 +572,10 @@ func (c *Cluster) messages(threadID string, frames []Frame) []busMessage {
 	var out []busMessage
 	cur := busMessage{Thread: threadID}
 	size := envelope + len(threadID)
+	sent := time.Now().UnixMicro()
 	flush := func() {
 		if len(cur.Frames) > 0 || cur.Resync {
+			cur.Sent = sent
 			out = append(out, cur)
 		}
 		cur = busMessage{Thread: threadID}
@@ -619,6 +658,11 @@ func (c *Cluster) Run(ctx context.Context) error {
 }
 
 func (c *Cluster) state(up bool, err error) {
+	if !up {
+		c.mu.Lock()
+		c.downErr = err
+		c.mu.Unlock()
+	}
 	was := c.up.Swap(up)
 	if up {
 		c.everUp.Store(true)
@@ -832,6 +876,9 @@ func (c *Cluster) receive(batch [][]byte) {
 			flush()
 			c.checkThreads(m.Thread)
 		case len(m.Frames) > 0:
+			if c.lag != nil && m.Sent > 0 {
+				c.lag.BusLag(max(time.Since(time.UnixMicro(m.Sent)), 0))
+			}
 			frames, ok := pending[m.Thread]
 			if !ok {
 				order = append(order, m.Thread)

@@ -89,7 +89,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	var control Controller
 	if cfg.Bus != nil {
 		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger,
-			Broadcast: cfg.BusBroadcast})
+			Broadcast: cfg.BusBroadcast, Observer: cfg.Observer})
 		publisher, control = c.Cluster, c.Cluster
 	}
 	wcfg := cfg.Writer

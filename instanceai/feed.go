@@ -164,6 +164,11 @@ type Feed struct {
 	// delivered right after the block (a run-sync of the run).
 	Restate func(runID string, upTo int64) []Delivery
 
+	// Replayed, if set, is told how many stored events each page of the
+	// replay delivered: the log rows sent before the live tail (those read
+	// later, to fill a gap the live tail left, are not a replay).
+	Replayed func(events int)
+
 	// Wake, for a feed read with Poll, is called when the live tail has
 	// something to take after a Poll found nothing: frames or the
 	// subscription's end. It is called on the publisher's goroutine
@@ -465,6 +470,7 @@ const LargeRowBytes = 64 << 10
 // stream frames Data as it writes it, so the page is not copied twice.
 func (f *Feed) replayed(ctx context.Context, rows []StoredRow, upTo int64) ([]Delivery, error) {
 	out := make([]Delivery, 0, len(rows))
+	replayed := 0
 	for i := range rows {
 		r := &rows[i]
 		seq, kind, runID, data := r.Seq, r.Type, r.RunID, r.Data
@@ -509,9 +515,15 @@ func (f *Feed) replayed(ctx context.Context, rows []StoredRow, upTo int64) ([]De
 			}
 		}
 		out = append(out, Delivery{ID: seq, Kind: kind, Event: ev, Data: data, Size: r.Size, Repair: repair})
+		if f.phase < phaseOpen {
+			replayed++
+		}
 		if repair {
 			out = f.restate(out, runID, seq)
 		}
+	}
+	if replayed > 0 && f.Replayed != nil {
+		f.Replayed(replayed)
 	}
 	return out, nil
 }

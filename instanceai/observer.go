@@ -20,6 +20,23 @@ type Observer interface {
 	ToolCallFinished(tool, outcome string, took time.Duration)
 }
 
+// RunObserver is an Observer also told of the runs this instance starts
+// and finishes (a run settled by the sweep of another instance is not
+// one). Agent is the named upstream, a work's name ("builder",
+// "publish"), or "" for the default agent; status is the run-finish's.
+type RunObserver interface {
+	RunStarted(agent string)
+	RunFinished(agent, status string)
+}
+
+// BusObserver is an Observer also told how long frames took on the bus:
+// from the moment the writer handed them to the bus (on another instance)
+// to the moment this instance's hub took them. Clocks of different hosts
+// enter it: their offset is part of what it measures.
+type BusObserver interface {
+	BusLag(took time.Duration)
+}
+
 // NopObserver discards every measurement.
 type NopObserver struct{}
 

@@ -280,6 +280,21 @@ type StartRequest struct {
 	// operation that is not a chat (a builder's generate, say) on the same
 	// run machinery. A run it suspends is not resumed after a restart.
 	Work Agent
+	// WorkName names what Work does ("builder", "publish") where runs are
+	// counted by agent.
+	WorkName string
+}
+
+// agentLabel names what does the run, for RunObserver: the named upstream,
+// the work's name, or "" for the registry's default agent.
+func (req *StartRequest) agentLabel() string {
+	if req.Work != nil {
+		if req.WorkName != "" {
+			return req.WorkName
+		}
+		return "work"
+	}
+	return req.AgentName
 }
 
 // ContextItem is one piece of client context.
@@ -463,6 +478,9 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		return nil, fmt.Errorf("start run: %w", err)
 	}
 	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
+	if ro, ok := m.obs.(RunObserver); ok {
+		ro.RunStarted(req.agentLabel())
+	}
 	r.mu.Lock()
 	stopped := r.stopPending
 	r.mu.Unlock()
@@ -797,9 +815,14 @@ func (m *Runs) Fail(threadID, runID string, err error) {
 	}
 	r.cancel(err)
 	r.mu.Lock()
+	was := r.finished
 	r.finished = true
 	r.mu.Unlock()
 	m.release(r)
+	// The writer queued its run-finish{error, storage_unavailable}.
+	if ro, ok := m.obs.(RunObserver); ok && !was {
+		ro.RunFinished(r.agentLabel(), RunError)
+	}
 }
 
 // cancelled is the cause a run's context is cancelled with; it carries the
@@ -1105,6 +1128,11 @@ func (r *Run) finish(status, reason string) {
 	// queued: a client that sees the run-finish finds the thread free, and
 	// a next run's run-start cannot be queued before it.
 	m := r.runs
+	// Counted before the run-finish is queued: whoever sees it sees the
+	// run counted.
+	if ro, ok := m.obs.(RunObserver); ok {
+		ro.RunFinished(r.agentLabel(), status)
+	}
 	m.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
 		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}}, r.fence)

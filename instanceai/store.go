@@ -299,6 +299,14 @@ type Store interface {
 	Close() error
 }
 
+// Prober is a Store that a readiness probe can question: Probe runs one
+// cheap query and returns the versions of the embedded schema migrations
+// the database lacks (none once Migrate has run). An error means the
+// database did not answer; the probe bounds the call with its context.
+type Prober interface {
+	Probe(ctx context.Context) (pending []int64, err error)
+}
+
 // ErrAlreadyAnswered is returned when a confirmation was answered before.
 var ErrAlreadyAnswered = errors.New("confirmation was already answered")
 

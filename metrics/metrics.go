@@ -1,12 +1,16 @@
 // Package metrics exposes the server's Prometheus metrics: events by type,
 // writer batches, time to first text, tool-call durations, the n8n bridge's
-// JSON-capture counts, and live subscribers and runs. It implements the
-// core's Observer (and the n8n agent's CaptureObserver) on its own registry,
-// so that several servers in one process (tests) do not collide.
+// JSON-capture counts, live subscribers and runs, runs started and
+// finished, the bus's lag, and the HTTP side (requests by route and
+// status, streams and connections open, replayed events). It implements
+// the core's Observer (with RunObserver and BusObserver), the n8n agent's
+// CaptureObserver and httpmetrics' Recorder on its own registry, so that
+// several servers in one process (tests) do not collide.
 package metrics
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,9 +44,26 @@ type Metrics struct {
 	captured      *prometheus.CounterVec
 	malformed     *prometheus.CounterVec
 
+	requests     *prometheus.CounterVec
+	requestTime  *prometheus.HistogramVec
+	streamsOpen  *prometheus.GaugeVec
+	streamTime   *prometheus.HistogramVec
+	connsOpen    prometheus.Gauge
+	runsStarted  *prometheus.CounterVec
+	runsFinished *prometheus.CounterVec
+	busLag       prometheus.Histogram
+	replayed     *prometheus.CounterVec
+	defaultAgent string
+
 	mu        sync.Mutex
 	toolNames map[string]bool
 }
+
+// Surfaces are the surface label's values: the APIs a client streams or
+// reads from, and "other" for the rest (health, metrics, the OpenAPI
+// document, unmatched requests). Their series exist from the start, so
+// that an alert on one of them sees 0 rather than nothing.
+var Surfaces = []string{"native", "agui", "copilotkit", "builder", "publish", "console", "other"}
 
 // New returns metrics on a fresh registry with the Go runtime and process
 // collectors.
@@ -80,11 +101,55 @@ func New() *Metrics {
 		Name: "threadline_capture_malformed_total",
 		Help: "Captured objects released as plain text, by reason (invalid, other_shape, oversize, unclosed).",
 	}, []string{"reason"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_http_requests_total",
+		Help: "HTTP requests by route template (\"unmatched\" for none), method and status code; streams included.",
+	}, []string{"route", "method", "code"})
+	m.requestTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "threadline_http_request_duration_seconds",
+		Help:    "Time to serve an HTTP request that is not a stream, by route template and method (streams: threadline_stream_duration_seconds).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{"route", "method"})
+	m.streamsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "threadline_streams_open",
+		Help: "Event streams open (SSE or AG-UI protobuf), by surface.",
+	}, []string{"surface"})
+	m.streamTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "threadline_stream_duration_seconds",
+		Help:    "How long event streams lasted, by surface: as long as their clients watched.",
+		Buckets: []float64{0.1, 1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600},
+	}, []string{"surface"})
+	m.connsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "threadline_http_connections_open",
+		Help: "TCP connections the HTTP server holds (streams that took theirs over included; refused ones not).",
+	})
+	m.runsStarted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_runs_started_total",
+		Help: "Runs started on this instance, by agent (named upstream, builder, publish or the default agent's name).",
+	}, []string{"agent"})
+	m.runsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_runs_finished_total",
+		Help: "Runs finished on this instance, by agent and run-finish status (completed, cancelled, error).",
+	}, []string{"agent", "status"})
+	m.busLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "threadline_bus_lag_seconds",
+		Help:    "Time from another instance's writer handing frames to the bus to this instance's hub taking them (host clock offsets included).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+	})
+	m.replayed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_replay_events_total",
+		Help: "Stored events sent to clients from the log rather than live (replays after a cursor, catch-ups, run histories), by surface.",
+	}, []string{"surface"})
+	for _, sf := range Surfaces {
+		m.streamsOpen.WithLabelValues(sf)
+		m.replayed.WithLabelValues(sf)
+	}
 	m.byType = make(map[instanceai.EventType]prometheus.Counter, len(instanceai.AllTypes))
 	for _, t := range instanceai.AllTypes {
 		m.byType[t] = m.events.WithLabelValues(string(t))
 	}
 	m.reg.MustRegister(m.events, m.batchRows, m.commitSeconds, m.firstText, m.toolSeconds, m.captured, m.malformed,
+		m.requests, m.requestTime, m.streamsOpen, m.streamTime, m.connsOpen, m.runsStarted, m.runsFinished, m.busLag, m.replayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -157,4 +222,62 @@ func (m *Metrics) CaptureObject(kind string) { m.captured.WithLabelValues(kind).
 // CaptureMalformed counts an object released as text.
 func (m *Metrics) CaptureMalformed(reason string) { m.malformed.WithLabelValues(reason).Inc() }
 
-var _ instanceai.Observer = (*Metrics)(nil)
+// DefaultAgent names the agent that runs without a named upstream in the
+// runs' agent label (else "default"). Call it before the first run.
+func (m *Metrics) DefaultAgent(name string) { m.defaultAgent = name }
+
+func (m *Metrics) agentLabel(agent string) string {
+	switch {
+	case agent != "":
+		return agent
+	case m.defaultAgent != "":
+		return m.defaultAgent
+	}
+	return "default"
+}
+
+// RunStarted implements instanceai.RunObserver.
+func (m *Metrics) RunStarted(agent string) { m.runsStarted.WithLabelValues(m.agentLabel(agent)).Inc() }
+
+// RunFinished implements instanceai.RunObserver.
+func (m *Metrics) RunFinished(agent, status string) {
+	m.runsFinished.WithLabelValues(m.agentLabel(agent), status).Inc()
+}
+
+// BusLag implements instanceai.BusObserver.
+func (m *Metrics) BusLag(took time.Duration) { m.busLag.Observe(took.Seconds()) }
+
+// Request implements httpmetrics.Recorder.
+func (m *Metrics) Request(route, method string, code int, took time.Duration, stream bool) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	if !stream {
+		m.requestTime.WithLabelValues(route, method).Observe(took.Seconds())
+	}
+}
+
+// StreamOpened implements httpmetrics.Recorder.
+func (m *Metrics) StreamOpened(surface string) func(time.Duration) {
+	g := m.streamsOpen.WithLabelValues(surface)
+	g.Inc()
+	return func(lasted time.Duration) {
+		g.Dec()
+		m.streamTime.WithLabelValues(surface).Observe(lasted.Seconds())
+	}
+}
+
+// Replayed implements httpmetrics.Recorder.
+func (m *Metrics) Replayed(surface string, events int) {
+	m.replayed.WithLabelValues(surface).Add(float64(events))
+}
+
+// ConnOpened implements httpmetrics.Recorder.
+func (m *Metrics) ConnOpened() func() {
+	m.connsOpen.Inc()
+	return m.connsOpen.Dec
+}
+
+var (
+	_ instanceai.Observer    = (*Metrics)(nil)
+	_ instanceai.RunObserver = (*Metrics)(nil)
+	_ instanceai.BusObserver = (*Metrics)(nil)
+)

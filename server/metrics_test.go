@@ -18,15 +18,21 @@ import (
 // and labels as the exposition format prints them.
 func (h *harness) scrape() map[string]float64 {
 	h.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, h.URL+"/metrics", nil)
-	res, err := h.Client.Do(req)
+	return scrapeWith(h.t, h.Client, h.URL)
+}
+
+// scrapeWith reads base's /metrics with client, as scrape does.
+func scrapeWith(t *testing.T, client *http.Client, base string) map[string]float64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	res, err := client.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(res.Body)
-		h.t.Fatalf("/metrics: %d %s", res.StatusCode, body)
+		t.Fatalf("/metrics: %d %s", res.StatusCode, body)
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(res.Body)
@@ -38,7 +44,7 @@ func (h *harness) scrape() map[string]float64 {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			h.t.Fatalf("metrics line %q: %v", line, err)
+			t.Fatalf("metrics line %q: %v", line, err)
 		}
 		out[line[:i]] = v
 	}

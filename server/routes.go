@@ -10,6 +10,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/httpmetrics"
+	"github.com/threadline/threadline/server/publishapi"
 )
 
 // unmatched answers requests no route takes with the API's JSON error
@@ -96,4 +98,30 @@ func collectRoutes(router *mux.Router) []routeMethods {
 		return nil
 	})
 	return out
+}
+
+// surfaces names the surface of a route template for the metrics' surface
+// label: the API it belongs to, from the prefixes each API registers.
+func surfaces(copilotKitBase string) func(template string) string {
+	builder := []string{"/generate", "/modify", "/iterate", "/validate", "/iterations/", "/feedback/", "/projects"}
+	return func(t string) string {
+		switch {
+		case strings.HasPrefix(t, "/instance-ai/"):
+			return "native"
+		case t == "/run-agent" || strings.HasPrefix(t, "/agui/"):
+			return "agui"
+		case t == copilotKitBase || strings.HasPrefix(t, copilotKitBase+"/"):
+			return "copilotkit"
+		case t == publishapi.Prefix || strings.HasPrefix(t, publishapi.Prefix+"/"):
+			return "publish"
+		case t == "/" || strings.HasPrefix(t, "/console/"):
+			return "console"
+		}
+		for _, p := range builder {
+			if t == p || strings.HasPrefix(t, p) && (strings.HasSuffix(p, "/") || t[len(p)] == '/') {
+				return "builder"
+			}
+		}
+		return httpmetrics.Other
+	}
 }

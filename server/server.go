@@ -33,9 +33,11 @@ import (
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/httpmetrics"
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/server/nativeapi"
 	"github.com/threadline/threadline/server/openapi"
+	"github.com/threadline/threadline/server/probe"
 	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/workflow"
 	"github.com/threadline/threadline/workflow/catalog"
@@ -115,6 +117,9 @@ type Config struct {
 	BuilderTimeout time.Duration
 }
 
+// The metrics take the HTTP side's measurements.
+var _ httpmetrics.Recorder = (*metrics.Metrics)(nil)
+
 // DefaultLeaseRenew is how often a run's lease is renewed.
 const DefaultLeaseRenew = 2 * time.Second
 
@@ -158,6 +163,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
+	s.Metrics.DefaultAgent(cfg.AgentName)
 
 	// No path cleaning: mux would answer a path with dot segments
 	// ("..%2F", "/./") with a 301 to the cleaned one, keeping the method
@@ -222,6 +228,12 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	copilotkitapi.New(s.Core, runs, copilotkitapi.Config{Base: cfg.CopilotKitPath, Version: version.String(), MaxBody: cfg.ChatMaxBody,
 		Agent: cfg.AgentName, Named: named}).Register(authed)
+	// The probes are public, like /health: an orchestrator sends no token.
+	var busCheck func() error
+	if s.Cluster != nil {
+		busCheck = s.Cluster.Check
+	}
+	probe.New(probe.Config{Store: store, Bus: busCheck, Draining: s.Draining}).Register(router)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.
 	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)
@@ -234,7 +246,15 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	s.router = router
 	router.NotFoundHandler = unmatched(router)
 	router.MethodNotAllowedHandler = router.NotFoundHandler
-	s.handler = accesslog.Middleware(cfg.Logger, cors.Middleware(cfg.AllowedOrigins, guard.Hosts(guardCfg, router)))
+	// The metrics name a request by its route's template, which only the
+	// router knows: it hands it out through Route, after matching.
+	copilotBase := cfg.CopilotKitPath
+	if copilotBase == "" {
+		copilotBase = copilotkitapi.DefaultBase
+	}
+	router.Use(httpmetrics.Route(surfaces(copilotBase)))
+	s.handler = accesslog.Middleware(cfg.Logger, httpmetrics.Middleware(s.Metrics,
+		cors.Middleware(cfg.AllowedOrigins, guard.Hosts(guardCfg, router))))
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
 }
@@ -343,7 +363,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, opts ServeOptions) 
 	// request's context, through the server's background read.)
 	srv := &http.Server{Handler: bodyDeadline(t.Body, s.Handler()), ReadHeaderTimeout: t.ReadHeader, IdleTimeout: t.Idle}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(connlimit.Listen(ln, opts.Connections)) }()
+	go func() { errc <- srv.Serve(httpmetrics.Listen(connlimit.Listen(ln, opts.Connections), s.Metrics)) }()
 	select {
 	case err := <-errc:
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
+	"github.com/threadline/threadline/server/httpmetrics"
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
@@ -122,6 +123,7 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 		}
 	}
 	var state json.RawMessage // the shared state after the runs restated so far
+	replayed := httpmetrics.ReplayCounter(ctx)
 	for i, runID := range order {
 		evs := runs[runID]
 		m := mapping.NewInstanceToAGUI(threadID, runID)
@@ -151,6 +153,9 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 		}
 		if out.write(id, mapped) != nil || s.Flush() != nil {
 			return
+		}
+		if replayed != nil {
+			replayed(len(evs))
 		}
 	}
 }

@@ -164,7 +164,7 @@ func (a *API) begin(r *http.Request, o operation) (source, error) {
 		return work(ctx, run)
 	})
 	run, err := a.core.Chat(ctx, t, instanceai.StartRequest{ThreadID: t.ID, UserID: user, Message: o.message,
-		RunID: o.runID, Work: timed})
+		RunID: o.runID, Work: timed, WorkName: "builder"})
 	if err != nil {
 		feed.Close()
 		return source{}, httpjson.AtField(err, "run_id")

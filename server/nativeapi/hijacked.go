@@ -113,8 +113,8 @@ func (a *API) Shutdown(ctx context.Context) error {
 
 // serveHijacked starts the stream on a hijacked connection and returns;
 // the stream goes on without the handler.
-func (a *API) serveHijacked(s *ssestream.Stream, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
-	h := &hijacked{a: a, s: s, feed: a.feed(threadID, after), threadID: threadID, filter: filter}
+func (a *API) serveHijacked(ctx context.Context, s *ssestream.Stream, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
+	h := &hijacked{a: a, s: s, feed: a.feed(ctx, threadID, after), threadID: threadID, filter: filter}
 	h.feed.BeforeLive = func(handoff instanceai.Handoff) []instanceai.Delivery {
 		return a.runSyncFrames(h.pollCtx, threadID, handoff)
 	}

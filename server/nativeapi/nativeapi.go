@@ -16,6 +16,7 @@ import (
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
+	"github.com/threadline/threadline/server/httpmetrics"
 	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
@@ -232,7 +233,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	opts := ssestream.Options{WriteTimeout: a.cfg.WriteTimeout}
 	s, err := ssestream.Hijack(w, r, opts)
 	if err == nil {
-		a.serveHijacked(s, threadID, after, filter)
+		a.serveHijacked(r.Context(), s, threadID, after, filter)
 		return
 	}
 	if !errors.Is(err, http.ErrNotSupported) {
@@ -241,7 +242,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	if s, err = ssestream.Open(w, opts); err != nil {
 		return
 	}
-	feed := a.feed(threadID, after)
+	feed := a.feed(r.Context(), threadID, after)
 	defer feed.Close()
 	feed.BeforeLive = func(h instanceai.Handoff) []instanceai.Delivery {
 		return a.runSyncFrames(r.Context(), threadID, h)
@@ -272,10 +273,12 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	}
 }
 
-// feed opens the thread's feed after the cursor for a stream.
-func (a *API) feed(threadID string, after int64) *instanceai.Feed {
+// feed opens the thread's feed after the cursor for the stream of the
+// request ctx is of, whose replay the metrics count.
+func (a *API) feed(ctx context.Context, threadID string, after int64) *instanceai.Feed {
 	f := a.core.Feed(threadID, after)
 	f.SkipDecode = true // the stored bytes go out as they are
+	f.Replayed = httpmetrics.ReplayCounter(ctx)
 	return f
 }
 

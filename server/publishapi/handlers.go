@@ -84,7 +84,7 @@ func (a *API) startRun(w http.ResponseWriter, r *http.Request) (startAnswer, int
 	}
 	p := a.ps.newProducer()
 	p.attach.Do(func() { close(p.attached) })
-	sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: p}
+	sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: p, WorkName: "publish"}
 	var run *instanceai.Run
 	if req.Message != "" {
 		run, err = a.core.Chat(ctx, t, sr)

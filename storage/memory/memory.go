@@ -136,6 +136,12 @@ func New(opts ...Option) *Store {
 // Migrate does nothing: there is no schema.
 func (s *Store) Migrate(context.Context) error { return s.checkOpen() }
 
+// Probe implements instanceai.Prober: a memory store answers while it is
+// open, and has no migrations.
+func (s *Store) Probe(context.Context) ([]int64, error) { return nil, s.checkOpen() }
+
+var _ instanceai.Prober = (*Store)(nil)
+
 // Close drops the data; later calls fail with an error. Calls already
 // holding the lock finish first. A second Close does nothing.
 func (s *Store) Close() error {

@@ -48,6 +48,8 @@ type Store struct {
 // Store reads rows undecoded for the native replay.
 var _ instanceai.RowReader = (*Store)(nil)
 
+var _ instanceai.Prober = (*Store)(nil)
+
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)
@@ -248,6 +250,19 @@ var builderDialect = buildersql.Dialect{
 		}
 		return time.Time{}, fmt.Errorf("stored timestamp is %T, want a timestamp", v)
 	},
+}
+
+// Probe implements instanceai.Prober: one read of schema_migrations.
+func (s *Store) Probe(ctx context.Context) ([]int64, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pending, err := migrate.Pending(ctx, s.db.DB, sub)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", withCtx(ctx, err))
+	}
+	return pending, nil
 }
 
 // Migrate applies the embedded schema migrations. Several instances may run

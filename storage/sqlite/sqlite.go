@@ -203,6 +203,22 @@ var builderDialect = buildersql.Dialect{
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
+// Probe implements instanceai.Prober: one read of schema_migrations on the
+// query-only pool, which a long write does not hold up (WAL).
+func (s *Store) Probe(ctx context.Context) ([]int64, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	pending, err := migrate.Pending(ctx, s.rdb, sub)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return pending, nil
+}
+
+var _ instanceai.Prober = (*Store)(nil)
+
 // Migrate applies the embedded schema migrations.
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrationFiles, "migrations")

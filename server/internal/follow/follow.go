@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/server/httpmetrics"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -47,10 +48,15 @@ type Stream[E any] struct {
 // failure or an eviction reset ends the stream with the mapper's Close and
 // is not gone.
 func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
+	// The replays of the request's stream are counted under its surface.
+	replayed := httpmetrics.ReplayCounter(ctx)
 	feed := s.Feed
 	if feed == nil {
 		s.Core.Follow(ctx, s.ThreadID)
 		feed = s.Core.Feed(s.ThreadID, after)
+	}
+	if feed.Replayed == nil {
+		feed.Replayed = replayed
 	}
 	defer func() { feed.Close() }()
 	ping := time.NewTicker(s.Heartbeat)
@@ -67,6 +73,7 @@ func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
 				last := feed.Last()
 				feed.Close()
 				feed = s.Core.Feed(s.ThreadID, last)
+				feed.Replayed = replayed
 				continue
 			}
 			s.Log.Warn("stream source failed", "err", err)

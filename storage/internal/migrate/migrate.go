@@ -260,3 +260,37 @@ func inTx(ctx context.Context, db *sql.DB, d Dialect, fn func(*sql.Tx) error) (e
 	}
 	return nil
 }
+
+// Pending returns the versions of fsys that db has not recorded, in order,
+// without applying anything. It reads schema_migrations once, a query cheap
+// enough for a readiness probe, which it also serves as: an error means
+// the database did not answer (or has no schema_migrations yet).
+func Pending(ctx context.Context, db *sql.DB, fsys fs.FS) ([]int64, error) {
+	migs, err := Load(fsys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	applied := map[int64]bool{}
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	var pending []int64
+	for _, m := range migs {
+		if !applied[m.Version] {
+			pending = append(pending, m.Version)
+		}
+	}
+	return pending, nil
+}

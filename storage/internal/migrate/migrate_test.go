@@ -182,3 +182,29 @@ func TestUpConcurrentPools(t *testing.T) {
 		t.Fatalf("recorded versions = %v", got)
 	}
 }
+
+// Pending names what Up would apply, without applying it, and fails on a
+// database that was never migrated (no schema_migrations): a readiness
+// probe must not call that database ready.
+func TestPending(t *testing.T) {
+	ctx := context.Background()
+	db := openSQLite(t, filepath.Join(t.TempDir(), "m.db"))
+	fsys := fstest.MapFS{"001_a.sql": {Data: []byte("CREATE TABLE a (x INTEGER);")}}
+	if _, err := Pending(ctx, db, fsys); err == nil {
+		t.Fatal("Pending on a database never migrated: no error")
+	}
+	if _, err := Up(ctx, db, SQLite, fsys); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Pending(ctx, db, fsys); err != nil || len(p) != 0 {
+		t.Fatalf("Pending after Up = %v, %v", p, err)
+	}
+	fsys["002_b.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE b (y INTEGER);")}
+	fsys["003_c.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE c (z INTEGER);")}
+	if p, err := Pending(ctx, db, fsys); err != nil || !slices.Equal(p, []int64{2, 3}) {
+		t.Fatalf("Pending with two new files = %v, %v; want [2 3]", p, err)
+	}
+	if got := versions(t, db); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("Pending applied something: %v", got)
+	}
+}
