@@ -304,6 +304,23 @@ func (l *LocalClaims) ForgetThread(threadID string) {
 	}
 }
 
+// HasWork reports whether the thread holds a row: an active or suspended
+// run, or a background agent at work. Retention never deletes such a
+// thread.
+func (l *LocalClaims) HasWork(threadID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.rows[threadID]; ok {
+		return true
+	}
+	for ref := range l.agents {
+		if ref.ThreadID == threadID {
+			return true
+		}
+	}
+	return false
+}
+
 // ClaimAgent implements AgentClaims.
 func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
 	l.mu.Lock()
