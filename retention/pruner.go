@@ -31,6 +31,10 @@ type Config struct {
 	// oldest events deleted in transactions of BatchRows first
 	// (DefaultBatchRows when 0).
 	BatchRows int
+	// KeepRuns, when > 0, caps the runs a thread keeps: the log before
+	// its KeepRuns newest runs is deleted, if every run there is closed
+	// (the store must be a Capper).
+	KeepRuns int
 	// Pause is the wait between two transactions, which lets the writer
 	// in (DefaultPause when 0; negative: none).
 	Pause time.Duration
@@ -109,6 +113,12 @@ func New(store Store, cfg Config) (*Pruner, error) {
 	if cfg.BatchRows < 1 {
 		return nil, fmt.Errorf("retention: batch rows must be positive, got %d", cfg.BatchRows)
 	}
+	if cfg.KeepRuns < 0 {
+		return nil, fmt.Errorf("retention: runs to keep must be 0 (no cap) or more, got %d", cfg.KeepRuns)
+	}
+	if _, ok := store.(Capper); cfg.KeepRuns > 0 && !ok {
+		return nil, fmt.Errorf("retention: the store cannot cap the runs a thread keeps")
+	}
 	if cfg.Pause == 0 {
 		cfg.Pause = DefaultPause
 	}
@@ -159,6 +169,9 @@ func (p *Pruner) Prune(ctx context.Context, dry bool) (Report, error) {
 		defer release()
 	}
 	err := p.pass(ctx, &r)
+	if err == nil && p.cfg.KeepRuns > 0 {
+		err = p.capPass(ctx, &r)
+	}
 	if size, serr := p.store.LogSize(ctx); serr == nil {
 		r.Size = size
 	} else if err == nil {
@@ -190,6 +203,59 @@ func (p *Pruner) pass(ctx context.Context, r *Report) error {
 		if len(page) < p.cfg.BatchThreads {
 			return nil
 		}
+	}
+}
+
+// capPass caps the runs of every thread that holds more than KeepRuns,
+// after the idle threads are gone.
+func (p *Pruner) capPass(ctx context.Context, r *Report) error {
+	c := p.store.(Capper)
+	after := ""
+	for {
+		page, err := c.CrowdedThreads(ctx, p.cfg.KeepRuns, after, p.cfg.BatchThreads)
+		if err != nil {
+			return fmt.Errorf("retention: list threads of more than %d runs: %w", p.cfg.KeepRuns, err)
+		}
+		for _, id := range page {
+			if err := p.capThread(ctx, r, c, id); err != nil {
+				return err
+			}
+		}
+		if len(page) < p.cfg.BatchThreads {
+			return nil
+		}
+		after = page[len(page)-1]
+	}
+}
+
+// capThread deletes the thread's old runs, a transaction at a time.
+func (p *Pruner) capThread(ctx context.Context, r *Report, c Capper, id string) error {
+	for {
+		if err := p.between(ctx, r); err != nil {
+			return err
+		}
+		rows, err := c.CapRuns(ctx, id, p.cfg.KeepRuns, p.cfg.BatchRows, r.DryRun)
+		if err != nil {
+			return fmt.Errorf("retention: cap the runs of thread %q: %w", id, err)
+		}
+		total := rows.Total()
+		if total == 0 {
+			return nil
+		}
+		if !r.DryRun {
+			p.counted(r, rows, nil, total)
+			continue
+		}
+		// Dry: the transactions the real pass would take, the first with
+		// the rows other than events.
+		limit := int64(p.cfg.BatchRows)
+		others, events := total-rows[Events], rows[Events]
+		first := min(events, max(limit-others, 1))
+		p.counted(r, rows, nil, others+first)
+		for events -= first; events > 0; events -= min(events, limit) {
+			p.counted(r, nil, nil, min(events, limit))
+		}
+		return nil
 	}
 }
 

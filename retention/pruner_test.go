@@ -23,12 +23,21 @@ func TestConfigIsChecked(t *testing.T) {
 		{retention.Config{IdleAfter: time.Hour, BatchThreads: -1}, "batch threads"},
 		{retention.Config{IdleAfter: time.Hour, BatchThreads: retention.MaxBatchThreads + 1}, "batch threads"},
 		{retention.Config{IdleAfter: time.Hour, BatchRows: -5}, "batch rows"},
+		{retention.Config{IdleAfter: time.Hour, KeepRuns: -1}, "runs to keep"},
 	} {
 		if _, err := retention.New(s, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v): %v, want an error about the %s", tc.cfg, err, tc.want)
 		}
 	}
+	// A store that cannot cap runs is refused a cap, not ignored.
+	if _, err := retention.New(onlyIdle{s}, retention.Config{IdleAfter: time.Hour, KeepRuns: 3}); err == nil ||
+		!strings.Contains(err.Error(), "cannot cap") {
+		t.Errorf("a cap on a store without one: %v", err)
+	}
 }
+
+// onlyIdle hides a store's Capper.
+type onlyIdle struct{ retention.Store }
 
 // observer records what a Pruner reports.
 type observer struct {

@@ -129,3 +129,23 @@ type Locker interface {
 	// a process that dies is released with its connection).
 	TryPruneLock(ctx context.Context) (release func(), ok bool, err error)
 }
+
+// Capper is a Store that can cap the runs a thread keeps: the part of its
+// log before its newest runs goes, oldest first, as a bounded store's
+// window would let it go, so that a replay from before it gets the reset
+// of evicted events and the rest of the log unchanged.
+type Capper interface {
+	// CrowdedThreads returns up to limit threads, of ids greater than
+	// after, that hold more than keep runs, in id order.
+	CrowdedThreads(ctx context.Context, keep int, after string, limit int) ([]string, error)
+	// CapRuns deletes, in one transaction, up to maxRows of the oldest
+	// events that precede the thread's keep newest runs (the run-start of
+	// the oldest of them), and once none is left, the messages,
+	// confirmations and checkpoints of the runs that started there. It
+	// deletes nothing unless each of those runs is closed: a run-finish
+	// stored, no claim row, no background agent at work, no pending
+	// confirmation. It returns the rows deleted, by table; none when
+	// there is nothing (more) to delete. Dry, it deletes nothing and
+	// returns everything it would delete, in any number of transactions.
+	CapRuns(ctx context.Context, id string, keep, maxRows int, dry bool) (Counts, error)
+}

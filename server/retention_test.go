@@ -78,3 +78,48 @@ func TestPrunedThreadReplays(t *testing.T) {
 		t.Fatalf("%d frames after the reset from id %s, want the %d kept from 4", len(frames)-1, frames[1].ID, len(kept)-3)
 	}
 }
+
+// TestCappedThreadReplays: a thread whose old runs the cap deleted
+// replays from a cursor among them (or from the start) with the reset of
+// evicted events, then its newest run whole, from its run-start.
+func TestCappedThreadReplays(t *testing.T) {
+	ctx := context.Background()
+	store := servertest.OpenStore(t, "sqlite:"+filepath.Join(t.TempDir(), "t.db"))
+	h := start(t, store, servertest.Options{})
+	for range 2 {
+		run := h.Chat("th", "tools")
+		waitRow(t, store, "th", run, rowType(instanceai.TypeRunFinish))
+		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := servertest.StoredEvents(t, store, "th")
+	var start int64
+	for _, e := range log[1:] {
+		if e.Event.Type == instanceai.TypeRunStart {
+			start = e.Seq
+			break
+		}
+	}
+	if start == 0 {
+		t.Fatal("the second run has no run-start")
+	}
+	rows, err := store.(retention.Capper).CapRuns(ctx, "th", 1, 10000, false)
+	if err != nil || rows[retention.Events] != start-1 {
+		t.Fatalf("CapRuns: %v, %v; want the %d events before the second run", rows, err, start-1)
+	}
+	last := log[len(log)-1].Seq
+	for _, cursor := range []string{"", "2"} {
+		c := h.Connect("th", cursor, false)
+		frames := c.Until(5*time.Second, func(f servertest.Frame) bool { return f.ID == strconv.FormatInt(last, 10) })
+		c.Close()
+		var reset instanceai.Reset
+		if frames[0].Event != instanceai.ResetFrameType || json.Unmarshal([]byte(frames[0].Data), &reset) != nil ||
+			reset.Reason != instanceai.ReasonEventsEvicted || reset.NextEventID != start {
+			t.Fatalf("cursor %q: first frame %+v, want the reset of evicted events up to %d", cursor, frames[0].Frame, start)
+		}
+		if frames[1].ID != strconv.FormatInt(start, 10) || len(frames) != int(last-start)+2 {
+			t.Fatalf("cursor %q: %d frames from id %s after the reset, want the run from %d to %d", cursor, len(frames)-1, frames[1].ID, start, last)
+		}
+	}
+}

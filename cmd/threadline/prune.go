@@ -24,6 +24,7 @@ type retentionConfig struct {
 	batchThreads int
 	batchRows    int
 	pause        time.Duration
+	keepRuns     int
 }
 
 func retentionFlags(f *envFlags, c *retentionConfig, serve bool) {
@@ -41,6 +42,9 @@ func retentionFlags(f *envFlags, c *retentionConfig, serve bool) {
 		fmt.Sprintf("threads deleted per transaction (1 to %d)", retention.MaxBatchThreads))
 	f.Int(&c.batchRows, "retention-batch-rows", "THREADLINE_RETENTION_BATCH_ROWS", retention.DefaultBatchRows,
 		"rows deleted per transaction at most: a thread with more events loses its oldest ones in transactions of this many first")
+	f.Int(&c.keepRuns, "retention-keep-runs", "THREADLINE_RETENTION_KEEP_RUNS", 0,
+		"cap every thread at this many runs: the log before its newest ones goes, oldest first, once every run there is closed "+
+			"(a client whose cursor falls there gets the reset of evicted events); 0 = no cap")
 	f.Duration(&c.pause, "retention-pause", "THREADLINE_RETENTION_PAUSE", retention.DefaultPause,
 		"pause between two retention transactions, which lets the writer in")
 }
@@ -57,6 +61,10 @@ func (c *retentionConfig) check(required bool) error {
 		return usageError{fmt.Sprintf("--retention-batch %d: want 1 to %d", c.batchThreads, retention.MaxBatchThreads)}
 	case c.batchRows < 1:
 		return usageError{fmt.Sprintf("--retention-batch-rows %d must be positive", c.batchRows)}
+	case c.keepRuns < 0:
+		return usageError{fmt.Sprintf("--retention-keep-runs %d must be 0 (no cap) or more", c.keepRuns)}
+	case c.keepRuns > 0 && c.idle == 0 && !required:
+		return usageError{"--retention-keep-runs needs --retention-idle: the passes that cap runs are the retention passes"}
 	case c.pause < 0:
 		return usageError{fmt.Sprintf("--retention-pause %v must be 0 or more", c.pause)}
 	}
@@ -69,7 +77,7 @@ func (c *retentionConfig) pruner(store instanceai.Store, spec string, cfg retent
 	if !ok {
 		return nil, fmt.Errorf("store %s cannot prune idle threads", storage.Describe(spec))
 	}
-	cfg.IdleAfter, cfg.BatchThreads, cfg.BatchRows, cfg.Pause = c.idle, c.batchThreads, c.batchRows, c.pause
+	cfg.IdleAfter, cfg.BatchThreads, cfg.BatchRows, cfg.Pause, cfg.KeepRuns = c.idle, c.batchThreads, c.batchRows, c.pause, c.keepRuns
 	if c.pause == 0 {
 		cfg.Pause = -1 // none; the Pruner's zero takes the default
 	}
@@ -81,7 +89,8 @@ var pruneNow = time.Now
 
 func prune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newEnvFlags("prune", "Delete the threads idle for longer than --retention-idle, with every row that belongs to them, "+
-		"as serve's retention passes do, and print what was deleted. With --dry-run, delete nothing and print what would be.", stderr)
+		"and with --retention-keep-runs the runs past the cap, as serve's retention passes do, and print what was deleted. "+
+		"With --dry-run, delete nothing and print what would be.", stderr)
 	var spec string
 	var rc retentionConfig
 	var dry, quiet bool
@@ -136,7 +145,7 @@ func prune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // printReport prints a pass's totals, one table a line.
 func printReport(w io.Writer, r retention.Report, verb, store string) {
 	fmt.Fprintf(w, "store %s: threads idle since before %s\n", store, r.Cutoff.UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "%s %d threads, %d rows in %d transactions\n", verb, r.Threads, r.Rows.Total(), r.Transactions)
+	fmt.Fprintf(w, "%s %d idle threads, %d rows in all, in %d transactions\n", verb, r.Threads, r.Rows.Total(), r.Transactions)
 	for _, table := range r.Rows.Sorted() {
 		fmt.Fprintf(w, "  %-20s %d\n", table, r.Rows[table])
 	}

@@ -72,7 +72,7 @@ func TestPruneCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"prune", "-store", spec, "-retention-idle", "720h", "-dry-run"}, &dry, &stderr); err != nil {
 		t.Fatalf("prune -dry-run: %v\n%s", err, stderr.String())
 	}
-	for _, want := range []string{"would delete 1 threads, 3 rows in 1 transactions", "threads              1", "messages             2", "events               0", "the log holds 3 events"} {
+	for _, want := range []string{"would delete 1 idle threads, 3 rows in all, in 1 transactions", "threads              1", "messages             2", "events               0", "the log holds 3 events"} {
 		if !strings.Contains(dry.String(), want) {
 			t.Errorf("dry run output lacks %q:\n%s", want, dry.String())
 		}
@@ -100,11 +100,64 @@ func TestPruneCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"prune", "-store", spec, "-retention-idle", "720h", "-quiet"}, &real, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(real.String(), "deleted 1 threads, 4 rows") || !strings.Contains(real.String(), "events               3") {
+	if !strings.Contains(real.String(), "deleted 1 idle threads, 4 rows in all") || !strings.Contains(real.String(), "events               3") {
 		t.Errorf("prune a year on printed\n%s", real.String())
 	}
 	if ids := threadIDs(t, spec); len(ids) != 0 {
 		t.Fatalf("a year on: threads %v, want none", ids)
+	}
+}
+
+// TestPruneKeepRuns: --retention-keep-runs deletes a thread's old runs,
+// and the dry run counts them.
+func TestPruneKeepRuns(t *testing.T) {
+	ctx := context.Background()
+	spec := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
+	s, err := storage.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"r1", "r2", "r3"} {
+		orch := instanceai.OrchestratorAgentID(run)
+		if _, err := s.Append(ctx, "t", []instanceai.Event{
+			{Type: instanceai.TypeRunStart, RunID: run, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+			{Type: instanceai.TypeTextBlock, RunID: run, AgentID: orch, Payload: &instanceai.Text{Text: "hi"}},
+			{Type: instanceai.TypeRunFinish, RunID: run, AgentID: orch, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	for _, dry := range []bool{true, false} {
+		args := []string{"prune", "-store", spec, "-retention-idle", "720h", "-retention-keep-runs", "1"}
+		verb := "deleted"
+		if dry {
+			args, verb = append(args, "-dry-run"), "would delete"
+		}
+		var out, stderr bytes.Buffer
+		if err := run(ctx, args, &out, &stderr); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+		}
+		for _, want := range []string{verb + " 0 idle threads, 6 rows in all", "events               6"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v printed\n%s\nwithout %q", args, out.String(), want)
+			}
+		}
+	}
+	s, err = storage.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events, err := s.ReadAfter(ctx, "t", 0, 0)
+	if err != nil || len(events) != 3 || events[0].Seq != 7 {
+		t.Fatalf("after the cap: %d events (%v), want the last run's 3 from seq 7", len(events), err)
 	}
 }
 
@@ -124,6 +177,8 @@ func TestPruneFlags(t *testing.T) {
 		{[]string{"prune", "-store", spec, "-retention-idle", "1h", "-retention-pause", "-1s"}, "--retention-pause"},
 		{[]string{"serve", "-retention-idle", "1h", "-retention-interval", "0s"}, "--retention-interval"},
 		{[]string{"serve", "-retention-batch", "0"}, "--retention-batch"},
+		{[]string{"prune", "-store", spec, "-retention-idle", "1h", "-retention-keep-runs", "-2"}, "--retention-keep-runs"},
+		{[]string{"serve", "-retention-keep-runs", "5"}, "--retention-keep-runs needs --retention-idle"},
 	} {
 		err := run(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {

@@ -132,3 +132,107 @@ func (s *Store) LogSize(context.Context) (retention.Size, error) {
 	}
 	return size, nil
 }
+
+var _ retention.Capper = (*Store)(nil)
+
+// keptRuns returns the runs of t whose run-start the window still holds,
+// oldest first; the lock is held.
+func keptRuns(t *thread) []string {
+	first := t.lastSeq + 1
+	if len(t.events) > 0 {
+		first = t.events[0].seq
+	}
+	var out []string
+	for id, b := range t.runs {
+		if b.startSeq >= first {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return int(t.runs[a].startSeq - t.runs[b].startSeq) })
+	return out
+}
+
+// CrowdedThreads implements retention.Capper.
+func (s *Store) CrowdedThreads(ctx context.Context, keep int, after string, limit int) ([]string, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []string
+	for id, t := range s.threads {
+		if id > after && len(keptRuns(t)) > keep {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// CapRuns implements retention.Capper as the SQL stores do.
+func (s *Store) CapRuns(ctx context.Context, id string, keep, maxRows int, dry bool) (retention.Counts, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := retention.Counts{}
+	t := s.threads[id]
+	if t == nil || keep < 1 {
+		return out, nil
+	}
+	runs := keptRuns(t)
+	if len(runs) < keep {
+		return out, nil
+	}
+	// With keep runs left, events of the last old run that followed its
+	// run-start may still precede the cut: they go too.
+	old := runs[:len(runs)-keep]
+	cut := t.runs[runs[len(runs)-keep]].startSeq
+	for _, run := range old {
+		if !t.runs[run].finished || s.claims.HasRunWork(id, run) {
+			return out, nil
+		}
+		for _, c := range s.confirmations {
+			if c.ThreadID == id && c.RunID == run && c.Status == instanceai.ConfirmationPending {
+				return out, nil
+			}
+		}
+	}
+	var messages []instanceai.Message
+	for _, m := range t.messages {
+		if slices.Contains(old, m.RunID) {
+			out[retention.Messages]++
+			if !dry {
+				delete(s.messageIDs, m.ID)
+			}
+			continue
+		}
+		messages = append(messages, m)
+	}
+	for rid, c := range s.confirmations {
+		if c.ThreadID == id && slices.Contains(old, c.RunID) {
+			out[retention.Confirmations]++
+			if !dry {
+				delete(s.confirmations, rid)
+			}
+		}
+	}
+	chunk := max(int64(maxRows)-out.Total(), 1)
+	drop := 0
+	for drop < len(t.events) && t.events[drop].seq < cut && (dry || int64(drop) < chunk) {
+		drop++
+	}
+	out[retention.Events] = int64(drop)
+	if dry {
+		return out, nil
+	}
+	t.messages = messages
+	for _, e := range t.events[:drop] {
+		t.bytes -= int64(len(e.data))
+	}
+	clear(t.events[:drop])
+	t.events = t.events[drop:]
+	return out, nil
+}

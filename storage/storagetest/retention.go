@@ -28,6 +28,8 @@ func RunRetention(t *testing.T, open Opener) {
 		{"BatchesAreBounded", testPruneBatches},
 		{"DryRunDeletesNothing", testPruneDryRun},
 		{"TrimKeepsAContiguousLog", testTrimEvents},
+		{"CapKeepsTheNewestRuns", testCapRuns},
+		{"CapWaitsForOpenRuns", testCapWaits},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -387,4 +389,112 @@ func testTrimEvents(t *testing.T, s instanceai.Store) {
 	if err != nil || len(c) != 1 || c[0].Events != 7 {
 		t.Errorf("IdleThreads after the trim: %+v, %v; want t with 7 events", c, err)
 	}
+}
+
+// runsThread makes a thread of n runs of 5 events each (run-start, three
+// blocks, run-finish; run i is "run-<i>", seqs 5i-4 to 5i), each with its
+// user message, and an answered confirmation of run-1. The last run has
+// no run-finish when open is set.
+func runsThread(t *testing.T, s instanceai.Store, id string, n int, open bool) {
+	t.Helper()
+	ctx := context.Background()
+	ensure(t, s, id, FixtureUser)
+	for i := 1; i <= n; i++ {
+		run := fmt.Sprintf("run-%d", i)
+		events := []instanceai.Event{runEvent(instanceai.TypeRunStart, run, ""), runEvent(instanceai.TypeTextBlock, run, "a"),
+			runEvent(instanceai.TypeTextBlock, run, "b"), runEvent(instanceai.TypeTextBlock, run, "c"),
+			runEvent(instanceai.TypeRunFinish, run, "")}
+		if open && i == n {
+			events[4] = runEvent(instanceai.TypeTextBlock, run, "d")
+		}
+		appendEvents(t, s, id, events...)
+		if err := s.AddMessage(ctx, instanceai.Message{ID: fmt.Sprintf("msg-%s-%d", id, i), ThreadID: id, RunID: run,
+			Role: "user", Content: "hello"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newConfirmation(id, "req-"+id, time.Time{})
+	c.RunID = "run-1"
+	addConfirmation(t, s, c)
+	if err := s.AnswerConfirmation(ctx, c.RequestID, instanceai.ConfirmationDenied, []byte(`{"approved":false}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testCapRuns: with two runs kept, a thread of four loses its first two
+// runs whole (events, messages, confirmations), in transactions of at
+// most the batch; what remains is the log from the third run's
+// run-start, and a dry pass counts what the real one deletes.
+func testCapRuns(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	if _, ok := s.(retention.Capper); !ok {
+		t.Fatalf("%T does not implement retention.Capper", s)
+	}
+	runsThread(t, s, "t", 4, false)
+	runsThread(t, s, "short", 2, false)
+	// Idle age far off: only the cap deletes.
+	p := pruner(t, s, time.Now, nil, retention.Config{IdleAfter: 1000 * time.Hour, KeepRuns: 2, BatchRows: 4})
+	dry := prune(t, p, true)
+	want := retention.Counts{retention.Events: 10, retention.Messages: 2, retention.Confirmations: 1}
+	if !sameCounts(dry.Rows, want) || dry.Threads != 0 {
+		t.Errorf("dry pass: %d threads, %v; want %v", dry.Threads, dry.Rows, want)
+	}
+	present(t, s, "t", 20)
+	real := prune(t, p, false)
+	if !sameCounts(real.Rows, want) || real.Transactions != dry.Transactions || real.MaxTransactionRows > 4 ||
+		real.MaxTransactionRows != dry.MaxTransactionRows {
+		t.Errorf("real pass: %v in %d transactions of at most %d rows; dry: %d of at most %d; want %v, at most 4",
+			real.Rows, real.Transactions, real.MaxTransactionRows, dry.Transactions, dry.MaxTransactionRows, want)
+	}
+	events, err := s.ReadAfter(ctx, "t", 0, 0)
+	if err != nil || len(events) != 10 || events[0].Seq != 11 || events[0].Event.Type != instanceai.TypeRunStart {
+		t.Fatalf("after the cap: %d events from seq %d (%v), want 10 from the run-start at 11", len(events), events[0].Seq, err)
+	}
+	if next, err := s.NextSeq(ctx, "t"); err != nil || next != 21 {
+		t.Errorf("NextSeq after the cap: %d, %v; want 21", next, err)
+	}
+	msgs, err := s.ListMessages(ctx, "t")
+	if err != nil || len(msgs) != 2 || msgs[0].RunID != "run-3" {
+		t.Errorf("messages after the cap: %+v, %v; want those of run-3 and run-4", msgs, err)
+	}
+	if _, err := s.GetConfirmation(ctx, "req-t"); !errors.Is(err, instanceai.ErrNotFound) {
+		t.Errorf("run-1's confirmation after the cap: %v", err)
+	}
+	present(t, s, "short", 10)
+	if r := prune(t, p, false); r.Rows.Total() != 0 {
+		t.Errorf("second pass deleted %v", r.Rows)
+	}
+}
+
+// testCapWaits: a run before the cut that is not closed (no run-finish,
+// a background agent at work) holds the whole cap of its thread back.
+func testCapWaits(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	runsThread(t, s, "open", 3, true)
+	// "open" has runs 1, 2 closed and 3 open: keeping one run cuts at
+	// run-3, whose predecessors are closed, so it is capped; keeping
+	// none is not a cap. "agent" has a background agent of run-1 at work.
+	runsThread(t, s, "agent", 3, false)
+	if _, err := s.ClaimAgent(ctx, instanceai.AgentRef{ThreadID: "agent", RunID: "run-1", AgentID: "bg"}, "inst", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	runsThread(t, s, "openold", 2, true)
+	appendEvents(t, s, "openold", runEvent(instanceai.TypeRunStart, "run-3", ""), runEvent(instanceai.TypeRunFinish, "run-3", ""))
+	p := pruner(t, s, time.Now, nil, retention.Config{IdleAfter: 1000 * time.Hour, KeepRuns: 1})
+	prune(t, p, false)
+	present(t, s, "agent", 15)
+	present(t, s, "openold", 12) // run-2, before the cut, has no run-finish
+	events, err := s.ReadAfter(ctx, "open", 0, 0)
+	if err != nil || len(events) != 5 || events[0].Seq != 11 {
+		t.Errorf("open: %d events (%v), want run-3's 5", len(events), err)
+	}
+	claims, err := s.RunAgents(ctx, "agent", "run-1")
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("RunAgents: %v, %v", claims, err)
+	}
+	if err := s.ReleaseAgent(ctx, claims[0].AgentRef, claims[0].Fence); err != nil {
+		t.Fatal(err)
+	}
+	prune(t, p, false)
+	present(t, s, "agent", 5)
 }

@@ -7,6 +7,7 @@ package prunesql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -287,4 +288,140 @@ func (p *Pruner) LogSize(ctx context.Context) (retention.Size, error) {
 		s.Bytes = b
 	}
 	return s, nil
+}
+
+var _ retention.Capper = (*Pruner)(nil)
+
+// CrowdedThreads implements retention.Capper, from the partial index of
+// run-starts.
+func (p *Pruner) CrowdedThreads(ctx context.Context, keep int, after string, limit int) ([]string, error) {
+	rows, err := p.r.QueryContext(ctx, p.q(`SELECT thread_id FROM events WHERE type = 'run-start' AND thread_id > ?
+		GROUP BY thread_id HAVING COUNT(DISTINCT run_id) > ? ORDER BY thread_id LIMIT ?`), after, keep, limit)
+	if err != nil {
+		return nil, p.fail(err, "list threads of more than %d runs", keep)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, p.fail(err, "list threads of more than %d runs", keep)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, p.fail(err, "list threads of more than %d runs", keep)
+	}
+	return out, nil
+}
+
+// oldRuns selects the run ids of the thread (first parameter) whose
+// run-start precedes the cut (second).
+const oldRuns = `SELECT run_id FROM events WHERE thread_id = ? AND type = 'run-start' AND seq < ?`
+
+// openOldRun finds a run before the cut (parameters: thread, cut) that is
+// not closed: no run-finish, or a claim row, a background agent or a
+// pending confirmation of it.
+const openOldRun = `SELECT s.run_id FROM events s WHERE s.thread_id = ? AND s.type = 'run-start' AND s.seq < ? AND (
+	NOT EXISTS (SELECT 1 FROM events f WHERE f.thread_id = s.thread_id AND f.run_id = s.run_id AND f.type = 'run-finish')
+	OR EXISTS (SELECT 1 FROM active_runs a WHERE a.thread_id = s.thread_id AND a.run_id = s.run_id)
+	OR EXISTS (SELECT 1 FROM background_agents b WHERE b.thread_id = s.thread_id AND b.run_id = s.run_id)
+	OR EXISTS (SELECT 1 FROM confirmations c WHERE c.thread_id = s.thread_id AND c.run_id = s.run_id AND c.status = 'pending'))
+LIMIT 1`
+
+// runTables are the tables whose rows name their run, besides events.
+var runTables = []string{retention.Messages, retention.Confirmations, retention.Checkpoints}
+
+// CapRuns implements retention.Capper. Each call first deletes the
+// messages, confirmations and checkpoints of the old runs whose run-start
+// is still there, then the oldest events before the cut, up to what is
+// left of maxRows (one at least). Events of the last old run that follow
+// its run-start may be left if a pass stops between two calls: the
+// thread then holds no more than keep runs, and a replay still starts
+// with the reset of evicted events.
+func (p *Pruner) CapRuns(ctx context.Context, id string, keep, maxRows int, dry bool) (retention.Counts, error) {
+	out, err := p.capRuns(ctx, id, keep, maxRows, dry)
+	if err != nil {
+		return nil, p.fail(err, "cap the runs of thread %q", id)
+	}
+	return out, nil
+}
+
+func (p *Pruner) capRuns(ctx context.Context, id string, keep, maxRows int, dry bool) (out retention.Counts, err error) {
+	out = retention.Counts{}
+	if keep < 1 {
+		return out, nil
+	}
+	// A dry call reads only, on the readers: each DELETE is asked as the
+	// COUNT of the rows it would take.
+	var q interface {
+		queryer
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	} = p.r
+	var tx *sql.Tx
+	if !dry {
+		if tx, err = p.w.BeginTx(ctx, nil); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		q = tx
+	}
+	done := func() error {
+		if tx != nil {
+			return tx.Commit()
+		}
+		return nil
+	}
+	del := func(from string, args ...any) (int64, error) {
+		if dry {
+			var n int64
+			err := q.QueryRowContext(ctx, p.q(`SELECT COUNT(*) FROM `+from), args...).Scan(&n)
+			return n, err
+		}
+		res, err := q.ExecContext(ctx, p.q(`DELETE FROM `+from), args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	// The cut is the run-start of the oldest run kept.
+	var cut int64
+	err = q.QueryRowContext(ctx, p.q(`SELECT s FROM (SELECT MIN(seq) AS s FROM events WHERE thread_id = ? AND type = 'run-start'
+		GROUP BY run_id) x ORDER BY s DESC LIMIT 1 OFFSET ?`), id, keep-1).Scan(&cut)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, done()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var open string
+	err = q.QueryRowContext(ctx, p.q(openOldRun), id, cut).Scan(&open)
+	if err == nil {
+		return out, done() // a run there is not closed: the thread waits
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	var others int64
+	for _, table := range runTables {
+		n, err := del(table+` WHERE thread_id = ? AND run_id IN (`+oldRuns+`)`, id, id, cut)
+		if err != nil {
+			return nil, err
+		}
+		out[table] = n
+		others += n
+	}
+	chunk := max(int64(maxRows)-others, 1)
+	if dry {
+		chunk = cut // all of them
+	}
+	if out[retention.Events], err = del(`events WHERE thread_id = ? AND seq < ?
+		AND seq < (SELECT MIN(seq) FROM events WHERE thread_id = ?) + ?`, id, cut, id, chunk); err != nil {
+		return nil, err
+	}
+	return out, done()
 }
