@@ -385,7 +385,7 @@ func (p *Pruner) Run(ctx context.Context, interval time.Duration) {
 		case r.Skipped:
 			p.cfg.Logger.Debug("retention pass skipped: another instance is pruning")
 		case r.Threads > 0 || r.Rows.Total() > 0:
-			p.cfg.Logger.Info("retention pass pruned idle threads", "threads", r.Threads, "rows", r.Rows.Total(),
+			p.cfg.Logger.Info("retention pass deleted idle threads or old runs", "threads", r.Threads, "rows", r.Rows.Total(),
 				"events", r.Rows[Events], "cutoff", r.Cutoff, "took", time.Since(start).Round(time.Millisecond))
 		}
 		if p.cfg.Sleep(ctx, interval) != nil {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +197,44 @@ func TestPruneFlags(t *testing.T) {
 		!strings.Contains(out.String(), "-dry-run") || !strings.Contains(out.String(), "THREADLINE_RETENTION_IDLE") {
 		t.Errorf("help prune: %v\n%s", err, out.String())
 	}
+}
+
+// TestServeRetention: serve with --retention-idle prunes at start (the
+// first pass does not wait for the interval), and its metrics say so.
+func TestServeRetention(t *testing.T) {
+	spec := prunedStore(t)
+	base, logs := startServe(t, "-store", spec, "-retention-idle", "720h", "-retention-interval", "1h", "-retention-pause", "0")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids := threadIDs(t, spec)
+		metrics := ""
+		if res, err := http.Get(base + "/metrics"); err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			metrics = string(body)
+		}
+		if len(ids) == 1 && ids[0] == "recent" && strings.Contains(metrics, "threadline_retention_threads_pruned_total 1") &&
+			strings.Contains(metrics, `threadline_retention_deleted_rows_total{table="messages"} 2`) &&
+			strings.Contains(metrics, "threadline_event_log_events 3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: threads %v, metrics:\n%s\nlog:\n%s", ids, grepLines(metrics, "retention|event_log"), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "retention pass") {
+		t.Errorf("the log does not tell the pass:\n%s", logs.String())
+	}
+}
+
+func grepLines(text, pattern string) string {
+	re := regexp.MustCompile(pattern)
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
