@@ -106,8 +106,7 @@ func in(ids []string) (string, []any) {
 	return "?" + strings.Repeat(", ?", len(ids)-1), args
 }
 
-// perTable are the tables a thread's rows are in besides threads, and
-// the column that names the thread.
+// perTable are the tables a thread's rows are in besides threads.
 var perTable = []string{retention.Events, retention.Messages, retention.Confirmations, retention.Checkpoints}
 
 // queryer is the reader pool or a transaction.
