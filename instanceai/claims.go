@@ -304,6 +304,39 @@ func (l *LocalClaims) ForgetThread(threadID string) {
 	}
 }
 
+// HasWork reports whether the thread holds a row: an active or suspended
+// run, or a background agent at work. Retention never deletes such a
+// thread.
+func (l *LocalClaims) HasWork(threadID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.rows[threadID]; ok {
+		return true
+	}
+	for ref := range l.agents {
+		if ref.ThreadID == threadID {
+			return true
+		}
+	}
+	return false
+}
+
+// HasRunWork reports whether the thread holds a row of the run: the run
+// is active or suspended, or a background agent of it is at work.
+func (l *LocalClaims) HasRunWork(threadID, runID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if row, ok := l.rows[threadID]; ok && row.RunID == runID {
+		return true
+	}
+	for ref := range l.agents {
+		if ref.ThreadID == threadID && ref.RunID == runID {
+			return true
+		}
+	}
+	return false
+}
+
 // ClaimAgent implements AgentClaims.
 func (l *LocalClaims) ClaimAgent(_ context.Context, ref AgentRef, owner string, ttl time.Duration, runFence int64) (int64, error) {
 	l.mu.Lock()

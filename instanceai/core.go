@@ -363,6 +363,18 @@ func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
 	return nil
 }
 
+// ThreadsPruned ends the open streams of threads deleted by the retention
+// policy, here and on the other instances, as DeleteThread does after its
+// delete, so that the hub does not keep their seqs for a thread made again
+// under the same id. The policy deletes only threads without work, so no
+// run is stopped.
+func (c *Core) ThreadsPruned(ids []string) {
+	for _, id := range ids {
+		c.Hub.Forget(id)
+		c.Runs.ThreadDeleted(id)
+	}
+}
+
 // quiesce waits until no run of the thread is live in this process: a
 // cancelled background agent settles its tool calls and queues its
 // agent-completed when its work returns, a moment after the cancel. An

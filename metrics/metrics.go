@@ -44,16 +44,21 @@ type Metrics struct {
 	captured      *prometheus.CounterVec
 	malformed     *prometheus.CounterVec
 
-	requests     *prometheus.CounterVec
-	requestTime  *prometheus.HistogramVec
-	streamsOpen  *prometheus.GaugeVec
-	streamTime   *prometheus.HistogramVec
-	connsOpen    prometheus.Gauge
-	runsStarted  *prometheus.CounterVec
-	runsFinished *prometheus.CounterVec
-	busLag       prometheus.Histogram
-	replayed     *prometheus.CounterVec
-	defaultAgent string
+	requests      *prometheus.CounterVec
+	requestTime   *prometheus.HistogramVec
+	streamsOpen   *prometheus.GaugeVec
+	streamTime    *prometheus.HistogramVec
+	connsOpen     prometheus.Gauge
+	runsStarted   *prometheus.CounterVec
+	runsFinished  *prometheus.CounterVec
+	busLag        prometheus.Histogram
+	replayed      *prometheus.CounterVec
+	defaultAgent  string
+	prunedRows    *prometheus.CounterVec
+	prunedThreads prometheus.Counter
+	pruneLast     prometheus.Gauge
+	logEvents     prometheus.Gauge
+	logBytes      prometheus.Gauge
 
 	mu        sync.Mutex
 	toolNames map[string]bool
@@ -144,12 +149,33 @@ func New() *Metrics {
 		m.streamsOpen.WithLabelValues(sf)
 		m.replayed.WithLabelValues(sf)
 	}
+	m.prunedRows = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_retention_deleted_rows_total",
+		Help: "Rows the retention policy deleted, by table (threads, events, messages, confirmations, segment_checkpoints).",
+	}, []string{"table"})
+	m.prunedThreads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "threadline_retention_threads_pruned_total",
+		Help: "Idle threads the retention policy deleted.",
+	})
+	m.pruneLast = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "threadline_retention_last_run_timestamp_seconds",
+		Help: "When this instance last finished a retention pass (Unix time; 0 = never).",
+	})
+	m.logEvents = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "threadline_event_log_events",
+		Help: "Events the event log holds, as of this instance's last retention pass.",
+	})
+	m.logBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "threadline_event_log_bytes",
+		Help: "Bytes the event log takes, as of this instance's last retention pass (PostgreSQL: the events table with its indexes; SQLite: the database file; memory: the events' JSON).",
+	})
 	m.byType = make(map[instanceai.EventType]prometheus.Counter, len(instanceai.AllTypes))
 	for _, t := range instanceai.AllTypes {
 		m.byType[t] = m.events.WithLabelValues(string(t))
 	}
 	m.reg.MustRegister(m.events, m.batchRows, m.commitSeconds, m.firstText, m.toolSeconds, m.captured, m.malformed,
 		m.requests, m.requestTime, m.streamsOpen, m.streamTime, m.connsOpen, m.runsStarted, m.runsFinished, m.busLag, m.replayed,
+		m.prunedRows, m.prunedThreads, m.pruneLast, m.logEvents, m.logBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -281,3 +307,24 @@ var (
 	_ instanceai.RunObserver = (*Metrics)(nil)
 	_ instanceai.BusObserver = (*Metrics)(nil)
 )
+
+// RetentionDeleted counts the rows a retention transaction deleted, by
+// table (retention.Observer).
+func (m *Metrics) RetentionDeleted(rows map[string]int64) {
+	for table, n := range rows {
+		if n > 0 {
+			m.prunedRows.WithLabelValues(table).Add(float64(n))
+		}
+	}
+	m.prunedThreads.Add(float64(rows["threads"]))
+}
+
+// RetentionPass records a finished retention pass and the log's size
+// after it (retention.Observer).
+func (m *Metrics) RetentionPass(at time.Time, events, bytes int64) {
+	m.pruneLast.Set(float64(at.UnixNano()) / 1e9)
+	m.logEvents.Set(float64(events))
+	m.logBytes.Set(float64(bytes))
+}
+
+var _ instanceai.Observer = (*Metrics)(nil)

@@ -41,3 +41,32 @@ func TestToolLabelsAreBounded(t *testing.T) {
 		t.Errorf("%d result series, want %d", n, maxToolLabels+1)
 	}
 }
+
+// TestRetention checks the retention series: rows by table, threads, the
+// last pass's time and the log's size.
+func TestRetention(t *testing.T) {
+	m := New()
+	m.RetentionDeleted(map[string]int64{"threads": 2, "events": 30, "messages": 0})
+	m.RetentionDeleted(map[string]int64{"threads": 1, "events": 5})
+	m.RetentionPass(time.Unix(1700000000, 0), 1234, 56789)
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	text := string(body)
+	for _, want := range []string{
+		`threadline_retention_deleted_rows_total{table="threads"} 3`,
+		`threadline_retention_deleted_rows_total{table="events"} 35`,
+		"threadline_retention_threads_pruned_total 3",
+		"threadline_retention_last_run_timestamp_seconds 1.7e+09",
+		"threadline_event_log_events 1234",
+		"threadline_event_log_bytes 56789",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(text, `table="messages"`) {
+		t.Error("a table with no rows deleted has a series")
+	}
+}

@@ -3,6 +3,7 @@
 //
 //	threadline serve     run the server
 //	threadline migrate   apply the storage schema and exit
+//	threadline prune     delete the threads idle for longer than an age
 //	threadline conformance   check an agent server against the protocol rules
 package main
 
@@ -26,6 +27,8 @@ Usage:
 Commands:
   serve     run the HTTP server (applies the schema first)
   migrate   apply the storage schema and exit
+  prune     delete the threads idle for longer than --retention-idle, with
+            their rows (--dry-run: only count them)
   conformance
             check an agent server (this one or any other) against the
             AG-UI and Instance AI protocol rules
@@ -73,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stdout, stderr)
+	case "prune":
+		return prune(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return conformanceCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
@@ -94,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // to stdout: asked for, help is the output, not a complaint.
 func commandHelp(ctx context.Context, command string, stdout io.Writer) error {
 	switch command {
-	case "serve", "migrate", "conformance":
+	case "serve", "migrate", "prune", "conformance":
 		if err := run(ctx, []string{command, "-h"}, stdout, stdout); !errors.Is(err, flag.ErrHelp) {
 			return err
 		}
@@ -103,5 +108,5 @@ func commandHelp(ctx context.Context, command string, stdout io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return usageError{fmt.Sprintf("help: unknown command %q; the commands are serve, migrate, conformance, version and help", command)}
+	return usageError{fmt.Sprintf("help: unknown command %q; the commands are serve, migrate, prune, conformance, version and help", command)}
 }

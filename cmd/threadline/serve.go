@@ -15,6 +15,7 @@ import (
 	"github.com/threadline/threadline/bus"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/metrics"
+	"github.com/threadline/threadline/retention"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/builderapi"
@@ -74,6 +75,7 @@ type serveConfig struct {
 	catalog         string
 	builderTimeout  time.Duration
 	pprofAddr       string
+	retention       retentionConfig
 }
 
 func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
@@ -154,6 +156,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"how long one builder operation (generate, modify, iterate) may take")
 	f.String(&c.pprofAddr, "pprof-addr", "THREADLINE_PPROF_ADDR", "",
 		"serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; none = off")
+	retentionFlags(f, &c.retention, true)
 	agentFlags(f, &c.agents)
 	return f, c
 }
@@ -357,6 +360,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.logPoll <= 0 {
 		return usageError{fmt.Sprintf("--log-poll %v must be positive", c.logPoll)}
 	}
+	if err := c.retention.check(false); err != nil {
+		return err
+	}
 	if c.instance == "" {
 		c.instance = defaultInstanceID()
 	}
@@ -428,6 +434,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stopPprof()
 	}
+	if c.retention.idle > 0 {
+		stopPrune, err := startRetention(ctx, c, store, srv, logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopPrune()
+	}
 	logAuth(logger, authn, entries, c.addr)
 	if authn.Enabled() {
 		defer reloadOnHangup(c, authn, logger)()
@@ -438,6 +452,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stopForce()
 	return srv.Serve(ctx, ln, server.ServeOptions{Drain: c.drainTimeout, Timeout: c.shutdownTimeout, Force: force,
 		Timeouts: c.timeouts, Connections: c.connections})
+}
+
+// startRetention runs the retention passes beside the server until the
+// returned stop is called (before the store closes).
+func startRetention(ctx context.Context, c *serveConfig, store instanceai.Store, srv *server.Server, logger *slog.Logger) (stop func(), err error) {
+	p, err := c.retention.pruner(store, c.store, retention.Config{Logger: logger, Observer: srv.Metrics, Forget: srv.Core.ThreadsPruned})
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("retention: deleting threads idle for longer than the age", "age", c.retention.idle, "every", c.retention.interval)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx, c.retention.interval)
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // secondSignal returns a context that ends at the first SIGINT or SIGTERM

@@ -455,6 +455,12 @@ func (s *Store) DeleteThread(_ context.Context, id string) error {
 	if t == nil {
 		return notFound("delete", id)
 	}
+	s.deleteLocked(id, t)
+	return nil
+}
+
+// deleteLocked removes thread t and everything of it; the lock is held.
+func (s *Store) deleteLocked(id string, t *thread) {
 	for _, m := range t.messages {
 		delete(s.messageIDs, m.ID)
 	}
@@ -465,5 +471,4 @@ func (s *Store) DeleteThread(_ context.Context, id string) error {
 	}
 	delete(s.threads, id)
 	s.claims.ForgetThread(id)
-	return nil
 }

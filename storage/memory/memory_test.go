@@ -20,6 +20,10 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestRetention(t *testing.T) {
+	storagetest.RunRetention(t, func(t *testing.T) instanceai.Store { return New() })
+}
+
 func TestBuilderContract(t *testing.T) {
 	storagetest.RunBuilder(t, func(t *testing.T) storagetest.BuilderStore { return New() })
 }

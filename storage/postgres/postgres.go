@@ -22,9 +22,11 @@ import (
 
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/retention"
 	"github.com/threadline/threadline/storage/internal/buildersql"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
+	"github.com/threadline/threadline/storage/internal/prunesql"
 	"github.com/threadline/threadline/storage/internal/sqllog"
 )
 
@@ -40,6 +42,7 @@ type Store struct {
 	*sqllog.Log
 	*claims.Table
 	*buildersql.Store
+	*prunesql.Pruner
 
 	db  *sqlx.DB
 	one *oneStatement
@@ -53,6 +56,8 @@ var _ instanceai.Prober = (*Store)(nil)
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)
+	_ retention.Store  = (*Store)(nil)
+	_ retention.Locker = (*Store)(nil)
 )
 
 // Open connects to the database named by dsn (a postgres:// URL or a
@@ -76,7 +81,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	one := &oneStatement{}
 	return &Store{Log: sqllog.New(logDialect(one), db.DB, db.DB), one: one, Table: claims.New(claimsDialect, db.DB, db.DB),
-		Store: buildersql.New(builderDialect, db.DB, db.DB), db: db}, nil
+		Store: buildersql.New(builderDialect, db.DB, db.DB), Pruner: prunesql.New(pruneDialect, db.DB, db.DB), db: db}, nil
 }
 
 // logDialect returns the event log's dialect, appending through one. It

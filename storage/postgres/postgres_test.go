@@ -61,6 +61,13 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestRetention(t *testing.T) {
+	testpg.BaseDSN(t)
+	storagetest.RunRetention(t, func(t *testing.T) instanceai.Store {
+		return openDSN(t, freshSchema(t))
+	})
+}
+
 func TestBuilderContract(t *testing.T) {
 	testpg.BaseDSN(t)
 	storagetest.RunBuilder(t, func(t *testing.T) storagetest.BuilderStore {

@@ -26,9 +26,11 @@ import (
 
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/retention"
 	"github.com/threadline/threadline/storage/internal/buildersql"
 	"github.com/threadline/threadline/storage/internal/claims"
 	"github.com/threadline/threadline/storage/internal/migrate"
+	"github.com/threadline/threadline/storage/internal/prunesql"
 	"github.com/threadline/threadline/storage/internal/sqllog"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -54,6 +56,7 @@ type Store struct {
 	*sqllog.Log
 	*claims.Table
 	*buildersql.Store
+	*prunesql.Pruner
 
 	path string
 	// wdb has exactly one connection, which begins transactions IMMEDIATE:
@@ -71,6 +74,7 @@ var _ instanceai.RowReader = (*Store)(nil)
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)
+	_ retention.Store  = (*Store)(nil)
 )
 
 // Open opens (creating it and its parent directories if needed) the SQLite
@@ -141,6 +145,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Log = sqllog.New(logDialect, wdb, rdb)
 	s.Table = claims.New(claimsDialect, wdb, rdb)
 	s.Store = buildersql.New(builderDialect, wdb, rdb)
+	s.Pruner = prunesql.New(pruneDialect, wdb, rdb)
 	return s, nil
 }
 
@@ -197,6 +202,20 @@ var builderDialect = buildersql.Dialect{
 			return parseTime(string(v))
 		}
 		return time.Time{}, fmt.Errorf("stored timestamp is %T, want TEXT", v)
+	},
+}
+
+// pruneDialect compares updated_at in its text form. No row lock is
+// needed: a deleting transaction holds the file's write lock from its
+// BEGIN. The size reported is the database file's (pages in use or free),
+// which SQLite tells from its header.
+var pruneDialect = prunesql.Dialect{
+	Name: "sqlite", Rebind: sqllog.Question.Rebind,
+	Time: func(t time.Time) any { return formatTime(t) },
+	Size: func(ctx context.Context, db *sql.DB) (int64, error) {
+		var n int64
+		err := db.QueryRowContext(ctx, `SELECT p.page_count * s.page_size FROM pragma_page_count() p, pragma_page_size() s`).Scan(&n)
+		return n, err
 	},
 }
 

@@ -41,6 +41,12 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestRetention(t *testing.T) {
+	storagetest.RunRetention(t, func(t *testing.T) instanceai.Store {
+		return openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
+	})
+}
+
 func TestBuilderContract(t *testing.T) {
 	storagetest.RunBuilder(t, func(t *testing.T) storagetest.BuilderStore {
 		return openAt(t, filepath.Join(t.TempDir(), "threadline.db"))
