@@ -17,14 +17,7 @@ import (
 // checking the framing and the verifier's rules.
 func (h *harness) runAgentBody(body string) []aguiEvent {
 	h.t.Helper()
-	return h.runAgentBodyWithin(body, 20*time.Second)
-}
-
-// runAgentBodyWithin is runAgentBody with its own deadline: a body of
-// megabytes takes its time under the race detector on a busy machine.
-func (h *harness) runAgentBodyWithin(body string, within time.Duration) []aguiEvent {
-	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
+	ctx, cancel := context.WithTimeout(context.Background(), deadlineFor(body))
 	defer cancel()
 	res := h.PostRunAgent(ctx, body, "text/event-stream")
 	defer res.Body.Close()
@@ -45,11 +38,22 @@ func (h *harness) runAgentBodyWithin(body string, within time.Duration) []aguiEv
 	return events
 }
 
+// deadlineFor bounds a /run-agent request in tests: 20 s, or 3 minutes
+// for a body of megabytes (files at n8n's limits), which the race detector
+// on a busy machine takes tens of seconds to decode and check. These are
+// tests of sizes and answers, not of speed.
+func deadlineFor(body string) time.Duration {
+	if len(body) > 1<<20 {
+		return 3 * time.Minute
+	}
+	return 20 * time.Second
+}
+
 // runAgentRejected posts a RunAgentInput that must be refused before any
 // stream byte and returns the status, error code and field.
 func (h *harness) runAgentRejected(body string) (status int, code, field string) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), deadlineFor(body))
 	defer cancel()
 	res := h.PostRunAgent(ctx, body, "text/event-stream")
 	code, field = readJSONError(h.t, res)

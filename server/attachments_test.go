@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/servertest"
@@ -239,8 +238,8 @@ func TestRunAgentPartsRefused(t *testing.T) {
 	llm.script(answerStep("Two files.", 10, 2))
 	a := base64.StdEncoding.EncodeToString(make([]byte, instanceai.MaxAttachmentBytes))
 	b := base64.StdEncoding.EncodeToString(make([]byte, instanceai.MaxMessageAttachmentBytes-instanceai.MaxAttachmentBytes))
-	evs := h.runAgentBodyWithin(body("parts-at-limit", `[{"type":"document","source":{"type":"data","value":"`+a+`","mimeType":"application/pdf"}},`+
-		`{"type":"document","source":{"type":"data","value":"`+b+`","mimeType":"application/pdf"}}]`), 3*time.Minute)
+	evs := h.runAgentBody(body("parts-at-limit", `[{"type":"document","source":{"type":"data","value":"`+a+`","mimeType":"application/pdf"}},`+
+		`{"type":"document","source":{"type":"data","value":"`+b+`","mimeType":"application/pdf"}}]`))
 	if evs[len(evs)-1].typ != "RUN_FINISHED" {
 		t.Fatalf("run at the limits ended with %s", evs[len(evs)-1].typ)
 	}
