@@ -446,15 +446,28 @@ function approvalCard(tc) {
     el('button', { type: 'button', class: 'danger', 'data-testid': 'deny', onclick: () => answer(false) }, 'Deny'));
   const card = el('div', { class: `approval severity-${c.severity}`, role: 'group', 'aria-label': 'Approval request',
     'data-testid': 'approval-card', 'data-request-id': c.requestId },
-  el('p', { class: 'approval-head' }, el('strong', { text: 'Approval needed' }), el('span', { class: 'badge', text: c.severity || 'info' })),
+  el('p', { class: 'approval-head' }, el('strong', { text: 'Approval needed' }), severityBadge(c.severity)),
   el('p', { text: c.message }),
-  el('pre', { class: 'args', 'aria-label': 'Arguments', text: JSON.stringify(tc.args) }),
+  el('pre', { class: 'args', tabindex: 0, 'aria-label': 'Arguments', text: JSON.stringify(tc.args) }),
   input && el('label', { for: inputId, text: c.inputType === 'text' ? 'Your answer (optional)' : `Input (${c.inputType})` }),
   input,
   el('div', { class: 'actions' }, ...buttons),
   outcome);
   S.approvals.set(c.requestId, card);
   return card;
+}
+
+// severityBadge names the request's severity in words, not by color alone;
+// a destructive one says so to a screen reader too.
+function severityBadge(severity) {
+  const s = severity || 'info';
+  const attrs = { class: `badge severity severity-${s}`, 'data-testid': 'severity-badge', 'data-severity': s, text: s };
+  if (s === 'destructive') {
+    attrs.role = 'img';
+    attrs['aria-label'] = 'Destructive: this action cannot be undone';
+    attrs.text = '⚠ destructive';
+  }
+  return el('span', attrs);
 }
 
 // ---- drawing ----
