@@ -136,6 +136,6 @@ export class AguiView {
       el('span', { class: 'who', text: m.role === 'tool' ? `tool result (${m.toolCallId})` : m.role }),
       ...(Array.isArray(m.content) ? renderParts(m.content)
         : [m.content && el('div', { class: 'text', text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content) })]),
-      ...(m.toolCalls || []).map((tc) => el('pre', { class: 'args', 'data-testid': 'agui-tool-call', text: `${tc.function.name}(${tc.function.arguments})` })))));
+      ...(m.toolCalls || []).map((tc) => el('pre', { class: 'args', tabindex: 0, 'data-testid': 'agui-tool-call', text: `${tc.function.name}(${tc.function.arguments})` })))));
   }
 }

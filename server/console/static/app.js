@@ -120,6 +120,7 @@ async function loadThreads(more = false) {
     $('thread-list').append(threadItem(t));
   }
   $('threads-more').hidden = !data.hasMore;
+  $('threads-empty').hidden = S.threads.size > 0;
   markCurrent();
 }
 
@@ -202,6 +203,8 @@ async function openThread(id) {
     status: { hasActiveRun: false, backgroundTasks: [] } });
   S.approvals.clear();
   S.open.clear();
+  S.loaded = false;
+  S.scrollRun = '';
   $('last-event-id').textContent = '–';
   $('thread').hidden = !id;
   markCurrent();
@@ -217,6 +220,8 @@ async function openThread(id) {
     const m = await loadMessages();
     if (gen !== S.gen) return;
     S.users = m.users;
+    S.loaded = true;
+    schedule();
     notify(null);
   } catch (e) {
     if (gen !== S.gen) return;
@@ -336,6 +341,8 @@ async function reconnect(gen) {
 function onEvent(ev) {
   switch (ev.type) {
     case 'run-start':
+      // A new run is brought into view.
+      S.scrollRun = ev.runId;
       if (!S.users.has(ev.runId)) refreshUsers();
       refreshStatus();
       // The AG-UI view follows the thread's latest run: a new one is
@@ -389,6 +396,7 @@ async function sendChat(ev) {
   try {
     const { runId } = await api('POST', `/instance-ai/chat/${enc(S.threadId)}`, { message });
     S.users.set(runId, { text: message, attachments: [] });
+    S.scrollRun = runId;
     $('message').value = '';
     notify(null);
     schedule();
@@ -438,15 +446,28 @@ function approvalCard(tc) {
     el('button', { type: 'button', class: 'danger', 'data-testid': 'deny', onclick: () => answer(false) }, 'Deny'));
   const card = el('div', { class: `approval severity-${c.severity}`, role: 'group', 'aria-label': 'Approval request',
     'data-testid': 'approval-card', 'data-request-id': c.requestId },
-  el('p', { class: 'approval-head' }, el('strong', { text: 'Approval needed' }), el('span', { class: 'badge', text: c.severity || 'info' })),
+  el('p', { class: 'approval-head' }, el('strong', { text: 'Approval needed' }), severityBadge(c.severity)),
   el('p', { text: c.message }),
-  el('pre', { class: 'args', 'aria-label': 'Arguments', text: JSON.stringify(tc.args) }),
+  el('pre', { class: 'args', tabindex: 0, 'aria-label': 'Arguments', text: JSON.stringify(tc.args) }),
   input && el('label', { for: inputId, text: c.inputType === 'text' ? 'Your answer (optional)' : `Input (${c.inputType})` }),
   input,
   el('div', { class: 'actions' }, ...buttons),
   outcome);
   S.approvals.set(c.requestId, card);
   return card;
+}
+
+// severityBadge names the request's severity in words, not by color alone;
+// a destructive one says so to a screen reader too.
+function severityBadge(severity) {
+  const s = severity || 'info';
+  const attrs = { class: `badge severity severity-${s}`, 'data-testid': 'severity-badge', 'data-severity': s, text: s };
+  if (s === 'destructive') {
+    attrs.role = 'img';
+    attrs['aria-label'] = 'Destructive: this action cannot be undone';
+    attrs.text = '⚠ destructive';
+  }
+  return el('span', attrs);
 }
 
 // ---- drawing ----
@@ -464,7 +485,9 @@ function schedule() {
 function render() {
   const ctx = { open: S.open, approval: approvalCard, suspended: S.status.isSuspended ? S.status.runId : '' };
   const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 60;
-  $('runs').replaceChildren(...S.runs.all().map((run) => renderRun(run, S.users.get(run.id), ctx)));
+  const runs = S.runs.all();
+  $('runs').replaceChildren(...runs.map((run) => renderRun(run, S.users.get(run.id), ctx)));
+  $('runs-empty').hidden = !S.threadId || !S.loaded || runs.length > 0;
   const bg = S.status.backgroundTasks || [];
   $('background').hidden = bg.length === 0;
   $('background').replaceChildren(el('h3', { text: 'Background agents' }),
@@ -472,7 +495,11 @@ function render() {
       el('strong', { text: t.role }), ` ${t.status} `, el('code', { class: 'muted', text: t.taskId })))));
   const active = S.status.hasActiveRun || bg.some((t) => t.status === 'running') || S.runs.all().some((r) => r.state.status === 'active');
   $('cancel-run').hidden = !active;
-  if (nearBottom) window.scrollTo(0, document.body.scrollHeight);
+  const fresh = S.scrollRun && [...$('runs').children].find((r) => r.dataset.runId === S.scrollRun);
+  if (fresh) {
+    S.scrollRun = '';
+    fresh.scrollIntoView({ block: 'start' });
+  } else if (nearBottom) window.scrollTo(0, document.body.scrollHeight);
 }
 
 // ---- wiring ----

@@ -142,9 +142,9 @@ function renderToolCall(tc, ctx) {
   const label = { loading: 'running…', error: 'error', done: 'done' }[state];
   const box = el('div', { class: `tool-call tc-${state}`, 'data-testid': 'tool-call', 'data-tool-name': tc.toolName, 'data-state': state },
     el('div', { class: 'tool-head' }, el('code', { class: 'tool-name', text: tc.toolName }), el('span', { class: `badge badge-${state}`, text: label })),
-    ...labelled('arguments', el('pre', { class: 'args', 'data-testid': 'tool-args', text: json(tc.args) })));
-  if (tc.result !== undefined) box.append(...labelled('result', el('pre', { class: 'tool-result', 'data-testid': 'tool-result', text: json(tc.result) })));
-  if (tc.error !== undefined) box.append(...labelled('error', el('pre', { class: 'tool-error', 'data-testid': 'tool-error', text: tc.error })));
+    ...labelled('arguments', el('pre', { class: 'args', tabindex: 0, 'data-testid': 'tool-args', text: json(tc.args) })));
+  if (tc.result !== undefined) box.append(...labelled('result', el('pre', { class: 'tool-result', tabindex: 0, 'data-testid': 'tool-result', text: json(tc.result) })));
+  if (tc.error !== undefined) box.append(...labelled('error', el('pre', { class: 'tool-error', tabindex: 0, 'data-testid': 'tool-error', text: tc.error })));
   // A confirmation is pending while its call waits: the answer's result
   // (or the run's end) settles the call.
   if (tc.confirmation && tc.isLoading) box.append(ctx.approval(tc));
