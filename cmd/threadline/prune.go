@@ -104,14 +104,11 @@ func prune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := rc.check(true); err != nil {
 		return err
 	}
-	store, err := storage.Open(ctx, spec)
+	store, err := openMigrated(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", storage.Describe(spec), err)
+		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate %s: %w", storage.Describe(spec), err)
-	}
 	verb := "deleted"
 	if dry {
 		verb = "would delete"

@@ -520,16 +520,27 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	store, err := storage.Open(ctx, spec)
+	store, err := openMigrated(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", storage.Describe(spec), err)
+		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate %s: %w", storage.Describe(spec), err)
-	}
 	fmt.Fprintf(stdout, "schema is up to date on %s\n", storage.Describe(spec))
 	return nil
+}
+
+// openMigrated opens the store spec names and applies its schema; on an
+// error nothing is left open.
+func openMigrated(ctx context.Context, spec string) (instanceai.Store, error) {
+	store, err := storage.Open(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", storage.Describe(spec), err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("migrate %s: %w", storage.Describe(spec), err)
+	}
+	return store, nil
 }
 
 // offIfZero turns a flag's 0 (off) into the writer's negative (off; its
