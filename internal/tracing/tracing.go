@@ -162,3 +162,21 @@ func Client(c *http.Client) *http.Client {
 	cp.Transport = Transport(c.Transport)
 	return &cp
 }
+
+// Traceparent returns ctx's trace context as a W3C traceparent value, ""
+// when there is none or tracing is off.
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "" // tracing off: nothing to carry, and no map to make
+	}
+	c := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// ParseTraceparent reads a traceparent value into a span context, invalid
+// when it does not parse or tracing is off.
+func ParseTraceparent(tp string) trace.SpanContext {
+	ctx := otel.GetTextMapPropagator().Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}
