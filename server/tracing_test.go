@@ -304,6 +304,11 @@ func TestTracingSpansAndPropagation(t *testing.T) {
 		}
 	}
 
+	// The native event stream, which takes its connection over, works
+	// through the traced handler: it replays the run to its run-finish.
+	run0 := attr(run, "run.id")
+	s.Connect("tr", "", false).Until(wait, servertest.IsRunFinish(run0))
+
 	// The resource names the service, its version and instance.
 	recv.mu.Lock()
 	res := map[string]string{}
