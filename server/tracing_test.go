@@ -360,3 +360,51 @@ func TestTracingOffExportsNothing(t *testing.T) {
 		t.Fatalf("tracing off: model requests carried %q", llm.traceparents)
 	}
 }
+
+// An AG-UI run streams through the traced handler, and its run span is a
+// child of the /run-agent request's span.
+func TestTracingAGUIRun(t *testing.T) {
+	resetTracing(t)
+	recv := &otlpReceiver{}
+	collector := httptest.NewServer(recv)
+	defer collector.Close()
+	shutdown, err := tracing.Setup(context.Background(), tracing.Config{Endpoint: collector.URL}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	s, llm := startTracedOpenAI(t, true)
+	llm.script(answerStep("Hello there.", 5, 2))
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/run-agent", strings.NewReader(servertest.RunAgentInput("ag", "r1", "Hi", nil)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+	res, err := s.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), "RUN_FINISHED") {
+		t.Fatalf("run-agent: %d %v %s", res.StatusCode, err, body)
+	}
+	tp := otel.GetTracerProvider().(*sdktrace.TracerProvider)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(recv.named("run")) == 0 || len(recv.named("POST /run-agent")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no run or /run-agent span exported")
+		}
+		if err := tp.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	httpSpan := recv.named("POST /run-agent")[0]
+	run := recv.named("run")[0]
+	if hex.EncodeToString(httpSpan.TraceId) != clientTrace || hex.EncodeToString(httpSpan.ParentSpanId) != clientSpan {
+		t.Fatalf("/run-agent span not in the client's trace under its span")
+	}
+	if hex.EncodeToString(run.ParentSpanId) != hex.EncodeToString(httpSpan.SpanId) || attr(run, "thread.id") != "ag" {
+		t.Fatalf("run span %v not under the /run-agent span", run.Attributes)
+	}
+}
