@@ -84,9 +84,10 @@ func Setup(ctx context.Context, cfg Config, getenv func(string) string) (shutdow
 	if cfg.Instance != "" {
 		attrs = append(attrs, semconv.ServiceInstanceID(cfg.Instance))
 	}
-	// The defaults first, so that ours win over OTEL_SERVICE_NAME's
-	// absence but OTEL_RESOURCE_ATTRIBUTES still adds what an operator
-	// sets (deployment.environment, say).
+	// The defaults (the SDK's own attributes, OTEL_RESOURCE_ATTRIBUTES)
+	// first and ours merged over them: the service name, version and
+	// instance are always Threadline's, while the other attributes an
+	// operator sets (deployment.environment, say) are kept.
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
 	if err != nil {
 		return nil, err
