@@ -436,7 +436,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.release(r)
 		m.wg.Done()
 		cancel(err)
-		endSpan(span, "not_started", err)
+		endSpan(span, "not_started", true)
 		if errors.Is(err, ErrNotFound) {
 			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
 		}
@@ -451,7 +451,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.releaseClaim(r.ThreadID, r.ID, r.fence.token())
 		m.wg.Done()
 		cancel(err)
-		endSpan(span, "not_started", err)
+		endSpan(span, "not_started", true)
 	}
 	// The caller found the thread before Start, but a deletion may have
 	// run in between, and another user may have created a thread with the
@@ -895,7 +895,7 @@ func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 	// A run left suspended or taken over ends here without a run-finish;
 	// a finished run's span has ended already, and ending it again does
 	// nothing.
-	defer endSpan(r.span, "suspended", nil)
+	defer endSpan(r.span, "suspended", false)
 	err := m.callAgent(r, body)
 	switch {
 	case errors.Is(context.Cause(r.ctx), errSuspendedAtShutdown), errors.Is(context.Cause(r.ctx), errLeaseLost):
@@ -1169,11 +1169,7 @@ func (r *Run) finish(status, reason string) {
 	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
-	var failure error
-	if status == RunError {
-		failure = errors.New(reason)
-	}
-	endSpan(r.span, status, failure)
+	endSpan(r.span, status, status == RunError)
 	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
 		"took", time.Since(r.started).Round(time.Millisecond))
 }
@@ -1224,15 +1220,16 @@ func (r *Run) enqueueLocked(ev Event, f *fence) {
 	}
 }
 
-// endSpan ends a run's span with its status. The error's text is the
-// run-finish reason, which an agent writes for the user, not a secret.
-func endSpan(span trace.Span, status string, err error) {
+// endSpan ends a run's span with its status. A failure's reason is not
+// recorded: it may quote the upstream's answer, which may quote the
+// conversation.
+func endSpan(span trace.Span, status string, failed bool) {
 	if span == nil || !span.IsRecording() {
 		return
 	}
 	span.SetAttributes(attribute.String("run.status", status))
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+	if failed {
+		span.SetStatus(codes.Error, "run "+status)
 	}
 	span.End()
 }
