@@ -12,6 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // DefaultPollInterval is how often an instance checks the log's head of
@@ -291,6 +296,10 @@ type busMessage struct {
 	// the receiver measures the bus's lag from it, the sender's queue
 	// included.
 	Sent int64 `json:"ts,omitempty"`
+	// Trace is the W3C traceparent of the writer's publish that sent the
+	// frames (empty while tracing is off): the receiver links its span to
+	// it. An instance of a version without it ignores the field.
+	Trace string `json:"tp,omitempty"`
 }
 
 // size is the message's share of the outbound bound.
@@ -338,11 +347,23 @@ func (bf *busFrame) frame(ev *Event) Frame {
 // Publish implements Publisher: the local hub first, then the bus, which
 // the writer does not wait for (see Cluster).
 func (c *Cluster) Publish(threadID string, frames []Frame) {
+	c.PublishContext(context.Background(), threadID, frames)
+}
+
+// PublishContext is Publish that carries ctx's trace context in the bus
+// messages, for the receivers' spans to link to.
+func (c *Cluster) PublishContext(ctx context.Context, threadID string, frames []Frame) {
 	c.hub.Publish(threadID, frames)
 	if len(frames) == 0 {
 		return
 	}
-	c.enqueue(c.messages(threadID, frames)...)
+	msgs := c.messages(threadID, frames)
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		for i := range msgs {
+			msgs[i].Trace = tp
+		}
+	}
+	c.enqueue(msgs...)
 }
 
 // SendControl implements Controller. The database holds what the control
@@ -879,6 +900,9 @@ func (c *Cluster) receive(batch [][]byte) {
 			if c.lag != nil && m.Sent > 0 {
 				c.lag.BusLag(max(time.Since(time.UnixMicro(m.Sent)), 0))
 			}
+			if m.Trace != "" {
+				c.traceReceive(&m)
+			}
 			frames, ok := pending[m.Thread]
 			if !ok {
 				order = append(order, m.Thread)
@@ -1000,4 +1024,19 @@ func (c *Cluster) routeLoop(ctx context.Context) {
 		c.mu.Unlock()
 		notify(c.check)
 	}
+}
+
+// traceReceive records a span for frames that arrived over the bus,
+// linked to the sender's publish: a link, not a parent, as the receiving
+// instance's work is its own (it may serve many streams of the thread).
+func (c *Cluster) traceReceive(m *busMessage) {
+	sc := tracing.ParseTraceparent(m.Trace)
+	if !sc.IsValid() {
+		return
+	}
+	_, span := tracing.Tracer().Start(context.Background(), "bus.receive",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(trace.Link{SpanContext: sc}),
+		trace.WithAttributes(attribute.String("thread.id", m.Thread), attribute.Int("batch.size", len(m.Frames)),
+			attribute.String("bus.origin", m.Origin)))
+	span.End()
 }

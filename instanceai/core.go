@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Core is the front door to the engine: the thread's ordered writer, the
@@ -145,6 +147,9 @@ const SystemAgentID = "system"
 // history alike. A run that answers a client tool (req.ToolResult) records
 // nothing. The errors are Runs.Start's.
 func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, error) {
+	if !req.Trace.IsValid() {
+		req.Trace = trace.SpanContextFromContext(ctx)
+	}
 	if req.ToolResult != nil {
 		return c.Runs.Start(req)
 	}

@@ -3,6 +3,8 @@ package instanceai
 import (
 	"sync"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // fence is a claim's fencing token (see RunClaims) as its holder in this
@@ -24,6 +26,10 @@ type fence struct {
 	// lost is set once the log refused the claim's token: another
 	// instance took it.
 	lost atomic.Bool
+	// span is the span of the run the claim writes for (invalid when
+	// tracing is off): the writer's appends of its events are its
+	// children.
+	span trace.SpanContext
 }
 
 func newFence(runID, agentID string, token int64) *fence {

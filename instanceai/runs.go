@@ -13,6 +13,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // ErrRunActive is returned when a thread already has an active run.
@@ -283,6 +289,9 @@ type StartRequest struct {
 	// WorkName names what Work does ("builder", "publish") where runs are
 	// counted by agent.
 	WorkName string
+	// Trace is the span of the request that starts the run (Core.Chat
+	// takes it from its context): the run's span is its child.
+	Trace trace.SpanContext
 }
 
 // agentLabel names what does the run, for RunObserver: the named upstream,
@@ -405,10 +414,19 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	if id == "" {
 		id = NewID("run_")
 	}
+	// The run outlives its request, so its context is not the request's;
+	// its span still continues the request's trace.
+	agentName := req.agentLabel()
+	if agentName == "" {
+		agentName = "default"
+	}
+	ctx, span := tracing.Start(trace.ContextWithSpanContext(ctx, req.Trace), "run",
+		attribute.String("thread.id", req.ThreadID), attribute.String("run.id", id), attribute.String("agent", agentName))
 	r := &Run{
-		ID: id, StartRequest: req,
+		ID: id, StartRequest: req, span: span,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), fence: newFence(id, "", 0),
 	}
+	r.fence.span = span.SpanContext()
 	r.AgentID = OrchestratorAgentID(r.ID)
 	m.active[req.ThreadID] = r
 	m.wg.Add(1)
@@ -418,6 +436,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.release(r)
 		m.wg.Done()
 		cancel(err)
+		endSpan(span, "not_started", true)
 		if errors.Is(err, ErrNotFound) {
 			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
 		}
@@ -432,6 +451,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		m.releaseClaim(r.ThreadID, r.ID, r.fence.token())
 		m.wg.Done()
 		cancel(err)
+		endSpan(span, "not_started", true)
 	}
 	// The caller found the thread before Start, but a deletion may have
 	// run in between, and another user may have created a thread with the
@@ -872,6 +892,10 @@ func (m *Runs) release(r *Run) {
 func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 	defer m.wg.Done()
 	defer close(r.done)
+	// A run left suspended or taken over ends here without a run-finish;
+	// a finished run's span has ended already, and ending it again does
+	// nothing.
+	defer endSpan(r.span, "suspended", false)
 	err := m.callAgent(r, body)
 	switch {
 	case errors.Is(context.Cause(r.ctx), errSuspendedAtShutdown), errors.Is(context.Cause(r.ctx), errLeaseLost):
@@ -961,6 +985,8 @@ type Run struct {
 	asked   int
 	usage   []TokenUsage
 	started time.Time // for the time-to-first-text measurement
+	// span runs from the run's start to its run-finish.
+	span    trace.Span
 	sawText bool
 }
 
@@ -1143,6 +1169,7 @@ func (r *Run) finish(status, reason string) {
 	m.mu.Unlock()
 	r.finished = true
 	r.mu.Unlock()
+	endSpan(r.span, status, status == RunError)
 	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
 		"took", time.Since(r.started).Round(time.Millisecond))
 }
@@ -1191,4 +1218,18 @@ func (r *Run) enqueueLocked(ev Event, f *fence) {
 	if err := r.runs.writer.enqueue(r.ThreadID, ev, f); err != nil {
 		r.runs.log.Error("could not queue event", "thread", r.ThreadID, "run", r.ID, "type", ev.Type, "err", err)
 	}
+}
+
+// endSpan ends a run's span with its status. A failure's reason is not
+// recorded: it may quote the upstream's answer, which may quote the
+// conversation.
+func endSpan(span trace.Span, status string, failed bool) {
+	if span == nil || !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("run.status", status))
+	if failed {
+		span.SetStatus(codes.Error, "run "+status)
+	}
+	span.End()
 }

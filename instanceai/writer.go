@@ -13,6 +13,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // ErrWriterClosed is returned by Enqueue after Close.
@@ -641,7 +647,12 @@ func (d *threadDrain) commit(items []batchItem) {
 	}
 	if len(rows) > 0 {
 		start := time.Now()
+		_, span := d.startSpan("writer.append", items, len(rows))
 		first, tokens, err := d.appendWithRetry(rows, rowData, rowFences)
+		if err != nil {
+			span.SetStatus(codes.Error, "append failed")
+		}
+		span.End()
 		var stale *StaleFenceError
 		if errors.As(err, &stale) {
 			if rest, ok := d.refused(items, rowFences, tokens, stale.Tokens); ok {
@@ -722,7 +733,35 @@ func (d *threadDrain) publish(items []batchItem, data [][]byte, first int64) {
 		frames = append(frames, f)
 		obs.EventPublished(items[i].ev.Type)
 	}
-	d.w.hub.Publish(d.threadID, frames)
+	ctx, span := d.startSpan("writer.publish", items, len(frames))
+	if cp, ok := d.w.hub.(contextPublisher); ok {
+		cp.PublishContext(ctx, d.threadID, frames)
+	} else {
+		d.w.hub.Publish(d.threadID, frames)
+	}
+	span.End()
+}
+
+// contextPublisher is a Publisher that carries the trace context on (the
+// cluster link, in its bus messages).
+type contextPublisher interface {
+	PublishContext(ctx context.Context, threadID string, frames []Frame)
+}
+
+// startSpan begins a span of the drain's work on a batch, under the span
+// of the first run it writes for: a drain serves every run of its thread
+// in turn, so its spans have no context of their own. Only the thread
+// and the batch's size are recorded, never the events.
+func (d *threadDrain) startSpan(name string, items []batchItem, n int) (context.Context, trace.Span) {
+	var parent trace.SpanContext
+	for i := range items {
+		if f := items[i].fence; f != nil && f.span.IsValid() {
+			parent = f.span
+			break
+		}
+	}
+	return tracing.Start(trace.ContextWithSpanContext(context.Background(), parent), name,
+		attribute.String("thread.id", d.threadID), attribute.Int("batch.size", n))
 }
 
 // knownHead returns the thread's highest committed seq for a drain that

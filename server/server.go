@@ -21,6 +21,7 @@ import (
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/proc"
+	"github.com/threadline/threadline/internal/tracing"
 	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/accesslog"
@@ -115,6 +116,10 @@ type Config struct {
 	Catalog *catalog.Catalog
 	// BuilderTimeout bounds one builder operation (default 45 s).
 	BuilderTimeout time.Duration
+	// Tracing gives every request a server span (see internal/tracing,
+	// whose Setup must have installed the tracer provider). Off, the
+	// handler is not wrapped at all.
+	Tracing bool
 }
 
 // The metrics take the HTTP side's measurements.
@@ -253,10 +258,28 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		copilotBase = copilotkitapi.DefaultBase
 	}
 	router.Use(httpmetrics.Route(surfaces(copilotBase)))
+	if cfg.Tracing {
+		router.Use(routeSpan)
+	}
 	s.handler = accesslog.Middleware(cfg.Logger, httpmetrics.Middleware(s.Metrics,
 		cors.Middleware(cfg.AllowedOrigins, guard.Hosts(guardCfg, router))))
+	if cfg.Tracing {
+		s.handler = tracing.Handler(s.handler)
+	}
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	return s
+}
+
+// routeSpan names the request's span by the route that matched.
+func routeSpan(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cur := mux.CurrentRoute(r); cur != nil {
+			if t, err := cur.GetPathTemplate(); err == nil {
+				tracing.SetRoute(r.Context(), r.Method, t)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Start begins the core's work beside the requests: the heartbeat that

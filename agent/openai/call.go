@@ -13,8 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/threadline/threadline/agent/openai/chunk"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/tracing"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -80,10 +84,25 @@ type callResult struct {
 
 // modelCall sends the conversation and streams the answer, retrying as the
 // policy allows.
+//
+// Its span covers the retries too; each attempt's request gets a client
+// span of its own under it. Only the model's name, the step and the
+// outcome are recorded: no message text.
 func (a *Agent) modelCall(ctx context.Context, l *loop) (*callResult, error) {
-	return withRetries(ctx, a, func() (*callResult, error) {
+	ctx, span := tracing.Start(ctx, "model.call",
+		attribute.String("gen_ai.system", a.cfg.Provider), attribute.String("gen_ai.request.model", a.cfg.Model),
+		attribute.Int("agent.step", l.steps))
+	defer span.End()
+	res, err := withRetries(ctx, a, func() (*callResult, error) {
 		return a.attempt(ctx, l, !a.noStreamOptions.Load())
 	})
+	if err != nil {
+		span.SetStatus(codes.Error, "model call failed")
+		return nil, err
+	}
+	span.SetAttributes(attribute.String("gen_ai.response.finish_reason", res.finish),
+		attribute.Int("gen_ai.response.tool_calls", len(res.calls)))
+	return res, nil
 }
 
 // withRetries runs attempt under the retry policy: a retryable failure is

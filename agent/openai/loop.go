@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/threadline/threadline/agent/conversation"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // loop is one run's conversation with the model.
@@ -199,6 +203,9 @@ type deniedResult struct {
 // runTool runs one server tool, after approval when it needs one, emits its
 // outcome and returns the tool message content.
 func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *instanceai.Answer) (string, error) {
+	// The span names the tool, never its arguments or result.
+	ctx, span := tracing.Start(ctx, "tool.call", attribute.String("tool.name", t.Name))
+	defer span.End()
 	if t.NeedsApproval {
 		if answer == nil {
 			a, err := l.run.Confirm(ctx, "", instanceai.ConfirmationRequest{
@@ -232,6 +239,7 @@ func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *in
 		return "", context.Cause(ctx)
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, "tool failed")
 		msg := err.Error()
 		if msg == "" {
 			msg = "the tool failed"

@@ -27,6 +27,7 @@ import (
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // Defaults of Config.
@@ -179,12 +180,10 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.BuilderRepairs < 0:
 		cfg.BuilderRepairs = 0
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		// No client timeout: a stream may last minutes. RequestTimeout
-		// bounds the silences instead.
-		client = &http.Client{}
-	}
+	// No client timeout when none is given: a stream may last minutes.
+	// RequestTimeout bounds the silences instead. The model requests
+	// carry the run's trace context (traceparent).
+	client := tracing.Client(cfg.HTTPClient)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

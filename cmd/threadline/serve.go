@@ -14,6 +14,8 @@ import (
 
 	"github.com/threadline/threadline/bus"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/tracing"
+	"github.com/threadline/threadline/internal/version"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/retention"
 	"github.com/threadline/threadline/server"
@@ -75,6 +77,7 @@ type serveConfig struct {
 	catalog         string
 	builderTimeout  time.Duration
 	pprofAddr       string
+	otlpEndpoint    string
 	retention       retentionConfig
 }
 
@@ -156,6 +159,8 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"how long one builder operation (generate, modify, iterate) may take")
 	f.String(&c.pprofAddr, "pprof-addr", "THREADLINE_PPROF_ADDR", "",
 		"serve Go's profiler (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; none = off")
+	f.String(&c.otlpEndpoint, "otlp-endpoint", "THREADLINE_OTLP_ENDPOINT", "",
+		"send OpenTelemetry traces over OTLP/HTTP to this collector, e.g. http://localhost:4318 (the standard OTEL_EXPORTER_OTLP_* variables are honoured too); none = tracing off")
 	retentionFlags(f, &c.retention, true)
 	agentFlags(f, &c.agents)
 	return f, c
@@ -366,6 +371,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.instance == "" {
 		c.instance = defaultInstanceID()
 	}
+	traceCfg := tracing.Config{Endpoint: c.otlpEndpoint, Version: version.String(), Instance: c.instance}
+	stopTracing, err := tracing.Setup(ctx, traceCfg, os.Getenv)
+	if err != nil {
+		return usageError{fmt.Sprintf("--otlp-endpoint %q: %v", c.otlpEndpoint, err)}
+	}
+	defer func() {
+		// The spans still batched go out before the process ends.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}()
 	store, err := storage.Open(ctx, c.store)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", storage.Describe(c.store), err)
@@ -404,7 +422,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// the Host check keeps a rebound DNS name from reaching it.
 		CheckHost: !authn.Enabled() && !c.insecureNoAuth, AllowedHosts: guard.ParseHosts(c.allowedHosts),
 		Bus: liveBus, Instance: c.instance, Lease: c.lease, LeaseRenew: c.leaseRenew, PollInterval: c.logPoll, BusBroadcast: c.busRouting == "broadcast",
-		Catalog: nodes, BuilderTimeout: c.builderTimeout,
+		Catalog: nodes, BuilderTimeout: c.builderTimeout, Tracing: traceCfg.Enabled(os.Getenv),
 	})
 	// Bind first: a process that cannot take its port (another one has
 	// it) must leave the runs in the database alone.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/auth"
@@ -84,7 +85,8 @@ func (a *API) startRun(w http.ResponseWriter, r *http.Request) (startAnswer, int
 	}
 	p := a.ps.newProducer()
 	p.attach.Do(func() { close(p.attached) })
-	sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: p, WorkName: "publish"}
+	sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: p, WorkName: "publish",
+		Trace: trace.SpanContextFromContext(ctx)}
 	var run *instanceai.Run
 	if req.Message != "" {
 		run, err = a.core.Chat(ctx, t, sr)

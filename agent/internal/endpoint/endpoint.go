@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/tracing"
 )
 
 // Named is one named upstream URL.
@@ -113,9 +114,9 @@ func NewConn(agent string, c Conn, connect, idle time.Duration) (Conn, error) {
 		return Conn{}, fmt.Errorf("%s: Config: ConnectTimeout and IdleTimeout must not be negative", agent)
 	}
 	c.Header = c.Header.Clone()
-	if c.Client == nil {
-		c.Client = &http.Client{}
-	}
+	// The calls carry the run's trace context (traceparent) and get
+	// client spans; without tracing the wrapper only passes through.
+	c.Client = tracing.Client(c.Client)
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = connect
 	}
