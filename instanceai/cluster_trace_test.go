@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/threadline/threadline/internal/tracing"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // traceFrames returns frames of one stored text event, as the writer
@@ -29,12 +28,8 @@ func traceFrames(t *testing.T) []Frame {
 // the receiving instance records a bus.receive span linked to it.
 func TestClusterCarriesTheTraceContext(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	})
+	tracing.Install(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	t.Cleanup(tracing.Reset)
 
 	bus := &scriptedBus{}
 	c, _ := runCluster(t, bus)

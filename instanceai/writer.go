@@ -748,11 +748,17 @@ type contextPublisher interface {
 	PublishContext(ctx context.Context, threadID string, frames []Frame)
 }
 
+// noSpan is the span of a batch while tracing is off.
+var noSpan = trace.SpanFromContext(context.Background())
+
 // startSpan begins a span of the drain's work on a batch, under the span
 // of the first run it writes for: a drain serves every run of its thread
 // in turn, so its spans have no context of their own. Only the thread
 // and the batch's size are recorded, never the events.
 func (d *threadDrain) startSpan(name string, items []batchItem, n int) (context.Context, trace.Span) {
+	if !tracing.Active() {
+		return context.Background(), noSpan
+	}
 	var parent trace.SpanContext
 	for i := range items {
 		if f := items[i].fence; f != nil && f.span.IsValid() {

@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -100,10 +98,7 @@ func attr(s *tracepb.Span, key string) string {
 // resetTracing puts OpenTelemetry's globals back to their no-op defaults,
 // so that the tests after this one trace nothing.
 func resetTracing(t *testing.T) {
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	})
+	t.Cleanup(tracing.Reset)
 }
 
 // tracedLLM is fakeLLM that also records the traceparent of each chat

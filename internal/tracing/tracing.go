@@ -1,8 +1,8 @@
 // Package tracing sets up OpenTelemetry tracing for the process: an OTLP/HTTP
 // exporter, the W3C trace-context propagator and the tracer the rest of the
 // code takes spans from. It is off unless an endpoint is given; off, the
-// global tracer provider stays OpenTelemetry's no-op one, so spans cost a
-// context lookup and nothing runs in the background.
+// global tracer provider stays OpenTelemetry's no-op one, nothing runs in
+// the background, and the hot paths that ask Active build no span at all.
 package tracing
 
 import (
@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -21,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ServiceName is the service.name every span's resource carries.
@@ -93,10 +95,37 @@ func Setup(ctx context.Context, cfg Config, getenv func(string) string) (shutdow
 		return nil, err
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
+	Install(tp)
 	return tp.Shutdown, nil
 }
+
+// active says whether a recording tracer provider is installed: the hot
+// paths that would build a span for every batch (the writer's) ask it
+// first, so that an untraced server pays nothing for them, not even the
+// no-op span's attributes.
+var active atomic.Bool
+
+// Install makes tp the global tracer provider, with the W3C trace-context
+// propagator; a no-op provider turns tracing off again (see Reset). Setup
+// calls it; tests install a recording provider through it.
+func Install(tp trace.TracerProvider) {
+	otel.SetTracerProvider(tp)
+	if _, off := tp.(noop.TracerProvider); off {
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+		active.Store(false)
+		return
+	}
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	active.Store(true)
+}
+
+// Reset turns tracing off: OpenTelemetry's no-op provider and an empty
+// propagator, as a process starts.
+func Reset() { Install(noop.NewTracerProvider()) }
+
+// Active reports whether spans are recorded. Code on a hot path checks it
+// before building a span; elsewhere Start's no-op span is cheap enough.
+func Active() bool { return active.Load() }
 
 // Tracer is the tracer of Threadline's spans, taken from the global
 // provider at each call so that Setup, which runs after packages are

@@ -7,17 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 func reset(t *testing.T) {
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	})
+	t.Cleanup(Reset)
 }
 
 func env(vars map[string]string) func(string) string {
