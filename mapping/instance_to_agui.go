@@ -843,6 +843,18 @@ func InterruptExpired(expiresAt string, now time.Time) bool {
 	return err == nil && !t.After(now)
 }
 
+// ConfirmationExpiry is the expiresAt of the interrupt a stored
+// confirmation stands for ("" for none), read from its request's args.
+func ConfirmationExpiry(c *instanceai.Confirmation) string {
+	var req struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if c == nil || json.Unmarshal(c.Request, &req) != nil {
+		return ""
+	}
+	return InterruptExpiry(req.Args)
+}
+
 func (m *InstanceToAGUI) runFinish(agentID string, p *instanceai.RunFinish) {
 	if len(m.activeSubs) > 0 {
 		if a := m.agents[agentID]; a != nil {

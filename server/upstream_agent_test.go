@@ -543,6 +543,19 @@ func TestUpstreamInterruptExpiry(t *testing.T) {
 	if st := h.ThreadStatus(thread); !st.IsSuspended {
 		t.Fatalf("after the refused late resume: %+v", st)
 	}
+	// The native answer endpoint refuses the approval as well, naming the
+	// request, and changes nothing.
+	for _, body := range []string{`{"approved":true}`, `{"kind":"text","text":"go"}`} {
+		code, out := h.Do("POST", "/instance-ai/confirm/"+id, body)
+		errObj, _ := out["error"].(map[string]any)
+		details, _ := errObj["details"].(map[string]any)
+		if code != http.StatusConflict || errObj["code"] != "confirmation_expired" || details["field"] != "requestId" {
+			t.Fatalf("a late native answer %s: %d %s", body, code, out)
+		}
+	}
+	if st := h.ThreadStatus(thread); !st.IsSuspended {
+		t.Fatalf("after the refused native answers: %+v", st)
+	}
 	evs = h.runAgentBody(resumeBody(thread, "r3", []any{map[string]any{"interruptId": id, "status": "cancelled"}}))
 	if o := outcomeOf(t, evs); o["type"] != "success" {
 		t.Fatalf("cancelled: outcome %v", o)

@@ -461,7 +461,7 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 		}
 		seen[r.InterruptID] = true
 		if r.Status != agui.ResumeCancelled {
-			if at := expiryOf(byID[r.InterruptID]); mapping.InterruptExpired(at, time.Now()) {
+			if at := mapping.ConfirmationExpiry(byID[r.InterruptID]); mapping.InterruptExpired(at, time.Now()) {
 				return source{}, newResumeError(CodeInterruptExpired, field, pending,
 					"interrupt %q expired at %s and can no longer be answered; cancel it to go on with the thread", r.InterruptID, at)
 			}
@@ -533,17 +533,6 @@ func (s source) resumed(threadID, runID string, stored []instanceai.StoredEvent)
 	}
 	s.mapper, s.first = m, m.Resume(runID)
 	return s
-}
-
-// expiryOf is the expiresAt of the interrupt c stands for ("" for none).
-func expiryOf(c *instanceai.Confirmation) string {
-	var req struct {
-		Args json.RawMessage `json:"args"`
-	}
-	if c == nil || json.Unmarshal(c.Request, &req) != nil {
-		return ""
-	}
-	return mapping.InterruptExpiry(req.Args)
 }
 
 // answerOf maps a resume entry to a confirmation answer: resolved carries
