@@ -17,6 +17,7 @@ import (
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/auth/jwtauth"
 	"github.com/threadline/threadline/server/auth/jwtauth/jwttest"
+	"github.com/threadline/threadline/server/openapi"
 	"github.com/threadline/threadline/server/servertest"
 )
 
@@ -337,6 +338,9 @@ func TestJWTRouteScopes(t *testing.T) {
 			if forbidden && a.scopeDetail != class {
 				t.Errorf("%s with a %s token: names %q missing, want %q", key, scope, a.scopeDetail, class)
 			}
+			if forbidden && !strings.Contains(documented403(t, rt.Method, rt.Path), "`"+a.code+"`") {
+				t.Errorf("%s answers a %s token %s, which its OpenAPI 403 does not list", key, scope, a.code)
+			}
 		}
 	}
 	for key := range want {
@@ -344,6 +348,27 @@ func TestJWTRouteScopes(t *testing.T) {
 			t.Errorf("%s: in the table, but no such authenticated route", key)
 		}
 	}
+}
+
+// documented403 is the description of the 403 answer the OpenAPI document
+// gives the route ("" when it has none).
+func documented403(t *testing.T, method, path string) string {
+	t.Helper()
+	body, err := openapi.Document("dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Description string `json:"description"`
+			} `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Paths[path][strings.ToLower(method)].Responses["403"].Description
 }
 
 // TestJWTThreads: the threads claim limits a token to thread ids and
