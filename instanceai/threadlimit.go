@@ -30,3 +30,46 @@ func ThreadLimited(ctx context.Context) bool {
 	_, ok := ctx.Value(threadLimitKey{}).(func(string) bool)
 	return ok
 }
+
+// listChunk is how many of the owner's threads ListAllowedThreads reads at
+// a time while it filters them for a thread-limited request.
+const listChunk = 500
+
+// ListAllowedThreads lists a page of q's threads that ctx may touch. Without
+// a thread limit it is the store's page. With one, the owner's threads are
+// read in order, listChunk at a time, and filtered before they are paged:
+// a page then holds q.Limit threads whenever as many allowed ones follow,
+// and q.Offset counts allowed threads, so pages neither come short nor
+// skip any. (The limit is a function of the token, not of the store's
+// query language; a limited token's owner is read in full in the worst
+// case, in bounded chunks.)
+func ListAllowedThreads(ctx context.Context, s ThreadStore, q ThreadQuery) ([]Thread, error) {
+	if !ThreadLimited(ctx) {
+		return s.ListThreads(ctx, q)
+	}
+	skip := max(q.Offset, 0)
+	var out []Thread
+	for from := 0; ; from += listChunk {
+		rows, err := s.ListThreads(ctx, ThreadQuery{OwnerID: q.OwnerID, IncludeArchived: q.IncludeArchived,
+			Limit: listChunk, Offset: from})
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range rows {
+			if !ThreadAllowed(ctx, t.ID) {
+				continue
+			}
+			if skip > 0 {
+				skip--
+				continue
+			}
+			out = append(out, t)
+			if q.Limit > 0 && len(out) == q.Limit {
+				return out, nil
+			}
+		}
+		if len(rows) < listChunk {
+			return out, nil
+		}
+	}
+}

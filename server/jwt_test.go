@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -393,6 +394,21 @@ func TestJWTThreads(t *testing.T) {
 	slices.Sort(ids)
 	if !slices.Equal(ids, []string{"proj-7:a", "t-123"}) {
 		t.Fatalf("the limited token lists %v", ids)
+	}
+	// Its pages are pages of its threads: one each, the first saying more
+	// follow, whatever other threads of the user lie between.
+	var listed []string
+	for p := 1; p <= 2; p++ {
+		var one servertest.ThreadPage
+		if status := s.As(limited).DoInto("GET", fmt.Sprintf("/instance-ai/threads?limit=1&page=%d", p), "", &one); status != 200 ||
+			len(one.Threads) != 1 || one.HasMore != (p == 1) {
+			t.Fatalf("page %d of one: %d %+v", p, status, one)
+		}
+		listed = append(listed, one.Threads[0].ID)
+	}
+	slices.Sort(listed)
+	if !slices.Equal(listed, ids) {
+		t.Fatalf("paged one by one, the limited token lists %v", listed)
 	}
 	for _, c := range []struct {
 		method, path, body string

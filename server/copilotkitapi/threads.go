@@ -108,7 +108,8 @@ func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// One row more than the page tells whether another page follows.
-	rows, err := h.core.Store.ListThreads(r.Context(), instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
+	// A token limited to some threads lists only those, paged as they are.
+	rows, err := instanceai.ListAllowedThreads(r.Context(), h.core.Store, instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
 		Limit: limit + 1, Offset: offset, IncludeArchived: all})
 	if err != nil {
 		httpjson.WriteError(w, err)
@@ -116,11 +117,7 @@ func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	page := threadPage{Threads: []threadRecord{}}
 	for _, t := range rows[:min(len(rows), limit)] {
-		// A token limited to some threads lists only those; the page
-		// may then hold fewer than limit, its cursor is unchanged.
-		if instanceai.ThreadAllowed(r.Context(), t.ID) {
-			page.Threads = append(page.Threads, record(t, agentID))
-		}
+		page.Threads = append(page.Threads, record(t, agentID))
 	}
 	if len(rows) > limit {
 		next := strconv.Itoa(offset + limit)

@@ -98,18 +98,15 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 		return threadList{}, err
 	}
 	// One row more than the page tells whether another page follows.
-	rows, err := a.store.ListThreads(r.Context(), instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
+	// A token limited to some threads lists only those, paged as they are.
+	rows, err := instanceai.ListAllowedThreads(r.Context(), a.store, instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
 		Limit: limit + 1, Offset: (page - 1) * limit, IncludeArchived: all})
 	if err != nil {
 		return threadList{}, err
 	}
 	out := threadList{Threads: []threadJSON{}, Page: page, Limit: limit, HasMore: len(rows) > limit}
 	for _, t := range rows[:min(len(rows), limit)] {
-		// A token limited to some threads lists only those; the page
-		// may then hold fewer than limit, hasMore is unchanged.
-		if instanceai.ThreadAllowed(r.Context(), t.ID) {
-			out.Threads = append(out.Threads, threadView(t))
-		}
+		out.Threads = append(out.Threads, threadView(t))
 	}
 	return out, nil
 }
