@@ -60,6 +60,9 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 		{"DNS rebinding reads the threads", "GET", "/instance-ai/threads", "attacker.example:8080", "", "", "", http.StatusForbidden},
 		{"DNS rebinding reads the stream", "GET", "/instance-ai/events/victim", "attacker.example", "", "", "", http.StatusForbidden},
 		{"DNS rebinding posts JSON", "POST", "/instance-ai/chat/victim", "attacker.example", "application/json", "http://attacker.example", `{"message":"simple"}`, http.StatusForbidden},
+		{"DNS rebinding reads the health", "GET", "/health", "attacker.example", "", "", "", http.StatusForbidden},
+		{"a kubelet's liveness probe by pod IP", "GET", "/livez", "10.1.2.3:8080", "", "", "", http.StatusOK},
+		{"a kubelet's readiness probe by pod IP", "GET", "/readyz", "10.1.2.3:8080", "", "", "", http.StatusOK},
 		{"the console's own request", "POST", "/instance-ai/threads", "", "application/json", h.URL, `{"id":"mine"}`, http.StatusCreated},
 		{"a JSON client without an Origin", "PATCH", "/instance-ai/threads/mine", "", "application/json", "", `{"title":"ok"}`, http.StatusOK},
 	} {

@@ -179,7 +179,8 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	// Routes that act for a user are registered on authed; routes that need
 	// no caller (a health check, say) go on router itself.
 	authed := router.NewRoute().Subrouter()
-	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins}
+	guardCfg := guard.Config{CheckHost: cfg.CheckHost, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
+		AnyHostPaths: []string{probe.LivePath, probe.ReadyPath}}
 	if cfg.CopilotKitPath == "" {
 		cfg.CopilotKitPath = copilotkitapi.DefaultBase
 	}

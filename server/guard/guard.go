@@ -28,6 +28,10 @@ type Config struct {
 	// AllowedHosts are further host names (without port) to admit; "*"
 	// admits any.
 	AllowedHosts []string
+	// AnyHostPaths are paths whose GETs any Host may reach: the
+	// orchestrator's probes, which address the pod by its IP and whose
+	// answers hold nothing a page could misuse.
+	AnyHostPaths []string
 	// AllowedOrigins are the browser origins (--allowed-origins, "*" for
 	// any) whose state-changing requests are admitted besides same-origin
 	// ones.
@@ -62,7 +66,8 @@ func Hosts(cfg Config, next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !cfg.hostAllowed(r.Host) {
+		anyHost := (r.Method == http.MethodGet || r.Method == http.MethodHead) && slices.Contains(cfg.AnyHostPaths, r.URL.Path)
+		if !anyHost && !cfg.hostAllowed(r.Host) {
 			httpjson.WriteError(w, httpjson.NewError(http.StatusForbidden, "host_not_allowed", "Host",
 				"Host %q is not this machine: a server without tokens answers only loopback names (localhost, 127.0.0.1, [::1]); "+
 					"add the name with --allowed-hosts (THREADLINE_ALLOWED_HOSTS), or configure tokens", r.Host))

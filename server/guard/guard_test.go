@@ -68,6 +68,29 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// The probes' paths named in AnyHostPaths answer any Host (a kubelet
+// sends the pod's IP), for GET and HEAD only; every other path, and a
+// POST to a probe path, is still checked.
+func TestAnyHostPaths(t *testing.T) {
+	cfg := Config{CheckHost: true, AnyHostPaths: []string{"/livez", "/readyz"}}
+	h := Middleware(cfg, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/livez", 200}, {"HEAD", "/readyz", 200}, {"GET", "/readyz", 200},
+		{"GET", "/health", 403}, {"GET", "/livez/x", 403}, {"POST", "/livez", 403}, {"GET", "/instance-ai/threads", 403},
+	} {
+		req := httptest.NewRequest(c.method, c.path, nil)
+		req.Host = "10.1.2.3:8080"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("%s %s from Host %s: %d, want %d", c.method, c.path, req.Host, rec.Code, c.want)
+		}
+	}
+}
+
 // TestHostCheckOff admits any Host when CheckHost is off (tokens are
 // configured) and with "*".
 func TestHostCheckOff(t *testing.T) {
