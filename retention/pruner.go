@@ -21,7 +21,8 @@ const (
 
 // Config configures a Pruner.
 type Config struct {
-	// IdleAfter is the age past which an idle thread is deleted (> 0).
+	// IdleAfter is the age past which an idle thread is deleted; 0 deletes
+	// no thread (KeepRuns must then be set).
 	IdleAfter time.Duration
 	// BatchThreads bounds the threads one transaction deletes
 	// (DefaultBatchThreads when 0).
@@ -98,8 +99,8 @@ var ErrBusy = errors.New("retention: a pass is already running")
 // New returns a Pruner of store. It checks cfg: a bad value is an error
 // that names the field.
 func New(store Store, cfg Config) (*Pruner, error) {
-	if cfg.IdleAfter <= 0 {
-		return nil, fmt.Errorf("retention: idle age must be positive, got %v", cfg.IdleAfter)
+	if cfg.IdleAfter < 0 || (cfg.IdleAfter == 0 && cfg.KeepRuns <= 0) {
+		return nil, fmt.Errorf("retention: want a positive idle age, a run cap, or both; got age %v and cap %d", cfg.IdleAfter, cfg.KeepRuns)
 	}
 	if cfg.BatchThreads == 0 {
 		cfg.BatchThreads = DefaultBatchThreads
@@ -156,7 +157,10 @@ func (p *Pruner) Prune(ctx context.Context, dry bool) (Report, error) {
 		return Report{}, ErrBusy
 	}
 	defer p.running.Unlock()
-	r := Report{DryRun: dry, Cutoff: p.cfg.Now().Add(-p.cfg.IdleAfter), Rows: Counts{}}
+	r := Report{DryRun: dry, Rows: Counts{}}
+	if p.cfg.IdleAfter > 0 {
+		r.Cutoff = p.cfg.Now().Add(-p.cfg.IdleAfter)
+	}
 	if l, ok := p.store.(Locker); ok && !dry {
 		release, got, err := l.TryPruneLock(ctx)
 		if err != nil {
@@ -168,7 +172,10 @@ func (p *Pruner) Prune(ctx context.Context, dry bool) (Report, error) {
 		}
 		defer release()
 	}
-	err := p.pass(ctx, &r)
+	var err error
+	if p.cfg.IdleAfter > 0 {
+		err = p.pass(ctx, &r)
+	}
 	if err == nil && p.cfg.KeepRuns > 0 {
 		err = p.capPass(ctx, &r)
 	}

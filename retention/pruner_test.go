@@ -29,6 +29,10 @@ func TestConfigIsChecked(t *testing.T) {
 			t.Errorf("New(%+v): %v, want an error about the %s", tc.cfg, err, tc.want)
 		}
 	}
+	// A cap alone is a policy: no thread is deleted for idleness.
+	if _, err := retention.New(s, retention.Config{KeepRuns: 2}); err != nil {
+		t.Errorf("a run cap without an idle age: %v", err)
+	}
 	// A store that cannot cap runs is refused a cap, not ignored.
 	if _, err := retention.New(onlyIdle{s}, retention.Config{IdleAfter: time.Hour, KeepRuns: 3}); err == nil ||
 		!strings.Contains(err.Error(), "cannot cap") {

@@ -31,12 +31,13 @@ func retentionFlags(f *envFlags, c *retentionConfig, serve bool) {
 	idleHelp := "delete threads idle for longer than this (no event appended, no rename, no run, confirmation or background agent pending), " +
 		"with their events, messages, confirmations and checkpoints, e.g. 720h; 0 = keep everything"
 	if !serve {
-		idleHelp = "delete threads idle for longer than this (required), with their events, messages, confirmations and checkpoints, e.g. 720h"
+		idleHelp = "delete threads idle for longer than this, with their events, messages, confirmations and checkpoints, e.g. 720h " +
+			"(this, --retention-keep-runs, or both)"
 	}
 	f.Duration(&c.idle, "retention-idle", "THREADLINE_RETENTION_IDLE", 0, idleHelp)
 	if serve {
 		f.Duration(&c.interval, "retention-interval", "THREADLINE_RETENTION_INTERVAL", DefaultRetentionInterval,
-			"with --retention-idle: how often a pass deletes the idle threads (one instance at a time on PostgreSQL)")
+			"with --retention-idle or --retention-keep-runs: how often a retention pass runs (one instance at a time on PostgreSQL)")
 	}
 	f.Int(&c.batchThreads, "retention-batch", "THREADLINE_RETENTION_BATCH", retention.DefaultBatchThreads,
 		fmt.Sprintf("threads deleted per transaction (1 to %d)", retention.MaxBatchThreads))
@@ -50,12 +51,14 @@ func retentionFlags(f *envFlags, c *retentionConfig, serve bool) {
 }
 
 // check reports a bad retention flag, naming it; required is set for the
-// prune command, which has nothing to do without an age.
+// prune command, which has nothing to do without an age or a run cap.
 func (c *retentionConfig) check(required bool) error {
 	switch {
-	case c.idle < 0 || (required && c.idle == 0):
+	case c.idle < 0:
 		return usageError{fmt.Sprintf("--retention-idle %v: want a positive age such as 720h", c.idle)}
-	case !required && c.idle > 0 && c.interval <= 0:
+	case required && c.idle == 0 && c.keepRuns <= 0:
+		return usageError{"prune needs --retention-idle (a positive age such as 720h), --retention-keep-runs, or both"}
+	case !required && c.enabled() && c.interval <= 0:
 		return usageError{fmt.Sprintf("--retention-interval %v must be positive", c.interval)}
 	case c.batchThreads < 1 || c.batchThreads > retention.MaxBatchThreads:
 		return usageError{fmt.Sprintf("--retention-batch %d: want 1 to %d", c.batchThreads, retention.MaxBatchThreads)}
@@ -63,13 +66,14 @@ func (c *retentionConfig) check(required bool) error {
 		return usageError{fmt.Sprintf("--retention-batch-rows %d must be positive", c.batchRows)}
 	case c.keepRuns < 0:
 		return usageError{fmt.Sprintf("--retention-keep-runs %d must be 0 (no cap) or more", c.keepRuns)}
-	case c.keepRuns > 0 && c.idle == 0 && !required:
-		return usageError{"--retention-keep-runs needs --retention-idle: the passes that cap runs are the retention passes"}
 	case c.pause < 0:
 		return usageError{fmt.Sprintf("--retention-pause %v must be 0 or more", c.pause)}
 	}
 	return nil
 }
+
+// enabled says whether serve runs retention passes: an age, a cap, or both.
+func (c *retentionConfig) enabled() bool { return c.idle > 0 || c.keepRuns > 0 }
 
 // pruner builds the policy's Pruner over store.
 func (c *retentionConfig) pruner(store instanceai.Store, spec string, cfg retention.Config) (*retention.Pruner, error) {
@@ -141,7 +145,11 @@ func prune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // printReport prints a pass's totals, one table a line.
 func printReport(w io.Writer, r retention.Report, verb, store string) {
-	fmt.Fprintf(w, "store %s: threads idle since before %s\n", store, r.Cutoff.UTC().Format(time.RFC3339))
+	if r.Cutoff.IsZero() {
+		fmt.Fprintf(w, "store %s: no idle age, so no thread deleted for idleness\n", store)
+	} else {
+		fmt.Fprintf(w, "store %s: threads idle since before %s\n", store, r.Cutoff.UTC().Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "%s %d idle threads, %d rows in all, in %d transactions\n", verb, r.Threads, r.Rows.Total(), r.Transactions)
 	for _, table := range r.Rows.Sorted() {
 		fmt.Fprintf(w, "  %-20s %d\n", table, r.Rows[table])

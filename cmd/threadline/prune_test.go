@@ -112,7 +112,7 @@ func TestPruneCommand(t *testing.T) {
 }
 
 // TestPruneKeepRuns: --retention-keep-runs deletes a thread's old runs,
-// and the dry run counts them.
+// with an idle age or without one, and the dry run counts them.
 func TestPruneKeepRuns(t *testing.T) {
 	ctx := context.Background()
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "t.db")
@@ -138,10 +138,10 @@ func TestPruneKeepRuns(t *testing.T) {
 	}
 	s.Close()
 	for _, dry := range []bool{true, false} {
-		args := []string{"prune", "-store", spec, "-retention-idle", "720h", "-retention-keep-runs", "1"}
+		args := []string{"prune", "-store", spec, "-retention-keep-runs", "1"}
 		verb := "deleted"
 		if dry {
-			args, verb = append(args, "-dry-run"), "would delete"
+			args, verb = append(args, "-retention-idle", "720h", "-dry-run"), "would delete"
 		}
 		var out, stderr bytes.Buffer
 		if err := run(ctx, args, &out, &stderr); err != nil {
@@ -181,7 +181,7 @@ func TestPruneFlags(t *testing.T) {
 		{[]string{"serve", "-retention-idle", "1h", "-retention-interval", "0s"}, "--retention-interval"},
 		{[]string{"serve", "-retention-batch", "0"}, "--retention-batch"},
 		{[]string{"prune", "-store", spec, "-retention-idle", "1h", "-retention-keep-runs", "-2"}, "--retention-keep-runs"},
-		{[]string{"serve", "-retention-keep-runs", "5"}, "--retention-keep-runs needs --retention-idle"},
+		{[]string{"serve", "-retention-keep-runs", "5", "-retention-interval", "0s"}, "--retention-interval"},
 	} {
 		err := run(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {

@@ -452,7 +452,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stopPprof()
 	}
-	if c.retention.idle > 0 {
+	if c.retention.enabled() {
 		stopPrune, err := startRetention(ctx, c, store, srv, logger)
 		if err != nil {
 			ln.Close()
@@ -479,7 +479,8 @@ func startRetention(ctx context.Context, c *serveConfig, store instanceai.Store,
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("retention: deleting threads idle for longer than the age", "age", c.retention.idle, "every", c.retention.interval)
+	logger.Info("retention: passes delete the threads idle for longer than the age (0: none) and the runs past the cap (0: none)",
+		"age", c.retention.idle, "keep_runs", c.retention.keepRuns, "every", c.retention.interval)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
