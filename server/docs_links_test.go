@@ -12,7 +12,8 @@ import (
 
 // The README is a landing page; the guides are in docs/. These tests keep
 // it that way: the README stays short and links every guide, and every
-// relative link of the README and the guides leads to a file that exists
+// relative link of the README, the guides and conformance/README.md leads
+// to a file that exists
 // and, with a #fragment, to a heading of that file.
 
 const readmeMaxLines = 300
@@ -47,7 +48,7 @@ func TestDocsLinksResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, "../README.md")
+	files = append(files, "../README.md", "../conformance/README.md")
 	checked := 0
 	for _, f := range files {
 		problems, n := brokenLinks(f)
