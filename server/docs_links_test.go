@@ -13,8 +13,7 @@ import (
 // The README is a landing page; the guides are in docs/. These tests keep
 // it that way: the README stays short and links every guide, and every
 // relative link of the README, the guides and conformance/README.md leads
-// to a file that exists
-// and, with a #fragment, to a heading of that file.
+// to a file that exists and, with a #fragment, to a heading of that file.
 
 const readmeMaxLines = 300
 
