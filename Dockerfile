@@ -1,7 +1,7 @@
 # A static threadline binary on a distroless base, running as a non-root user.
 #   docker build -t threadline --build-arg VERSION=v1.2.3 .
 #   docker run -p 8080:8080 -v threadline-data:/data -e THREADLINE_TOKENS='<token>=<user>' threadline
-# See README "Container image".
+# See docs/operations.md, "Container image".
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -21,7 +21,7 @@ node-deps:
 		fi; \
 	done
 
-## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see README)
+## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
 test: node-deps
 	$(GO) test -race -count=1 -timeout 30m ./...
 

@@ -45,7 +45,7 @@ type Row struct {
 	Counts map[check.Kind]int `json:"counts"`
 	// Anomalies holds every anomaly with its evidence.
 	Anomalies []check.Anomaly `json:"anomalies"`
-	// Documented holds the losses the README documents (see
+	// Documented holds the losses the guides document (see
 	// check.Result.Documented), which are no anomaly.
 	Documented []check.Anomaly `json:"documented,omitempty"`
 	// Settled is how many runs and background agents a fault hit;

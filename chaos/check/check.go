@@ -159,7 +159,7 @@ type Result struct {
 	// injected.
 	Runs, Faults int
 	Anomalies    []Anomaly
-	// Documented are the losses the README documents, which are no
+	// Documented are the losses the guides document, which are no
 	// anomaly: text a killed or paused instance's own clients were shown
 	// in the moment before the fault, which its bus had not carried to
 	// the instance that settled the run (see judgeText).
@@ -199,7 +199,7 @@ func (f *runFacts) finish(r Row) {
 }
 
 // reasonStorageUnavailable ends a run whose events could not be stored
-// (README, "Storage outages").
+// (docs/native-protocol.md, "Storage outages").
 const reasonStorageUnavailable = "storage_unavailable"
 
 // Check judges the input.
@@ -417,7 +417,7 @@ func judgeCancel(c Cancel, f *runFacts) (Anomaly, bool) {
 // echoes reports whether a row may be the stored copy of an ending the
 // connection was sent without an id: the stream does not send again the
 // error and run-finish it stores for a run whose run-finish went out live
-// on that connection (README, "Storage outages").
+// on that connection (docs/native-protocol.md, "Storage outages").
 func echoes(r *Row, endedLive []string) bool {
 	return (r.Event.Type == instanceai.TypeRunFinish || r.Event.Type == instanceai.TypeError) &&
 		slices.Contains(endedLive, r.Event.RunID)
@@ -644,8 +644,8 @@ func firstLost(want, got []text) (text, int, bool) {
 // writer's publish on an idle machine; the margin covers a busy one.
 const faultMoment = 500 * time.Millisecond
 
-// lostAtFault reports whether a text-lost is the loss the README documents
-// ("Crash recovery"): the client was first shown the lost text through an
+// lostAtFault reports whether a text-lost is the loss docs/native-protocol.md
+// documents ("Crash recovery"): the client was first shown the lost text through an
 // instance whose bus a fault stopped within faultMoment of it.
 func lostAtFault(c *Client, a Anomaly, faults []Fault) bool {
 	if a.lostVia == "" {

@@ -479,7 +479,7 @@ func TestTextAnomalies(t *testing.T) {
 
 	// The same loss when a kill or a pause hit the instance the client
 	// was shown the lost text through, at that moment, is the one the
-	// README documents: what the instance's bus had not carried yet. A
+	// docs/native-protocol.md documents: what the instance's bus had not carried yet. A
 	// fault long after, or of another kind or instance, leaves it an
 	// anomaly.
 	shown := time.Now()

@@ -21,8 +21,8 @@ import (
 // sent. Feed it with Connect, Frame and Disconnect; the checker compares
 // what it holds with the log.
 //
-// The fold follows the protocol's client rules (README, "Event stream and
-// replay", "Session restore"):
+// The fold follows the protocol's client rules (docs/native-protocol.md,
+// "Event stream and replay", "Session restore"):
 //   - stored events and live deltas fold into their run's state (one
 //     state per run, as a chat message shows it);
 //   - a run-sync frame replaces the client's state of its run;
@@ -340,7 +340,7 @@ func (c *Client) mark(upTo int) shownMark {
 // foldsText reports whether an event takes part in the text comparison.
 // An error event adds its message to the agent's text in the reducer, and
 // a client that was sent a failed run's ending live and replays it from an
-// earlier cursor reads it twice (README, "Storage outages"): error text is
+// earlier cursor reads it twice (docs/native-protocol.md, "Storage outages"): error text is
 // left out of the comparison on both sides, and the error events
 // themselves are checked by the id rules.
 func foldsText(ev *instanceai.Event) bool { return ev.Type != instanceai.TypeError }

@@ -152,9 +152,10 @@ func TestServeWithJWT(t *testing.T) {
 	}
 }
 
-// TestReadmeFlagTable keeps the README's configuration table equal to
-// `threadline help serve`: every flag in both, each with its variable.
-func TestReadmeFlagTable(t *testing.T) {
+// TestConfigurationReferenceMatchesFlags keeps the configuration
+// reference's flag table (docs/configuration.md) equal to `threadline help
+// serve`: every flag in both, each with its variable.
+func TestConfigurationReferenceMatchesFlags(t *testing.T) {
 	var help bytes.Buffer
 	if err := run(context.Background(), []string{"serve", "-h"}, &help, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Fatal(err)
@@ -176,19 +177,16 @@ func TestReadmeFlagTable(t *testing.T) {
 			flags[name] = ""
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := string(readme)
-	start := strings.Index(section, "## Configuration")
-	if start < 0 {
-		t.Fatal("the README has no Configuration section")
+	// The table is the guide's opening section, before its first "## ".
+	section, ok := strings.CutPrefix(string(doc), "# Configuration\n")
+	if !ok {
+		t.Fatal("docs/configuration.md does not open with its # Configuration title")
 	}
-	section = section[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
+	section, _, _ = strings.Cut(section, "\n## ")
 	row := regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)` \\| ([^|]*) \\|")
 	documented := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
@@ -197,13 +195,13 @@ func TestReadmeFlagTable(t *testing.T) {
 		want, ok := flags[name]
 		switch {
 		case !ok:
-			t.Errorf("the README documents --%s, which serve does not have", name)
+			t.Errorf("docs/configuration.md documents --%s, which serve does not have", name)
 		case want != "" && !strings.Contains(env, "`"+want+"`"):
-			t.Errorf("the README gives --%s the variable %s, serve says %s", name, strings.TrimSpace(env), want)
+			t.Errorf("docs/configuration.md gives --%s the variable %s, serve says %s", name, strings.TrimSpace(env), want)
 		}
 	}
 	if len(flags) < 40 || len(documented) < 40 {
-		t.Fatalf("read %d flags from the help and %d rows from the README: the parsing is off", len(flags), len(documented))
+		t.Fatalf("read %d flags from the help and %d rows from docs/configuration.md: the parsing is off", len(flags), len(documented))
 	}
 	var missing []string
 	for name := range flags {
@@ -213,6 +211,6 @@ func TestReadmeFlagTable(t *testing.T) {
 	}
 	slices.Sort(missing)
 	if len(missing) > 0 {
-		t.Errorf("the README's configuration table lacks --%s", strings.Join(missing, ", --"))
+		t.Errorf("docs/configuration.md's flag table lacks --%s", strings.Join(missing, ", --"))
 	}
 }

@@ -53,7 +53,7 @@ const (
 	srcLog        = "PROTOCOLS.md §1 The durable log"
 	srcHandoff    = "PROTOCOLS.md §1 Replay handoff"
 	srcReducer    = "PROTOCOLS.md §1 The agent-run reducer"
-	srcRuns       = "PROTOCOLS.md §1 Event types and payloads (run-start, run-finish, agent-completed); README Background agents"
+	srcRuns       = "PROTOCOLS.md §1 Event types and payloads (run-start, run-finish, agent-completed); docs/native-protocol.md Background agents"
 	srcReset      = "PROTOCOLS.md §1 The durable log (memory mode: reset frames)"
 )
 

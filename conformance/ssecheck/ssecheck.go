@@ -28,8 +28,8 @@ const (
 	RuleHeartbeat     = "sse.heartbeat"
 	srcHeaders        = "PROTOCOLS.md §1 SSE frames (headers)"
 	srcFrames         = "PROTOCOLS.md §1 SSE frames; §2 Rules of the wire (LF line ends)"
-	srcFirst          = "README.md Event stream and replay (`: connected` at once)"
-	srcHeartbeat      = "PROTOCOLS.md §1 SSE frames (heartbeat); README.md Event stream and replay"
+	srcFirst          = "docs/native-protocol.md Event stream and replay (`: connected` at once)"
+	srcHeartbeat      = "PROTOCOLS.md §1 SSE frames (heartbeat); docs/native-protocol.md Event stream and replay"
 )
 
 // FirstFrameDeadline bounds the wait for the first frame: the server writes

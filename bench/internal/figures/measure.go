@@ -502,7 +502,7 @@ func (e *Env) seedThread(seed *replayThread) error {
 // autovacuum does within a minute or so of a large write: on a table it
 // never analyzed, the planner reads each replay page by a bitmap scan of
 // the whole rest of the thread and a sort, not by the primary key's order
-// (see BENCHMARKS.md, "Full replay on PostgreSQL").
+// (see docs/benchmarks.md, "Full replay on PostgreSQL").
 func analyze(dsn string) error {
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {

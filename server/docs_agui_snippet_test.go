@@ -10,28 +10,28 @@ import (
 	"github.com/threadline/threadline/server/servertest"
 )
 
-// TestReadmeAGUISnippetRuns runs the README's @ag-ui/client example as the
-// README says to (saved as agent.mjs, run with node), against a server, so
-// the example cannot rot: it must print the run's messages, the reference
+// TestDocsAGUISnippetRuns runs the @ag-ui/client example of docs/agui.md
+// as the guide says to (saved as agent.mjs, run with node), against a
+// server, so the example cannot rot: it must print the run's messages, the reference
 // agent's answer to "tools" among them.
-func TestReadmeAGUISnippetRuns(t *testing.T) {
+func TestDocsAGUISnippetRuns(t *testing.T) {
 	node := nodeWith(t, interopDir, "@ag-ui/client")
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/agui.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "save this as `agent.mjs`")
+	_, after, ok := strings.Cut(string(doc), "save this as `agent.mjs`")
 	if !ok {
-		t.Fatal("the README no longer introduces its agent.mjs example")
+		t.Fatal("docs/agui.md no longer introduces its agent.mjs example")
 	}
 	_, after, ok = strings.Cut(after, "```js\n")
 	snippet, _, closed := strings.Cut(after, "```")
 	if !ok || !closed {
 		t.Fatal("no ```js block after the agent.mjs introduction")
 	}
-	const readmeURL = "http://127.0.0.1:8080/run-agent"
-	if !strings.Contains(snippet, readmeURL) {
-		t.Fatalf("the snippet does not call %s:\n%s", readmeURL, snippet)
+	const docURL = "http://127.0.0.1:8080/run-agent"
+	if !strings.Contains(snippet, docURL) {
+		t.Fatalf("the snippet does not call %s:\n%s", docURL, snippet)
 	}
 	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	// Saved beside the pinned packages, so that its import resolves as it
@@ -40,8 +40,8 @@ func TestReadmeAGUISnippetRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "readme-agent-"+strings.ReplaceAll(t.Name(), "/", "-")+".mjs")
-	if err := os.WriteFile(file, []byte(strings.Replace(snippet, readmeURL, h.URL+"/run-agent", 1)), 0o644); err != nil {
+	file := filepath.Join(dir, "doc-agent-"+strings.ReplaceAll(t.Name(), "/", "-")+".mjs")
+	if err := os.WriteFile(file, []byte(strings.Replace(snippet, docURL, h.URL+"/run-agent", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(file) })
