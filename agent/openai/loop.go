@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -34,6 +35,10 @@ type loop struct {
 	// are not known then, so a call to a tool outside the registry is taken
 	// for a client tool and left open.
 	resuming bool
+	// attached are the files the step's tools handed the model
+	// (tools.Call.Attach), sent after the step's tool messages.
+	attachedMu sync.Mutex
+	attached   []instanceai.Attachment
 }
 
 func (a *Agent) newLoop(run *instanceai.Run, history []instanceai.HistoryMessage, clientTools []instanceai.ToolSpec) *loop {
@@ -170,7 +175,41 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 			l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleTool, ToolCallID: c.id, Content: content})
 		}
 	}
+	l.attachedMu.Lock()
+	attached := l.attached
+	l.attached = nil
+	l.attachedMu.Unlock()
+	if len(attached) > 0 && !stop {
+		// Chat Completions tool messages carry text only: the images a
+		// tool returned follow as a user message with content parts.
+		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleUser,
+			Content: "The tool results above returned these files.", Attachments: attached})
+	}
 	return stop, nil
+}
+
+// call is what the tool t may do with the run while it runs c.
+func (l *loop) call(t tools.Tool, c stepCall) *tools.Call {
+	return &tools.Call{
+		ToolCallID: c.id, ToolName: t.Name,
+		Confirm: func(ctx context.Context, req instanceai.ConfirmationRequest) (instanceai.Answer, error) {
+			req.ToolCallID = cmp.Or(req.ToolCallID, c.id)
+			req.ToolName = cmp.Or(req.ToolName, t.Name)
+			if req.Args == nil {
+				req.Args = c.args
+			}
+			req.Severity = cmp.Or(req.Severity, instanceai.SeverityInfo)
+			return l.run.Confirm(ctx, "", req)
+		},
+		Status: func(message string) error {
+			return l.run.Emit(instanceai.Event{Type: instanceai.TypeStatus, Payload: &instanceai.Status{Message: message}})
+		},
+		Attach: func(a instanceai.Attachment) {
+			l.attachedMu.Lock()
+			l.attached = append(l.attached, a)
+			l.attachedMu.Unlock()
+		},
+	}
 }
 
 func (l *loop) isClient(name string) bool {
@@ -234,7 +273,7 @@ func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *in
 			return string(raw), nil
 		}
 	}
-	result, err := execute(ctx, t, c.args)
+	result, err := execute(tools.WithCall(ctx, l.call(t, c)), t, c.args)
 	if ctx.Err() != nil {
 		return "", context.Cause(ctx)
 	}
