@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/threadline/threadline/agent/tools"
@@ -129,14 +130,14 @@ func (s *server) call(ctx context.Context, tool string, args json.RawMessage) (j
 			return nil, fmt.Errorf("the MCP server %q did not answer %s within %s (timed out)", s.name, tool, s.cfg.Timeout)
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
-		case errors.Is(err, mcp.ErrConnectionClosed):
-			return nil, fmt.Errorf("the MCP server %q stopped during the call to %s (it is being restarted): %v", s.name, tool, err)
 		}
-		var rpc interface{ Error() string }
-		if errors.As(err, &rpc) {
-			return nil, fmt.Errorf("the MCP server %q refused the call to %s: %v", s.name, tool, err)
+		var wire *jsonrpc.Error
+		if errors.As(err, &wire) {
+			return nil, fmt.Errorf("the MCP server %q refused the call to %s: %s", s.name, tool, wire.Message)
 		}
-		return nil, err
+		// The connection failed under the call: the server died or closed
+		// its end (EOF, connection closed); the supervisor restarts it.
+		return nil, fmt.Errorf("the MCP server %q stopped answering during the call to %s: %v", s.name, tool, err)
 	}
 	return render(res, call)
 }

@@ -176,7 +176,7 @@ func TestMCPCrashMidCall(t *testing.T) {
 	}
 	select {
 	case err := <-result:
-		if err == nil || !strings.Contains(err.Error(), `MCP server "ev"`) {
+		if err == nil || !strings.Contains(err.Error(), `MCP server "ev" stopped answering`) {
 			t.Errorf("error %v", err)
 		}
 	case <-time.After(20 * time.Second):
