@@ -127,6 +127,10 @@ type stepCall struct {
 type decided struct {
 	toolCallID string
 	answer     instanceai.Answer
+	// asked is set when the answer is to a question the tool asked while
+	// it ran (an MCP elicitation), not to its approval: the process that
+	// ran it is gone, so the call is reported interrupted, not run again.
+	asked bool
 }
 
 // settle gives each call of a step its outcome and the model its tool
@@ -160,6 +164,15 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 	}
 	for _, c := range pending {
 		t, _ := l.a.cfg.Tools.Get(c.name)
+		if pre != nil && pre.asked && pre.toolCallID == c.id {
+			msg := "The tool was interrupted by a server restart while it waited for the person's answer to its question, so it did not finish. Call it again if it is still needed."
+			if err := l.emit(ctx, instanceai.Event{Type: instanceai.TypeToolError,
+				Payload: &instanceai.ToolError{ToolCallID: c.id, Error: msg}}); err != nil {
+				return false, err
+			}
+			results[c.id] = conversation.ErrorText(msg)
+			continue
+		}
 		var answer *instanceai.Answer
 		if pre != nil && pre.toolCallID == c.id {
 			answer = &pre.answer

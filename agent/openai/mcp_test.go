@@ -411,3 +411,55 @@ func toolErrors(errs []*instanceai.ToolError) []string {
 	}
 	return out
 }
+
+// TestMCPElicitationAcrossRestart: Threadline stops while an MCP tool's
+// question waits for the person; the answer comes to the next process,
+// where the call (and its server session) is gone: the call is reported
+// interrupted, not run again, and the run goes on.
+func TestMCPElicitationAcrossRestart(t *testing.T) {
+	servers := map[string]mcptools.Server{"ev": mcptest.Everything(t)}
+	reg, first := mcpRegistry(t, servers)
+	f := callThenAnswer(t, "ev__trigger-elicitation-request", `{}`)
+	cfg := openai.Config{BaseURL: f.url(), Model: "m", Tools: reg}
+	h := newHarness(t, cfg)
+	run := h.start(t, instanceai.StartRequest{Message: "ask me"})
+	c := waitConfirmation(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.runs.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.writer.Sync(ctx, thread); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+
+	cfg.Tools, _ = mcpRegistry(t, servers)
+	cfg.Store, cfg.Logger = h.store, slog.New(slog.DiscardHandler)
+	agent, err := openai.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
+	defer writer.Close(context.Background())
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
+	defer runs.Shutdown(context.Background())
+	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Kind: instanceai.AnswerQuestions, Approved: true,
+		Answers: []instanceai.QuestionAnswer{{QuestionID: "name", CustomText: "Ada"}}}); err != nil {
+		t.Fatal(err)
+	}
+	resumed := runs.Active(thread)
+	if resumed == nil || resumed.ID != run.ID {
+		t.Fatalf("no resumed run: %+v", resumed)
+	}
+	h.writer = writer
+	evs := h.wait(t, resumed)
+	completed(t, evs)
+	errs := ofType[*instanceai.ToolError](evs, instanceai.TypeToolError)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error, "interrupted by a server restart") {
+		t.Fatalf("tool errors %q", toolErrors(errs))
+	}
+	if msg := toolMessage(t, f); !strings.Contains(msg, "interrupted") {
+		t.Errorf("tool message %q", msg)
+	}
+}

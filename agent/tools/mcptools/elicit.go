@@ -69,10 +69,12 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 		in.pause()
 		defer in.resume()
 	}
-	wait, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The question ends with the call, with the call's cause: a run
+	// suspended at shutdown keeps its question open for the next process.
+	wait, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if in.ctx != nil {
-		stop := context.AfterFunc(in.ctx, cancel)
+		stop := context.AfterFunc(in.ctx, func() { cancel(context.Cause(in.ctx)) })
 		defer stop()
 	}
 	answer, err := in.call.Confirm(wait, cr)
