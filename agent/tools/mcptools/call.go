@@ -107,19 +107,19 @@ func (s *server) call(ctx context.Context, tool string, args json.RawMessage) (j
 	var timerMu sync.Mutex
 	timer := time.AfterFunc(s.cfg.Timeout, timeout)
 	defer timer.Stop()
-	in, done := s.track(tool, call)
+	in := &inflight{tool: tool, call: call, ctx: ctx,
+		pause: func() {
+			timerMu.Lock()
+			timer.Stop()
+			timerMu.Unlock()
+		},
+		resume: func() {
+			timerMu.Lock()
+			timer.Reset(s.cfg.Timeout)
+			timerMu.Unlock()
+		}}
+	done := s.track(in)
 	defer done()
-	in.ctx = ctx
-	in.pause = func() {
-		timerMu.Lock()
-		timer.Stop()
-		timerMu.Unlock()
-	}
-	in.resume = func() {
-		timerMu.Lock()
-		timer.Reset(s.cfg.Timeout)
-		timerMu.Unlock()
-	}
 	ctx = context.WithValue(ctx, inflightKey{}, in)
 	params := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)}
 	params.SetProgressToken(in.token)

@@ -424,11 +424,13 @@ func (s *server) supervise(ctx context.Context, err error) {
 			s.log.Warn("MCP server died; restarting", "err", err)
 		}
 		s.mu.Lock()
-		if s.session != nil {
-			old := s.session
-			s.session = nil
-			go func() { _ = old.Close() }() // reaps the child
+		old := s.session
+		s.session = nil
+		s.mu.Unlock()
+		if old != nil {
+			_ = old.Close() // reaps the child; its exit status is in err
 		}
+		s.mu.Lock()
 		s.attempt++
 		s.lastErr = err.Error()
 		delay := s.backoff(s.attempt)
@@ -466,13 +468,14 @@ func cmpErr(err error, fallback string) string {
 	return err.Error()
 }
 
-// track registers a call in flight and returns its progress token.
-func (s *server) track(tool string, call *tools.Call) (*inflight, func()) {
-	in := &inflight{token: "threadline-" + strconv.FormatInt(s.m.tokens.Add(1), 10), tool: tool, call: call}
+// track registers a call in flight under a fresh progress token; in is
+// complete before it is shared.
+func (s *server) track(in *inflight) func() {
+	in.token = "threadline-" + strconv.FormatInt(s.m.tokens.Add(1), 10)
 	s.mu.Lock()
 	s.calls[in.token] = in
 	s.mu.Unlock()
-	return in, func() {
+	return func() {
 		s.mu.Lock()
 		delete(s.calls, in.token)
 		s.mu.Unlock()
