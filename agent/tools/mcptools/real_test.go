@@ -229,3 +229,39 @@ func TestMCPStartFailure(t *testing.T) {
 		t.Errorf("after close %+v", st)
 	}
 }
+
+// TestMCPElicitationNeedsOneCallInFlight: over stdio an elicitation names
+// no call; with two calls in flight on the server it cannot be attributed
+// and is refused with the reason, without asking anyone.
+func TestMCPElicitationNeedsOneCallInFlight(t *testing.T) {
+	m := mcptest.Start(t, map[string]mcptools.Server{"ev": mcptest.Everything(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress, result := longCall(t, m, "ev__trigger-long-running-operation", ctx)
+	select {
+	case <-progress:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no progress")
+	}
+	asked := false
+	ectx := tools.WithCall(context.Background(), &tools.Call{ToolCallID: "c2", ToolName: "ev__trigger-elicitation-request",
+		Confirm: func(context.Context, instanceai.ConfirmationRequest) (instanceai.Answer, error) {
+			asked = true
+			return instanceai.Answer{Approved: true}, nil
+		}})
+	ectx, ecancel := context.WithTimeout(ectx, 30*time.Second)
+	defer ecancel()
+	got, err := find(t, m, "ev__trigger-elicitation-request").Execute(ectx, json.RawMessage(`{}`))
+	if asked {
+		t.Error("a person was asked")
+	}
+	text := string(got)
+	if err != nil {
+		text = err.Error()
+	}
+	if !strings.Contains(text, "cannot tell which person to ask: 2 tool calls are in flight") {
+		t.Errorf("result %s", text)
+	}
+	cancel()
+	<-result
+}
