@@ -431,6 +431,10 @@ func (s *server) supervise(ctx context.Context, err error) {
 			_ = old.Close() // reaps the child; its exit status is in err
 		}
 		s.mu.Lock()
+		if ctx.Err() != nil {
+			s.mu.Unlock()
+			return // closed meanwhile: the state says so
+		}
 		s.attempt++
 		s.lastErr = err.Error()
 		delay := s.backoff(s.attempt)
