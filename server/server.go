@@ -91,6 +91,9 @@ type Config struct {
 	// probe of its model server); without it /llm/health answers 503,
 	// naming AgentName as an agent without an LLM.
 	LLMHealth http.Handler
+	// MCPStatus, when set, reports the MCP servers of the agent's tools
+	// on /status as mcp_servers.
+	MCPStatus func() any
 	// Metrics collects the server's measurements; nil makes a fresh set.
 	// Pass one to let the agent report to it too.
 	Metrics *metrics.Metrics
@@ -226,6 +229,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	runs := aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.ChatMaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes, AgentStatus: agentStatus,
+		MCPStatus: cfg.MCPStatus,
 	})
 	runs.Register(authed, router)
 	var named []string

@@ -28,6 +28,8 @@ type harness struct {
 	writer *instanceai.Writer
 	runs   *instanceai.Runs
 	agent  *openai.Agent
+	// hub is the live fan-out, where the ephemeral events (status) are.
+	hub *instanceai.Hub
 }
 
 const (
@@ -61,7 +63,7 @@ func newHarness(t *testing.T, cfg openai.Config) *harness {
 		defer cancel()
 		_ = runs.Shutdown(ctx)
 	})
-	return &harness{store: store, writer: writer, runs: runs, agent: agent}
+	return &harness{store: store, writer: writer, runs: runs, agent: agent, hub: hub}
 }
 
 // start starts a run and records the user message as the HTTP API does.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -34,6 +35,10 @@ type loop struct {
 	// are not known then, so a call to a tool outside the registry is taken
 	// for a client tool and left open.
 	resuming bool
+	// attached are the files the step's tools handed the model
+	// (tools.Call.Attach), sent after the step's tool messages.
+	attachedMu sync.Mutex
+	attached   []instanceai.Attachment
 }
 
 func (a *Agent) newLoop(run *instanceai.Run, history []instanceai.HistoryMessage, clientTools []instanceai.ToolSpec) *loop {
@@ -122,6 +127,10 @@ type stepCall struct {
 type decided struct {
 	toolCallID string
 	answer     instanceai.Answer
+	// asked is set when the answer is to a question the tool asked while
+	// it ran (an MCP elicitation), not to its approval: the process that
+	// ran it is gone, so the call is reported interrupted, not run again.
+	asked bool
 }
 
 // settle gives each call of a step its outcome and the model its tool
@@ -155,6 +164,15 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 	}
 	for _, c := range pending {
 		t, _ := l.a.cfg.Tools.Get(c.name)
+		if pre != nil && pre.asked && pre.toolCallID == c.id {
+			msg := "The tool was interrupted by a server restart while it waited for the person's answer to its question, so it did not finish. Call it again if it is still needed."
+			if err := l.emit(ctx, instanceai.Event{Type: instanceai.TypeToolError,
+				Payload: &instanceai.ToolError{ToolCallID: c.id, Error: msg}}); err != nil {
+				return false, err
+			}
+			results[c.id] = conversation.ErrorText(msg)
+			continue
+		}
 		var answer *instanceai.Answer
 		if pre != nil && pre.toolCallID == c.id {
 			answer = &pre.answer
@@ -170,7 +188,41 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 			l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleTool, ToolCallID: c.id, Content: content})
 		}
 	}
+	l.attachedMu.Lock()
+	attached := l.attached
+	l.attached = nil
+	l.attachedMu.Unlock()
+	if len(attached) > 0 && !stop {
+		// Chat Completions tool messages carry text only: the images a
+		// tool returned follow as a user message with content parts.
+		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleUser,
+			Content: "The tool results above returned these files.", Attachments: attached})
+	}
 	return stop, nil
+}
+
+// call is what the tool t may do with the run while it runs c.
+func (l *loop) call(t tools.Tool, c stepCall) *tools.Call {
+	return &tools.Call{
+		ToolCallID: c.id, ToolName: t.Name,
+		Confirm: func(ctx context.Context, req instanceai.ConfirmationRequest) (instanceai.Answer, error) {
+			req.ToolCallID = cmp.Or(req.ToolCallID, c.id)
+			req.ToolName = cmp.Or(req.ToolName, t.Name)
+			if req.Args == nil {
+				req.Args = c.args
+			}
+			req.Severity = cmp.Or(req.Severity, instanceai.SeverityInfo)
+			return l.run.Confirm(ctx, "", req)
+		},
+		Status: func(message string) error {
+			return l.run.Emit(instanceai.Event{Type: instanceai.TypeStatus, Payload: &instanceai.Status{Message: message}})
+		},
+		Attach: func(a instanceai.Attachment) {
+			l.attachedMu.Lock()
+			l.attached = append(l.attached, a)
+			l.attachedMu.Unlock()
+		},
+	}
 }
 
 func (l *loop) isClient(name string) bool {
@@ -234,7 +286,7 @@ func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *in
 			return string(raw), nil
 		}
 	}
-	result, err := execute(ctx, t, c.args)
+	result, err := execute(tools.WithCall(ctx, l.call(t, c)), t, c.args)
 	if ctx.Err() != nil {
 		return "", context.Cause(ctx)
 	}

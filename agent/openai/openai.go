@@ -248,7 +248,8 @@ func (a *Agent) Resume(ctx context.Context, run *instanceai.Run, req *instanceai
 	for _, c := range open {
 		calls = append(calls, stepCall{id: c.ID, name: c.Name, args: c.Arguments})
 	}
-	stop, err := l.settle(ctx, calls, &decided{toolCallID: req.ToolCallID, answer: answer})
+	asked := req.InputType != "" && req.InputType != instanceai.InputApproval
+	stop, err := l.settle(ctx, calls, &decided{toolCallID: req.ToolCallID, answer: answer, asked: asked})
 	if err != nil || stop {
 		return err
 	}

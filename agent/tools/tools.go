@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+
+	"github.com/threadline/threadline/instanceai"
 )
 
 // Tool is one callable tool.
@@ -112,4 +114,38 @@ func (r *Registry) Len() int {
 		return 0
 	}
 	return len(r.tools)
+}
+
+// Call is what a running tool may do with the run that called it, beyond
+// returning a result: ask the person something, report progress, hand the
+// model images. The agent puts it in the context Execute gets (WithCall);
+// a tool called outside a run finds none (CallFrom's ok is false).
+type Call struct {
+	// ToolCallID and ToolName identify the call in the run's events.
+	ToolCallID string
+	ToolName   string
+	// Confirm publishes a confirmation-request for this call and waits
+	// for the person's answer or ctx's end (instanceai.Run.Confirm). The
+	// request's ToolCallID and ToolName are filled in when empty.
+	Confirm func(ctx context.Context, req instanceai.ConfirmationRequest) (instanceai.Answer, error)
+	// Status emits a status event of the run (progress of a long call).
+	Status func(message string) error
+	// Attach hands the model a file the tool produced (an image), sent
+	// after the step's tool messages as a user message with content
+	// parts: Chat Completions tool messages carry text only. Attachments
+	// are not stored; the tool's result should say they were sent.
+	Attach func(a instanceai.Attachment)
+}
+
+type callKey struct{}
+
+// WithCall returns ctx carrying c for the tool's Execute.
+func WithCall(ctx context.Context, c *Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// CallFrom returns the call ctx carries.
+func CallFrom(ctx context.Context) (*Call, bool) {
+	c, ok := ctx.Value(callKey{}).(*Call)
+	return c, ok && c != nil
 }

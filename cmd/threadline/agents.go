@@ -15,6 +15,7 @@ import (
 	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/agent/script"
 	"github.com/threadline/threadline/agent/tools"
+	"github.com/threadline/threadline/agent/tools/mcptools"
 	"github.com/threadline/threadline/agent/tools/n8napi"
 	"github.com/threadline/threadline/agent/upstream"
 	"github.com/threadline/threadline/instanceai"
@@ -38,6 +39,8 @@ type agentConfig struct {
 
 	n8nAPIURL string
 	n8nAPIKey string
+
+	mcpConfig string
 
 	n8nWebhooks      string
 	n8nWebhookHeader string
@@ -70,6 +73,8 @@ func agentFlags(f *envFlags, c *agentConfig) {
 	f.String(&c.n8nAPIURL, "n8n-api-url", "N8N_API_URL", "",
 		"openai agent: an n8n instance (http://localhost:5678) whose public REST API the model may use as tools; none = no n8n tools")
 	f.Secret(&c.n8nAPIKey, "n8n-api-key", "N8N_API_KEY", "openai agent: the n8n API key (Settings > n8n API)")
+	f.String(&c.mcpConfig, "mcp-config", "THREADLINE_MCP_CONFIG", "",
+		"openai agent: an MCP configuration file, {\"mcpServers\": {name: {command, args, env} or {url, headers}}} plus approval policy (docs/mcp.md), whose servers' tools the model may call; none = no MCP tools")
 	f.String(&c.n8nWebhooks, "n8n-webhooks", "THREADLINE_N8N_WEBHOOKS", "",
 		"n8n agent: streaming webhooks, name=url,name2=url2 (the first is the default); when unset, AGENT_1_URL, AGENT_2_URL, … (names from AGENT_<N>_NAME)")
 	f.Secret(&c.n8nWebhookHeader, "n8n-webhook-header", "THREADLINE_N8N_WEBHOOK_HEADER",
@@ -93,18 +98,21 @@ func agentFlags(f *envFlags, c *agentConfig) {
 // newAgent builds the configured agent. llmHealth is the openai agent's
 // /llm/health handler (nil for the others).
 func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, producers *publishapi.Producers,
-	logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
+	mcp *mcptools.Manager, logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
+	if mcp != nil && c.agent != "openai" {
+		return nil, nil, usageError{fmt.Sprintf("--mcp-config: MCP tools are for --agent openai, not %s", c.agent)}
+	}
 	switch c.agent {
 	case "external":
 		return producers.Agent(c.agents.externalStartTimeout), nil, nil
 	case "script":
 		return &script.Agent{Delay: c.scriptDelay}, nil, nil
 	case "openai":
-		a, err := newOpenAI(&c.agents, store, logger)
+		a, err := newOpenAI(&c.agents, store, mcp, logger)
 		if err != nil {
 			return nil, nil, err
 		}
-		return a, a.HealthHandler(), nil
+		return a, mcpHealth(a.HealthHandler(), mcp), nil
 	case "n8n":
 		hooks, err := webhooks(c.agents.n8nWebhooks, os.Getenv)
 		if err != nil {
@@ -131,7 +139,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 	}
 }
 
-func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*openai.Agent, error) {
+func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, logger *slog.Logger) (*openai.Agent, error) {
 	if c.openaiModel == "" {
 		return nil, usageError{"--agent openai needs --openai-model (THREADLINE_OPENAI_MODEL)"}
 	}
@@ -147,6 +155,15 @@ func newOpenAI(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*op
 		}
 		if registry, err = tools.NewRegistry(set...); err != nil {
 			return nil, err
+		}
+	}
+	if mcp != nil {
+		set, err := mcp.Tools()
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("--mcp-config: %v", err)}
+		}
+		if registry, err = registry.With(set...); err != nil {
+			return nil, usageError{fmt.Sprintf("--mcp-config: %v", err)}
 		}
 	}
 	a, err := openai.New(openai.Config{

@@ -403,7 +403,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	m := metrics.New()
 	producers := publishapi.NewProducers(c.publishLease)
-	agent, llmHealth, err := newAgent(c, store, m, producers, logger)
+	mcp, err := startMCP(ctx, &c.agents, logger)
+	if err != nil {
+		return err
+	}
+	if mcp != nil {
+		// After the server's shutdown (deferred later, run earlier): the
+		// runs' calls end before their servers do.
+		defer mcp.Close()
+	}
+	agent, llmHealth, err := newAgent(c, store, m, producers, mcp, logger)
 	if err != nil {
 		return err
 	}
@@ -417,7 +426,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
 		MaxBody: c.maxBody, ChatMaxBody: c.chatMaxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Producers: producers, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
-		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth,
+		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth, MCPStatus: mcpStatus(mcp),
 		// Without tokens the server is on loopback and unauthenticated: only
 		// the Host check keeps a rebound DNS name from reaching it.
 		CheckHost: !authn.Enabled() && !c.insecureNoAuth, AllowedHosts: guard.ParseHosts(c.allowedHosts),

@@ -62,6 +62,9 @@ type Config struct {
 	// probe of its model server); without it /llm/health says that the
 	// configured agent uses no LLM.
 	LLMHealth http.Handler
+	// MCPStatus, when set, is /status's mcp_servers: the state of each
+	// MCP server whose tools the agent offers.
+	MCPStatus func() any
 	// Version is reported by /health; empty means version.String().
 	Version string
 	Logger  *slog.Logger
@@ -783,6 +786,9 @@ type statusResponse struct {
 	// AGUIVersion at the top level is where earlier releases put it; it
 	// stays for the clients that read it there.
 	AGUIVersion string `json:"ag_ui_version"`
+	// MCPServers is the state of each MCP server, by name (only when
+	// MCP servers are configured).
+	MCPServers any `json:"mcp_servers,omitempty"`
 }
 
 type agentStatus struct {
@@ -820,6 +826,9 @@ func (h *Handler) status(w http.ResponseWriter, _ *http.Request) {
 	out.Config.AllowedOrigins = h.cfg.AllowedOrigins
 	out.Config.AGUIVersion = agui.ProtocolVersion
 	out.AGUIVersion = agui.ProtocolVersion
+	if h.cfg.MCPStatus != nil {
+		out.MCPServers = h.cfg.MCPStatus()
+	}
 	httpjson.Write(w, http.StatusOK, out)
 }
 
