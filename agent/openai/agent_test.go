@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 
 	"slices"
@@ -429,22 +428,10 @@ func TestResumeAfterRestart(t *testing.T) {
 	c := waitConfirmation(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.runs.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.writer.Sync(ctx, thread); err != nil {
-		t.Fatal(err)
-	}
+	h.stop(t, ctx)
 
 	// The next process.
-	cfg.Store, cfg.Logger = h.store, slog.New(slog.DiscardHandler)
-	agent, err := openai.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
-	defer writer.Close(context.Background())
-	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
+	runs := h.next(t, cfg)
 	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -453,10 +440,9 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Fatalf("no resumed run: %+v", resumed)
 	}
 	<-resumed.Done()
-	if err := writer.Sync(ctx, thread); err != nil {
+	if err := h.writer.Sync(ctx, thread); err != nil {
 		t.Fatal(err)
 	}
-	h.writer = writer
 	evs := h.wait(t, resumed)
 	if fin := finishOf(t, evs); fin.Status != instanceai.RunCompleted || n.Load() != 1 {
 		t.Fatalf("status %q executions %d: %s", fin.Status, n.Load(), shape(evs))

@@ -362,3 +362,33 @@ func usageChunk(id string, in, out int) string {
 func answer(id, s string, in, out int) http.HandlerFunc {
 	return replay(sse(textChunk(id, s), finishChunk(id, "stop"), usageChunk(id, in, out)))
 }
+
+// stop ends the harness's process as a graceful shutdown does: its runs
+// stop (a suspended run stays suspended in the store) and what its
+// writer queued is stored.
+func (h *harness) stop(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := h.runs.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.writer.Sync(ctx, thread); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next starts the next process on the harness's store with the agent cfg
+// builds, and makes it the harness's: its runs, its writer.
+func (h *harness) next(t *testing.T, cfg openai.Config) *instanceai.Runs {
+	t.Helper()
+	cfg.Store, cfg.Logger = h.store, slog.New(slog.DiscardHandler)
+	agent, err := openai.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
+	t.Cleanup(func() { _ = writer.Close(context.Background()) })
+	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
+	t.Cleanup(func() { _ = runs.Shutdown(context.Background()) })
+	h.runs, h.writer, h.agent = runs, writer, agent
+	return runs
+}

@@ -3,7 +3,6 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -367,25 +366,12 @@ func TestMCPResumeAfterRestart(t *testing.T) {
 	c := waitConfirmation(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.runs.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.writer.Sync(ctx, thread); err != nil {
-		t.Fatal(err)
-	}
+	h.stop(t, ctx)
 	_ = first.Close() // the process ends: its MCP servers with it
 
 	// The next process.
 	cfg.Tools, _ = mcpRegistry(t, servers)
-	cfg.Store, cfg.Logger = h.store, slog.New(slog.DiscardHandler)
-	agent, err := openai.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
-	defer writer.Close(context.Background())
-	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
-	defer runs.Shutdown(context.Background())
+	runs := h.next(t, cfg)
 	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +379,6 @@ func TestMCPResumeAfterRestart(t *testing.T) {
 	if resumed == nil || resumed.ID != run.ID {
 		t.Fatalf("no resumed run: %+v", resumed)
 	}
-	h.writer = writer
 	evs := h.wait(t, resumed)
 	completed(t, evs)
 	if got, err := os.ReadFile(path); err != nil || string(got) != "resumed" {
@@ -426,24 +411,11 @@ func TestMCPElicitationAcrossRestart(t *testing.T) {
 	c := waitConfirmation(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.runs.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.writer.Sync(ctx, thread); err != nil {
-		t.Fatal(err)
-	}
+	h.stop(t, ctx)
 	_ = first.Close()
 
 	cfg.Tools, _ = mcpRegistry(t, servers)
-	cfg.Store, cfg.Logger = h.store, slog.New(slog.DiscardHandler)
-	agent, err := openai.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := instanceai.NewWriter(h.store, instanceai.NewHub(1<<16), instanceai.WriterConfig{})
-	defer writer.Close(context.Background())
-	runs := instanceai.NewRuns(writer, agent, instanceai.RunsConfig{Confirmations: h.store, Logger: cfg.Logger})
-	defer runs.Shutdown(context.Background())
+	runs := h.next(t, cfg)
 	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Kind: instanceai.AnswerQuestions, Approved: true,
 		Answers: []instanceai.QuestionAnswer{{QuestionID: "name", CustomText: "Ada"}}}); err != nil {
 		t.Fatal(err)
@@ -452,7 +424,6 @@ func TestMCPElicitationAcrossRestart(t *testing.T) {
 	if resumed == nil || resumed.ID != run.ID {
 		t.Fatalf("no resumed run: %+v", resumed)
 	}
-	h.writer = writer
 	evs := h.wait(t, resumed)
 	completed(t, evs)
 	errs := ofType[*instanceai.ToolError](evs, instanceai.TypeToolError)
