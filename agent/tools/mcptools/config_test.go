@@ -85,19 +85,37 @@ func TestMCPConfigReadFile(t *testing.T) {
 	}
 }
 
-// TestMCPDocExample: the configuration file docs/mcp.md shows loads, and
-// means what the guide says of it.
-func TestMCPDocExample(t *testing.T) {
-	doc, err := os.ReadFile("../../../docs/mcp.md")
+// docExample is the first ```json block of the document at path.
+func docExample(t *testing.T, path string) []byte {
+	t.Helper()
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(doc), "```json\n")
 	example, _, closed := strings.Cut(after, "```")
 	if !ok || !closed {
-		t.Fatal("docs/mcp.md has no ```json example")
+		t.Fatalf("%s has no ```json example", path)
 	}
-	f, err := mcptools.Parse([]byte(example), env(map[string]string{"TICKETS_TOKEN": "t0k"}))
+	return []byte(example)
+}
+
+// TestMCPReadmeExample: the configuration the README shows loads.
+func TestMCPReadmeExample(t *testing.T) {
+	f, err := mcptools.Parse(docExample(t, "../../../README.md"), env(map[string]string{"TICKETS_TOKEN": "t0k"}))
+	if err != nil {
+		t.Fatalf("the README's example: %v", err)
+	}
+	if fs, tickets := f.Servers["fs"], f.Servers["tickets"]; len(f.Servers) != 2 || fs.Command != "npx" ||
+		tickets.Headers["Authorization"] != "Bearer t0k" || tickets.Approval != mcptools.ApprovalAlways {
+		t.Errorf("servers %+v", f.Servers)
+	}
+}
+
+// TestMCPDocExample: the configuration file docs/mcp.md shows loads, and
+// means what the guide says of it.
+func TestMCPDocExample(t *testing.T) {
+	f, err := mcptools.Parse(docExample(t, "../../../docs/mcp.md"), env(map[string]string{"TICKETS_TOKEN": "t0k"}))
 	if err != nil {
 		t.Fatalf("the guide's example: %v", err)
 	}
