@@ -25,6 +25,10 @@ type loop struct {
 	// tools is what the request offers; client names the client's tools.
 	tools  []wireTool
 	client map[string]bool
+	// server holds the registry's tools as they were when the run began:
+	// the registry's changing tools (an MCP server's) may come and go
+	// meanwhile, and a call is run by the tool the model was offered.
+	server map[string]tools.Tool
 	// seen holds the tool call ids of the conversation: a server that
 	// repeats one (some number calls per response) gets a fresh id, as the
 	// log and the tree key calls by id.
@@ -42,7 +46,7 @@ type loop struct {
 }
 
 func (a *Agent) newLoop(run *instanceai.Run, history []instanceai.HistoryMessage, clientTools []instanceai.ToolSpec) *loop {
-	l := &loop{a: a, run: run, client: map[string]bool{}, seen: map[string]bool{}}
+	l := &loop{a: a, run: run, client: map[string]bool{}, seen: map[string]bool{}, server: map[string]tools.Tool{}}
 	if a.cfg.SystemPrompt != "" {
 		l.msgs = append(l.msgs, instanceai.HistoryMessage{Role: instanceai.RoleSystem, Content: a.cfg.SystemPrompt})
 	}
@@ -56,10 +60,11 @@ func (a *Agent) newLoop(run *instanceai.Run, history []instanceai.HistoryMessage
 		}
 	}
 	for _, t := range a.cfg.Tools.List() {
+		l.server[t.Name] = t
 		l.tools = append(l.tools, functionTool(t.Name, t.Description, t.Parameters))
 	}
 	for _, t := range clientTools {
-		if _, server := a.cfg.Tools.Get(t.Name); server || l.client[t.Name] || t.Name == "" {
+		if _, server := l.server[t.Name]; server || l.client[t.Name] || t.Name == "" {
 			// The server's tool of that name wins: the model cannot say
 			// which one it means.
 			a.log.Warn("ignoring a client tool that repeats a tool name", "tool", t.Name, "run", run.ID)
@@ -150,7 +155,7 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 		case l.isClient(c.name):
 			stop = true
 		default:
-			if _, ok := l.a.cfg.Tools.Get(c.name); ok {
+			if _, ok := l.server[c.name]; ok {
 				pending = append(pending, c)
 				continue
 			}
@@ -163,7 +168,7 @@ func (l *loop) settle(ctx context.Context, calls []stepCall, pre *decided) (stop
 		}
 	}
 	for _, c := range pending {
-		t, _ := l.a.cfg.Tools.Get(c.name)
+		t := l.server[c.name]
 		if pre != nil && pre.asked && pre.toolCallID == c.id {
 			msg := "The tool was interrupted by a server restart while it waited for the person's answer to its question, so it did not finish. Call it again if it is still needed."
 			if err := l.emit(ctx, instanceai.Event{Type: instanceai.TypeToolError,
@@ -229,7 +234,7 @@ func (l *loop) isClient(name string) bool {
 	if l.client[name] {
 		return true
 	}
-	_, server := l.a.cfg.Tools.Get(name)
+	_, server := l.server[name]
 	return l.resuming && !server
 }
 

@@ -34,10 +34,17 @@ type Tool struct {
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
-// Registry is an ordered set of tools, looked up by name.
+// Registry is an ordered set of tools, looked up by name: fixed ones, and
+// optionally those a source lists at each use (tools that come and go while
+// the process runs, as an MCP server's do when it starts late, restarts or
+// changes its list).
 type Registry struct {
 	tools  []Tool
 	byName map[string]int
+	// source lists the changing tools, after the fixed ones; a name a
+	// fixed tool (or an earlier listed one) has, an invalid name, or a
+	// tool without Execute is left out.
+	source func() []Tool
 }
 
 // NewRegistry checks the tools and returns them as a registry: names must be
@@ -52,13 +59,57 @@ func NewRegistry(tools ...Tool) (*Registry, error) {
 	return r, nil
 }
 
-// With returns a registry with the tools of r followed by more.
+// With returns a registry with the tools of r followed by more (and r's
+// source, if it has one).
 func (r *Registry) With(more ...Tool) (*Registry, error) {
 	var base []Tool
+	var source func() []Tool
 	if r != nil {
-		base = r.tools
+		base, source = r.tools, r.source
 	}
-	return NewRegistry(append(slices.Clone(base), more...)...)
+	out, err := NewRegistry(append(slices.Clone(base), more...)...)
+	if err != nil {
+		return nil, err
+	}
+	out.source = source
+	return out, nil
+}
+
+// WithSource returns a registry with r's tools followed by those src lists
+// each time the registry is read (List, Get, Len). src must be safe for
+// concurrent use and cheap: it is called for every lookup.
+func (r *Registry) WithSource(src func() []Tool) *Registry {
+	out := &Registry{byName: map[string]int{}}
+	var prev func() []Tool
+	if r != nil {
+		out.tools, out.byName, prev = r.tools, r.byName, r.source
+	}
+	out.source = src
+	if prev != nil {
+		out.source = func() []Tool { return append(prev(), src()...) }
+	}
+	return out
+}
+
+// changing returns the source's tools that the registry offers: valid,
+// and named as no fixed or earlier tool is.
+func (r *Registry) changing() []Tool {
+	if r == nil || r.source == nil {
+		return nil
+	}
+	var out []Tool
+	seen := map[string]bool{}
+	for _, t := range r.source() {
+		if _, fixed := r.byName[t.Name]; fixed || seen[t.Name] || !toolName.MatchString(t.Name) || t.Execute == nil {
+			continue
+		}
+		seen[t.Name] = true
+		if len(t.Parameters) == 0 {
+			t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 func (r *Registry) add(t Tool) error {
@@ -93,11 +144,15 @@ func (r *Registry) Get(name string) (Tool, bool) {
 	if r == nil {
 		return Tool{}, false
 	}
-	i, ok := r.byName[name]
-	if !ok {
-		return Tool{}, false
+	if i, ok := r.byName[name]; ok {
+		return r.tools[i], true
 	}
-	return r.tools[i], true
+	for _, t := range r.changing() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
 }
 
 // List returns the tools in registration order.
@@ -105,7 +160,7 @@ func (r *Registry) List() []Tool {
 	if r == nil {
 		return nil
 	}
-	return slices.Clone(r.tools)
+	return append(slices.Clone(r.tools), r.changing()...)
 }
 
 // Len is the number of tools.
@@ -113,7 +168,7 @@ func (r *Registry) Len() int {
 	if r == nil {
 		return 0
 	}
-	return len(r.tools)
+	return len(r.tools) + len(r.changing())
 }
 
 // Call is what a running tool may do with the run that called it, beyond

@@ -61,3 +61,53 @@ func TestRegistryRejects(t *testing.T) {
 		}
 	}
 }
+
+// A registry with a source offers the source's tools as they are at each
+// read, after the fixed ones; a source tool named as a fixed or earlier
+// one, or invalid, is left out; With keeps the source.
+func TestRegistryWithSource(t *testing.T) {
+	fixed, err := NewRegistry(Tool{Name: "own", Execute: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current []Tool
+	r := fixed.WithSource(func() []Tool { return current })
+	names := func(r *Registry) string {
+		var out []string
+		for _, t := range r.List() {
+			out = append(out, t.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	if names(r) != "own" || r.Len() != 1 {
+		t.Fatalf("an empty source: %q", names(r))
+	}
+	current = []Tool{
+		{Name: "srv__a", Execute: echo},
+		{Name: "own", Execute: echo},      // a fixed tool's name
+		{Name: "srv__a", Execute: echo},   // an earlier one's
+		{Name: "bad name", Execute: echo}, // invalid
+		{Name: "srv__no_execute"},         // no Execute
+		{Name: "srv__b", NeedsApproval: true, Execute: echo},
+	}
+	if names(r) != "own srv__a srv__b" || r.Len() != 3 {
+		t.Fatalf("the source's tools: %q", names(r))
+	}
+	if b, ok := r.Get("srv__b"); !ok || !b.NeedsApproval || string(b.Parameters) != `{"type":"object","properties":{}}` {
+		t.Fatalf("Get srv__b: %+v %v", b, ok)
+	}
+	if _, ok := r.Get("bad name"); ok {
+		t.Fatal("Get found an invalid source tool")
+	}
+	more, err := r.With(Tool{Name: "later", Execute: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current = current[:1]
+	if names(more) != "own later srv__a" || names(r) != "own srv__a" {
+		t.Fatalf("after the source changed: %q and %q", names(more), names(r))
+	}
+	if names(fixed) != "own" {
+		t.Fatalf("the fixed registry changed: %q", names(fixed))
+	}
+}

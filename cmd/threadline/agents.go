@@ -158,13 +158,12 @@ func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, lo
 		}
 	}
 	if mcp != nil {
-		set, err := mcp.Tools()
-		if err != nil {
+		// The servers' tools as they are at each run: a server that starts
+		// late, restarts or changes its list is followed.
+		if _, err := mcp.Tools(); err != nil {
 			return nil, usageError{fmt.Sprintf("--mcp-config: %v", err)}
 		}
-		if registry, err = registry.With(set...); err != nil {
-			return nil, usageError{fmt.Sprintf("--mcp-config: %v", err)}
-		}
+		registry = registry.WithSource(mcp.Current)
 	}
 	a, err := openai.New(openai.Config{
 		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,

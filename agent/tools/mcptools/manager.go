@@ -108,6 +108,7 @@ func New(f File, opts Options) *Manager {
 		s.client = mcp.NewClient(&mcp.Implementation{Name: "threadline", Version: version.String()}, &mcp.ClientOptions{
 			ElicitationHandler:          s.elicit,
 			ProgressNotificationHandler: s.progress,
+			ToolListChangedHandler:      s.toolsChanged,
 			// No roots: Threadline has no files of its own to offer.
 			Capabilities: &mcp.ClientCapabilities{},
 		})
@@ -118,9 +119,9 @@ func New(f File, opts Options) *Manager {
 
 // Start connects every enabled server and lists its tools, the servers in
 // parallel, each within ConnectTimeout. A server that fails does not stop
-// the others: it is restarted in the background with backoff, but offers
-// no tools until Threadline starts again (its tools are unknown). Start
-// returns the servers' failures joined, for the log.
+// the others: it is restarted in the background with backoff, and offers
+// its tools (Current) once it answers. Start returns the servers'
+// failures joined, for the log.
 func (m *Manager) Start(ctx context.Context) error {
 	if !m.started.CompareAndSwap(false, true) {
 		return errors.New("mcptools: Start called twice")
@@ -154,28 +155,33 @@ func (m *Manager) Start(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Tools returns the tools of the servers that answered at Start, in
-// server then tool order. Their names are <server>__<tool>, sanitised to
-// [a-zA-Z0-9_-]{1,64}; a name that would repeat another gets a hash suffix.
-func (m *Manager) Tools() ([]tools.Tool, error) {
+// Current returns the tools the servers offer now, in server then tool
+// order: each server's as it last listed them (at its start, each restart,
+// and each tools/list_changed it sends), kept while it restarts (a call
+// then fails at once, naming the server's state). Their names are
+// <server>__<tool>, sanitised to [a-zA-Z0-9_-]{1,64}; a name that would
+// repeat another of the server's gets a hash suffix. It is the source of
+// the agent's registry (tools.Registry.WithSource).
+func (m *Manager) Current() []tools.Tool {
 	var out []tools.Tool
-	taken := map[string]string{}
 	for _, s := range m.servers {
 		s.mu.Lock()
-		listed := s.tools
+		out = append(out, s.offered...)
 		s.mu.Unlock()
-		for _, t := range listed {
-			pol := s.cfg.Tools[t.Name]
-			if pol.Disabled {
-				continue
-			}
-			name := toolName(s.name, t.Name, taken)
-			if prev, dup := taken[name]; dup {
-				return nil, fmt.Errorf("MCP tools %s and %s/%s have the same name %q", prev, s.name, t.Name, name)
-			}
-			taken[name] = s.name + "/" + t.Name
-			out = append(out, s.tool(name, t))
+	}
+	return out
+}
+
+// Tools returns Current, or an error when two servers' tools have one
+// name (as sanitised).
+func (m *Manager) Tools() ([]tools.Tool, error) {
+	out := m.Current()
+	seen := map[string]bool{}
+	for _, t := range out {
+		if seen[t.Name] {
+			return nil, fmt.Errorf("two MCP tools have the same name %q", t.Name)
 		}
+		seen[t.Name] = true
 	}
 	return out, nil
 }
@@ -273,8 +279,10 @@ type server struct {
 	restarts int
 	lastErr  string
 	stderr   *tail
-	// tools are the server's tools as listed at Start.
-	tools []*mcp.Tool
+	// tools are the server's tools as it last listed them, and offered
+	// those of them the policy does not disable, as tools.Tool.
+	tools   []*mcp.Tool
+	offered []tools.Tool
 	// calls are the calls in flight, by progress token.
 	calls   map[string]*inflight
 	changed chan struct{}
@@ -332,8 +340,61 @@ func (s *server) current() (*mcp.ClientSession, error) {
 	return nil, fmt.Errorf("the MCP server %q is not connected (%s)", s.name, s.state)
 }
 
-// connect starts the server (or reaches it) and, the first time, lists
-// its tools.
+// setToolsLocked records the server's tools as it listed them, and the
+// tools.Tool the model is offered for them.
+func (s *server) setToolsLocked(listed []*mcp.Tool) {
+	s.tools = listed
+	s.offered = nil
+	taken := map[string]string{}
+	for _, t := range listed {
+		if s.cfg.Tools[t.Name].Disabled {
+			continue
+		}
+		name := toolName(s.name, t.Name, taken)
+		taken[name] = t.Name
+		s.offered = append(s.offered, s.tool(name, t))
+	}
+}
+
+// listTools lists the session's tools, all pages.
+func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var listed []*mcp.Tool
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		listed = append(listed, t)
+	}
+	return listed, nil
+}
+
+// toolsChanged is the server's tools/list_changed: its tools are listed
+// again, apart from the session's reading (a request made from inside its
+// notification handler would wait on itself).
+func (s *server) toolsChanged(context.Context, *mcp.ToolListChangedRequest) {
+	go func() {
+		sess, err := s.current()
+		if err != nil {
+			return // a restart lists them anyway
+		}
+		ctx, cancel := context.WithTimeout(s.m.ctx, s.m.opts.ConnectTimeout)
+		defer cancel()
+		listed, err := listTools(ctx, sess)
+		if err != nil {
+			s.log.Warn("MCP server changed its tools, which could not be listed again", "err", err)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.session != sess {
+			return // a newer session listed its own
+		}
+		s.setToolsLocked(listed)
+		s.log.Info("MCP server changed its tools", "tools", len(listed))
+	}()
+}
+
+// connect starts the server (or reaches it) and lists its tools.
 func (s *server) connect(ctx context.Context, first bool) error {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
 	defer cancel()
@@ -362,15 +423,10 @@ func (s *server) connect(ctx context.Context, first bool) error {
 	if err != nil {
 		return withStderr(connectError(ctx, s.m.opts.ConnectTimeout, err), errTail)
 	}
-	var listed []*mcp.Tool
-	if first {
-		for t, err := range sess.Tools(ctx, nil) {
-			if err != nil {
-				_ = sess.Close()
-				return withStderr(fmt.Errorf("listing its tools: %w", connectError(ctx, s.m.opts.ConnectTimeout, err)), errTail)
-			}
-			listed = append(listed, t)
-		}
+	listed, err := listTools(ctx, sess)
+	if err != nil {
+		_ = sess.Close()
+		return withStderr(fmt.Errorf("listing its tools: %w", connectError(ctx, s.m.opts.ConnectTimeout, err)), errTail)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -378,9 +434,7 @@ func (s *server) connect(ctx context.Context, first bool) error {
 		_ = sess.Close()
 		return errors.New("closed")
 	}
-	if first {
-		s.tools = listed
-	}
+	s.setToolsLocked(listed)
 	s.session, s.stderr = sess, errTail
 	s.pid = 0
 	if cmd != nil && cmd.Process != nil {
