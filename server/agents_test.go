@@ -130,6 +130,14 @@ func answerStep(text string, in, out int) []string {
 func startOpenAI(t *testing.T, store instanceai.Store) (*harness, *fakeLLM) {
 	t.Helper()
 	llm := &fakeLLM{}
+	agent := lookupAgent(t, llm, store)
+	return start(t, store, servertest.Options{Agent: agent, Config: server.Config{LLMHealth: agent.HealthHandler()}}), llm
+}
+
+// lookupAgent is the OpenAI-compatible agent on the model server llm
+// (served for the test), with one tool, lookup, that answers 42.
+func lookupAgent(t *testing.T, llm http.Handler, store instanceai.Store) *openai.Agent {
+	t.Helper()
 	upstream := httptest.NewServer(llm)
 	t.Cleanup(upstream.Close)
 	registry, err := tools.NewRegistry(tools.Tool{
@@ -146,7 +154,7 @@ func startOpenAI(t *testing.T, store instanceai.Store) (*harness, *fakeLLM) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, store, servertest.Options{Agent: agent, Config: server.Config{LLMHealth: agent.HealthHandler()}}), llm
+	return agent
 }
 
 func TestOpenAIAgentThroughBothProtocols(t *testing.T) {

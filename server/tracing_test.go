@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,8 +19,6 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/threadline/threadline/agent/openai"
-	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/internal/tracing"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/servertest"
@@ -121,23 +118,8 @@ func (f *tracedLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func startTracedOpenAI(t *testing.T, tracingOn bool) (*servertest.Server, *tracedLLM) {
 	t.Helper()
 	llm := &tracedLLM{}
-	upstream := httptest.NewServer(llm)
-	t.Cleanup(upstream.Close)
-	registry, err := tools.NewRegistry(tools.Tool{
-		Name: "lookup", Description: "Looks a question up.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
-		Execute: func(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
-			return json.RawMessage(`{"answer":42}`), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	store := servertest.OpenStore(t, "memory")
-	agent, err := openai.New(openai.Config{BaseURL: upstream.URL + "/v1", Model: "test-model", Tools: registry, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := lookupAgent(t, llm, store)
 	return servertest.Start(t, store, servertest.Options{Agent: agent, Config: server.Config{Tracing: tracingOn}}), llm
 }
 
