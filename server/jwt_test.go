@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -351,25 +352,36 @@ func TestJWTRouteScopes(t *testing.T) {
 	}
 }
 
+// openAPIOperation is an OpenAPI operation's answers, by status.
+type openAPIOperation struct {
+	Responses map[string]struct {
+		Description string `json:"description"`
+	} `json:"responses"`
+}
+
+// openAPIPaths is the OpenAPI document's operations by path and method,
+// read once.
+var openAPIPaths = sync.OnceValues(func() (map[string]map[string]openAPIOperation, error) {
+	body, err := openapi.Document("dev")
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Paths map[string]map[string]openAPIOperation `json:"paths"`
+	}
+	err = json.Unmarshal(body, &doc)
+	return doc.Paths, err
+})
+
 // documented403 is the description of the 403 answer the OpenAPI document
 // gives the route ("" when it has none).
 func documented403(t *testing.T, method, path string) string {
 	t.Helper()
-	body, err := openapi.Document("dev")
+	paths, err := openAPIPaths()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Paths map[string]map[string]struct {
-			Responses map[string]struct {
-				Description string `json:"description"`
-			} `json:"responses"`
-		} `json:"paths"`
-	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc.Paths[path][strings.ToLower(method)].Responses["403"].Description
+	return paths[path][strings.ToLower(method)].Responses["403"].Description
 }
 
 // TestJWTThreads: the threads claim limits a token to thread ids and
