@@ -43,6 +43,17 @@ type Answer struct {
 // run is no longer waiting for it.
 var ErrConfirmationClosed = errors.New("confirmation is no longer awaited")
 
+// ConfirmationExpiredError is Answer's refusal of an answer other than a
+// denial to a confirmation past its expiry (RunsConfig.Expired).
+type ConfirmationExpiredError struct {
+	RequestID string
+	At        string
+}
+
+func (e *ConfirmationExpiredError) Error() string {
+	return fmt.Sprintf("confirmation %q expired at %s: it can only be denied", e.RequestID, e.At)
+}
+
 // Confirm publishes a confirmation-request for a tool call and suspends the
 // caller until a person answers or ctx ends. The request is stored first,
 // so it survives a restart and the status endpoint reports the run as
@@ -297,6 +308,11 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 		return c.RunID, "", ErrConfirmationClosed
 	default:
 		return c.RunID, "", ErrAlreadyAnswered
+	}
+	if a.Approved && m.expired != nil {
+		if at, gone := m.expired(&c, m.now()); gone {
+			return c.RunID, "", &ConfirmationExpiredError{RequestID: requestID, At: at}
+		}
 	}
 	outcome, err := m.answer(ctx, &c, a)
 	return c.RunID, outcome, err

@@ -67,6 +67,8 @@ type CoreConfig struct {
 	BusBroadcast bool
 	Logger       *slog.Logger
 	Observer     Observer
+	// Expired judges a confirmation's expiry (RunsConfig.Expired).
+	Expired func(c *Confirmation, now time.Time) (at string, expired bool)
 }
 
 // NewCore builds the engine over store with agent answering chats.
@@ -113,7 +115,8 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	wcfg.LiveHeld = func() bool { return c.Runs.LiveHeld() || (c.Cluster != nil && c.Cluster.Lost()) }
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
-		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store})
+		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store,
+		Expired: cfg.Expired})
 	c.Runs.liveText = c.Hub.LiveText
 	if c.Cluster != nil {
 		c.Cluster.HoldDeltas(c.Runs.LiveHeld)

@@ -108,6 +108,12 @@ type RunsConfig struct {
 	// exists and is its user's (nil: Confirmations, when it is one; no
 	// check when neither is).
 	Threads ThreadReader
+	// Expired reports whether a pending confirmation may now only be
+	// denied, and from when (an upstream AG-UI interrupt's expiresAt,
+	// which the core does not read itself); Answer then refuses any other
+	// answer with *ConfirmationExpiredError. Nil: confirmations never
+	// expire.
+	Expired func(c *Confirmation, now time.Time) (at string, expired bool)
 }
 
 // ThreadReader reads a thread's record.
@@ -154,6 +160,7 @@ type Runs struct {
 	confirms ConfirmationStore
 	log      *slog.Logger
 	now      func() time.Time
+	expired  func(c *Confirmation, now time.Time) (string, bool)
 	obs      Observer
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
@@ -235,7 +242,7 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, born: time.Now()}
+		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, expired: cfg.Expired, born: time.Now()}
 	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m

@@ -23,6 +23,7 @@ import (
 	"github.com/threadline/threadline/internal/proc"
 	"github.com/threadline/threadline/internal/tracing"
 	"github.com/threadline/threadline/internal/version"
+	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/metrics"
 	"github.com/threadline/threadline/server/accesslog"
 	"github.com/threadline/threadline/server/aguiapi"
@@ -169,7 +170,8 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	}
 	s.leaseRenew = cfg.LeaseRenew
 	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer,
-		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics})
+		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics,
+		Expired: interruptExpired})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
 	s.Metrics.DefaultAgent(cfg.AgentName)
 
@@ -478,4 +480,11 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		b.once.Do(b.lift)
 	}
 	return n, err
+}
+
+// interruptExpired is the core's expiry of a confirmation: an upstream
+// AG-UI agent's interrupt carries its expiresAt in the confirmation's args.
+func interruptExpired(c *instanceai.Confirmation, now time.Time) (string, bool) {
+	at := mapping.ConfirmationExpiry(c)
+	return at, mapping.InterruptExpired(at, now)
 }

@@ -1,16 +1,13 @@
 package nativeapi
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"regexp"
-	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
 )
@@ -104,40 +101,23 @@ func (a *API) answerConfirmation(w http.ResponseWriter, r *http.Request) (string
 	if err != nil {
 		return "", "", err
 	}
-	user := auth.UserFrom(r.Context())
-	if ans.Approved {
-		if err := a.refuseExpired(r.Context(), user, id); err != nil {
-			return "", "", err
-		}
-	}
-	runID, outcome, err := a.core.Answer(r.Context(), user, id, ans)
+	runID, outcome, err := a.core.Answer(r.Context(), auth.UserFrom(r.Context()), id, ans)
+	var expired *instanceai.ConfirmationExpiredError
 	switch {
 	case errors.Is(err, instanceai.ErrNotFound):
 		return "", "", httpjson.NewError(http.StatusNotFound, "confirmation_not_found", "requestId", "confirmation %q does not exist", id)
 	case errors.Is(err, instanceai.ErrAlreadyAnswered):
 		return "", "", httpjson.NewError(http.StatusConflict, "already_answered", "requestId", "confirmation %q was already answered", id)
+	case errors.As(err, &expired):
+		// An upstream AG-UI interrupt past its expiresAt, refused as the
+		// AG-UI resume refuses it (the upstream would): deny it to go on.
+		return "", "", httpjson.NewError(http.StatusConflict, "confirmation_expired", "requestId",
+			"confirmation %q stands for an interrupt that expired at %s: it can only be denied (approved: false)", id, expired.At)
 	case errors.Is(err, instanceai.ErrConfirmationClosed):
 		return "", "", httpjson.NewError(http.StatusConflict, "confirmation_closed", "requestId",
 			"confirmation %q is no longer awaited: its run ended before an answer arrived", id)
 	}
 	return runID, outcome, err
-}
-
-// refuseExpired refuses to approve (or otherwise answer than deny) a
-// confirmation that stands for an upstream AG-UI interrupt past its
-// expiresAt, as the AG-UI resume does (the upstream would refuse it); a
-// denial still goes through, so that the thread can go on. Anything else
-// (unknown, another user's, answered) is left to Answer to refuse.
-func (a *API) refuseExpired(ctx context.Context, user, id string) error {
-	c, err := a.store.GetConfirmation(ctx, id)
-	if err != nil || c.Status != instanceai.ConfirmationPending || c.OwnerID != user || !instanceai.ThreadAllowed(ctx, c.ThreadID) {
-		return nil
-	}
-	if at := mapping.ConfirmationExpiry(&c); mapping.InterruptExpired(at, time.Now()) {
-		return httpjson.NewError(http.StatusConflict, "confirmation_expired", "requestId",
-			"confirmation %q stands for an interrupt that expired at %s: it can only be denied (approved: false)", id, at)
-	}
-	return nil
 }
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
