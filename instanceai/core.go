@@ -54,6 +54,8 @@ type CoreConfig struct {
 	// with nothing to do (Hub.Evict; DefaultTopicIdle when 0).
 	TopicIdle time.Duration
 	Writer    WriterConfig
+	// Limits bound every producer's events (zero: the defaults).
+	Limits Limits
 	// Bus joins this instance to others; nil for one process.
 	Bus Bus
 	// Instance names this process among those sharing the store.

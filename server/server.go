@@ -64,6 +64,8 @@ type Config struct {
 	HistoryMaxBytes int
 	Heartbeat       time.Duration
 	Writer          instanceai.WriterConfig
+	// Limits bound the events producers hand in (zero: the defaults).
+	Limits instanceai.Limits
 	// Auth authenticates the API's callers; nil (or no tokens) is
 	// single-user mode, where every request acts as auth.LocalUser.
 	Auth   *auth.Authenticator
@@ -169,7 +171,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.LeaseRenew = DefaultLeaseRenew
 	}
 	s.leaseRenew = cfg.LeaseRenew
-	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer,
+	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer, Limits: cfg.Limits,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics,
 		Expired: interruptExpired})
 	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)

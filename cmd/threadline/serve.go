@@ -50,6 +50,7 @@ type serveConfig struct {
 	historyBytes    int
 	copilotkitPath  string
 	checkpointBytes int
+	limits          instanceai.Limits
 	checkpointEvery time.Duration
 	heartbeat       time.Duration
 	shutdownTimeout time.Duration
@@ -100,6 +101,10 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 		"bytes a /messages page or an AG-UI rejoin's MESSAGES_SNAPSHOT holds past its newest message; older messages are read with ?before=olderCursor")
 	f.String(&c.copilotkitPath, "copilotkit-path", "THREADLINE_COPILOTKIT_PATH", copilotkitapi.DefaultBase,
 		"where CopilotKit's runtime protocol is served: a CopilotKit frontend's runtimeUrl is this server's URL with this path")
+	f.Int(&c.limits.MaxEventBytes, "max-event-bytes", "THREADLINE_MAX_EVENT_BYTES", instanceai.DefaultMaxEventBytes,
+		"the largest event a producer may hand in, as stored (its JSON): a larger one is refused with event_too_large (an agent's run then ends with that error; the publish API answers 413)")
+	f.Int(&c.limits.MaxSegmentBytes, "max-segment-bytes", "THREADLINE_MAX_SEGMENT_BYTES", instanceai.DefaultMaxSegmentBytes,
+		"the longest one streamed message (or reasoning) may grow, as stored (JSON-escaped): the run whose message crosses it ends with segment_too_large, the text up to it kept; at most --max-event-bytes less 64 KiB")
 	f.Int(&c.checkpointBytes, "checkpoint-bytes", "THREADLINE_CHECKPOINT_BYTES", instanceai.DefaultCheckpointBytes,
 		"store the text of a reply still streaming once this many bytes of it are not stored, so that a crash loses at most that much (SQLite and PostgreSQL; 0 = not by size)")
 	f.Duration(&c.checkpointEvery, "checkpoint-interval", "THREADLINE_CHECKPOINT_INTERVAL", instanceai.DefaultCheckpointInterval,
@@ -347,6 +352,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if c.checkpointBytes < 0 || c.checkpointEvery < 0 {
 		return usageError{"--checkpoint-bytes and --checkpoint-interval must be 0 (off) or more"}
 	}
+	if c.limits.MaxEventBytes < 1 || c.limits.MaxSegmentBytes < 1 {
+		return usageError{"--max-event-bytes and --max-segment-bytes must be positive"}
+	}
+	if err := c.limits.Check(); err != nil {
+		return usageError{err.Error()}
+	}
 	if !strings.HasPrefix(c.copilotkitPath, "/") || c.copilotkitPath == "/" || strings.ContainsAny(c.copilotkitPath, "{}?#") {
 		return usageError{fmt.Sprintf("--copilotkit-path %q: want a path such as /copilotkit (not the root)", c.copilotkitPath)}
 	}
@@ -425,6 +436,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(store, agent, server.Config{
 		Writer:  instanceai.WriterConfig{CheckpointBytes: offIfZero(c.checkpointBytes), CheckpointInterval: offIfZero(c.checkpointEvery)},
+		Limits:  c.limits,
 		MaxBody: c.maxBody, ChatMaxBody: c.chatMaxBody, SubscriberQueue: c.subscriberQueue, SubscriberQueueBytes: c.queueBytes, HistoryMaxBytes: c.historyBytes, CopilotKitPath: c.copilotkitPath, Producers: producers, Heartbeat: c.heartbeat, Auth: authn, Logger: logger,
 		AllowedOrigins: cors.ParseOrigins(c.allowedOrigins), AgentName: c.agent, Metrics: m, LLMHealth: llmHealth, MCPStatus: mcpStatus(mcp),
 		// Without tokens the server is on loopback and unauthenticated: only
