@@ -82,7 +82,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 	// agent-spawned goes out as the orchestrator's event (it must not
 	// follow a finish), and only then does the new agent become live,
 	// with the token of the row it claims.
-	if err := r.Emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}); err != nil {
+	if err := r.emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}, true); err != nil {
 		cancel(err)
 		return nil, err
 	}
@@ -117,7 +117,12 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	}()
 	completed := &AgentCompleted{Role: role, Result: result, Status: RunCompleted}
 	var c cancelled
+	var over *LimitError
 	switch {
+	case errors.As(context.Cause(ctx), &over):
+		// Stopped at its door for streaming past a bound: that is its
+		// error, whatever work made of its cancelled context.
+		completed.Status, completed.Error = RunError, over.Error()
 	case errors.As(context.Cause(ctx), &c):
 		// What work returns once cancelled is not a result, even when it
 		// did not notice and reports success.
@@ -131,8 +136,12 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	lost := errors.Is(context.Cause(ctx), errLeaseLost)
 	now := m.now().UnixMilli()
 	r.mu.Lock()
-	if completed.Status == RunCancelled {
-		r.settleToolsLocked(func(agentID string) bool { return agentID == agent.ID }, now)
+	if !lost {
+		// What the agent left open ends with it: its calls (a cancelled
+		// result when it was cancelled, else an error), then the agents it
+		// spawned.
+		r.settleToolsLocked(func(c liveCall) bool { return c.agentID == agent.ID }, completed.Status, now, agent.task.fence)
+		r.completeAgentsLocked(r.rules.descendants(agent.ID), RunError, "its parent agent completed before it did", now, agent.task.fence)
 	}
 	delete(r.liveAgents, agent.ID)
 	if !lost {

@@ -210,7 +210,8 @@ func TestConfirmWithoutAStoreFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ := store.ReadAfter(context.Background(), "t", 0, 0)
-	if len(rows) != 4 || rows[2].Event.Type != instanceai.TypeError || rows[3].Event.Type != instanceai.TypeRunFinish {
+	if len(rows) != 5 || rows[2].Event.Type != instanceai.TypeError || rows[3].Event.Type != instanceai.TypeToolError ||
+		rows[4].Event.Type != instanceai.TypeRunFinish {
 		t.Fatalf("log = %+v", rows)
 	}
 }

@@ -100,6 +100,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	}
 	wcfg := cfg.Writer
 	wcfg.Logger = cfg.Logger
+	wcfg.Limits = cfg.Limits
 	if cfg.Observer != nil {
 		wcfg.Observer = cfg.Observer
 	}
@@ -118,7 +119,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.Writer = NewWriter(store, publisher, wcfg)
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store,
-		Expired: cfg.Expired})
+		Expired: cfg.Expired, Limits: cfg.Limits})
 	c.Runs.liveText = c.Hub.LiveText
 	if c.Cluster != nil {
 		c.Cluster.HoldDeltas(c.Runs.LiveHeld)

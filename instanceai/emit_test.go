@@ -37,7 +37,7 @@ func TestEmitStampsTheRunAndValidatesFirst(t *testing.T) {
 	if err := <-results; err != nil {
 		t.Fatal(err)
 	}
-	l.expectLog("t", run.ID, "run-start @orch", "tool-call:c1 @orch", "run-finish:completed: @orch")
+	l.expectLog("t", run.ID, "run-start @orch", "tool-call:c1 @orch", "tool-error:c1="+runEnded+" @orch", "run-finish:completed: @orch")
 	call := l.rows("t")[1].Event
 	if call.AgentID != run.AgentID || call.UserID != "u" || call.TS < before {
 		t.Fatalf("stamped event = %+v", call)
@@ -59,7 +59,7 @@ func TestEmitFromSeveralGoroutinesKeepsEachOnesOrder(t *testing.T) {
 		for g := range goroutines {
 			wg.Go(func() {
 				for i := range each {
-					if err := run.Emit(toolCall(fmt.Sprintf("g%d-%d", g, i))); err != nil {
+					if err := run.Emit(mark(fmt.Sprintf("g%d-%d", g, i))); err != nil {
 						errs <- err
 						return
 					}
@@ -76,12 +76,12 @@ func TestEmitFromSeveralGoroutinesKeepsEachOnesOrder(t *testing.T) {
 	rows := l.rows("t")
 	if len(rows) != goroutines*each+2 || rows[0].Event.Type != instanceai.TypeRunStart ||
 		rows[len(rows)-1].Event.Payload.(*instanceai.RunFinish).Status != instanceai.RunCompleted {
-		t.Fatalf("stored %d events; want run-start, %d calls, run-finish{completed}", len(rows), goroutines*each)
+		t.Fatalf("stored %d events; want run-start, %d marks, run-finish{completed}", len(rows), goroutines*each)
 	}
 	next := make([]int, goroutines)
 	for _, r := range rows[1 : len(rows)-1] {
 		var g, i int
-		if _, err := fmt.Sscanf(r.Event.Payload.(*instanceai.ToolCall).ToolCallID, "g%d-%d", &g, &i); err != nil {
+		if _, err := fmt.Sscanf(r.Event.Payload.(*instanceai.TasksUpdate).Tasks.Tasks[0].ID, "g%d-%d", &g, &i); err != nil {
 			t.Fatal(err)
 		}
 		if i != next[g] {
@@ -114,7 +114,7 @@ func TestEmitDoesNotWaitForStorage(t *testing.T) {
 	emitted := make(chan error, 1)
 	runs := instanceai.NewRuns(writer, instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
 		for i := range 100 {
-			if err := run.Emit(toolCall("c" + strconv.Itoa(i))); err != nil {
+			if err := run.Emit(mark("c" + strconv.Itoa(i))); err != nil {
 				emitted <- err
 				return err
 			}

@@ -39,3 +39,40 @@ type InvalidRunIDError struct {
 func (e *InvalidRunIDError) Error() string {
 	return fmt.Sprintf("run id %q is not valid: it %s", e.RunID, ThreadIDRule)
 }
+
+// ErrRunTakenOver is why events of a run were not stored: another
+// instance took the run's claim (its lease ran out here, a frozen database
+// link or a stalled process) and settles the run.
+var ErrRunTakenOver = &NotStoredError{Fate: FateTakenOver}
+
+// The fates of events the writer did not store (NotStoredError.Fate).
+const (
+	// FateTakenOver: another instance took the run over.
+	FateTakenOver = "run_taken_over"
+	// FateStorageFailed: the store refused them past the retries; the run
+	// ended with storage_unavailable.
+	FateStorageFailed = "storage_unavailable"
+	// FateRefused: the event cannot be stored at all (see the log line).
+	FateRefused = "not_storable"
+)
+
+// NotStoredError says that events handed to the writer were dropped
+// instead of stored, and why: their run's fate. Run.Sync returns it, so
+// that no producer is told its events are in the log when they are not.
+type NotStoredError struct {
+	Fate string
+	Err  error
+}
+
+func (e *NotStoredError) Error() string {
+	switch e.Fate {
+	case FateTakenOver:
+		return "the run's events were not stored: another instance took the run over (its lease ran out on this one) and settles it"
+	case FateStorageFailed:
+		return fmt.Sprintf("the run's events were not stored: the store failed (%v), and the run ended with storage_unavailable", e.Err)
+	default:
+		return fmt.Sprintf("an event of the run was not stored: %v", e.Err)
+	}
+}
+
+func (e *NotStoredError) Unwrap() error { return e.Err }

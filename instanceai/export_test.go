@@ -25,3 +25,22 @@ func Drains(w *Writer) int {
 	defer w.mu.Unlock()
 	return len(w.threads)
 }
+
+// QueuedBytes returns what the thread's queue holds (see awaitRoom).
+func QueuedBytes(w *Writer, threadID string) int {
+	w.mu.Lock()
+	d := w.threads[threadID]
+	w.mu.Unlock()
+	if d == nil {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.queuedBytes
+}
+
+// EscapedLen and CutEscaped expose the door's measure of a segment's text.
+var (
+	EscapedLen = escapedLen
+	CutEscaped = cutEscaped
+)

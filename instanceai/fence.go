@@ -26,6 +26,10 @@ type fence struct {
 	// lost is set once the log refused the claim's token: another
 	// instance took it.
 	lost atomic.Bool
+	// fate is why the writer dropped an event written under the claim
+	// (nil: it dropped none), the first reason it had: what Run.Sync
+	// reports to whoever waits for the events to be stored.
+	fate atomic.Pointer[error]
 	// span is the span of the run the claim writes for (invalid when
 	// tracing is off): the writer's appends of its events are its
 	// children.
@@ -51,4 +55,25 @@ func (f *fence) settled() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.v.Load()
+}
+
+// lose records that an event written under the claim was not stored, and
+// why; the first reason stays. A nil holder has no one to tell.
+func (f *fence) lose(why error) {
+	if f == nil || why == nil {
+		return
+	}
+	f.fate.CompareAndSwap(nil, &why)
+}
+
+// lostWith is why an event written under the claim was not stored (nil:
+// none was dropped).
+func (f *fence) lostWith() error {
+	if f == nil {
+		return nil
+	}
+	if p := f.fate.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

@@ -343,6 +343,14 @@ func TestARunTakenOverStopsAtItsNextWrite(t *testing.T) {
 	}
 	a.sync("th")
 	a.expectLog("th", run.ID, settled...)
+	// Whoever waits for the run's events to be stored learns they were
+	// not, and why.
+	sctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	var ns *instanceai.NotStoredError
+	if err := run.Sync(sctx); !errors.As(err, &ns) || ns.Fate != instanceai.FateTakenOver {
+		t.Fatalf("Sync of the taken run: %v, want its events not stored for run_taken_over", err)
+	}
 }
 
 // The settlement of a run takes the rows of its background agents that

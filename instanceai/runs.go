@@ -114,6 +114,8 @@ type RunsConfig struct {
 	// answer with *ConfirmationExpiredError. Nil: confirmations never
 	// expire.
 	Expired func(c *Confirmation, now time.Time) (at string, expired bool)
+	// Limits bound the events agents emit (zero: the defaults).
+	Limits Limits
 }
 
 // ThreadReader reads a thread's record.
@@ -161,6 +163,7 @@ type Runs struct {
 	log      *slog.Logger
 	now      func() time.Time
 	expired  func(c *Confirmation, now time.Time) (string, bool)
+	limits   Limits
 	obs      Observer
 	claims   RunClaims
 	agentsDB AgentClaims // nil when Claims keeps no agent rows
@@ -239,10 +242,11 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 	if cfg.Threads == nil {
 		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
 	}
+	cfg.Limits.defaults()
 	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
 		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
 		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, expired: cfg.Expired, born: time.Now()}
+		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, expired: cfg.Expired, limits: cfg.Limits, born: time.Now()}
 	m.agentsDB, _ = cfg.Claims.(AgentClaims)
 	writer.onRunFinished(m.runFinished)
 	return m
@@ -432,6 +436,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	r := &Run{
 		ID: id, StartRequest: req, span: span,
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), fence: newFence(id, "", 0),
+		rules: newRunRules(OrchestratorAgentID(id)),
 	}
 	r.fence.span = span.SpanContext()
 	r.AgentID = OrchestratorAgentID(r.ID)
@@ -485,7 +490,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		}
 	}
 
-	if err := r.Emit(Event{Type: TypeRunStart, Payload: &RunStart{MessageID: NewID("msg_")}}); err != nil {
+	if err := r.emitStart(); err != nil {
 		abort(err)
 		// A deletion that began after the check cancelled the run before
 		// its run-start: the thread is gone, or about to be (and may have
@@ -917,10 +922,21 @@ func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 	case err != nil:
 		m.log.Warn("agent failed", "thread", r.ThreadID, "run", r.ID, "err", err)
 		payload := &ErrorPayload{Content: err.Error()}
-		var pe *ProviderError
-		if errors.As(err, &pe) {
+		var (
+			pe    *ProviderError
+			rule  *RuleError
+			limit *LimitError
+		)
+		switch {
+		case errors.As(err, &pe):
 			payload = &ErrorPayload{Content: pe.Message, StatusCode: pe.StatusCode, Code: pe.Code,
 				Provider: pe.Provider, TechnicalDetails: pe.Details}
+		case errors.As(err, &rule):
+			// The agent emitted what the log does not take: its run ends
+			// with the rule named, whoever the agent was.
+			payload.Code, payload.TechnicalDetails = CodeRuleBroken, rule.Rule
+		case errors.As(err, &limit):
+			payload.Code = limit.Code
 		}
 		_ = r.Emit(Event{Type: TypeError, Payload: payload})
 		r.finish(RunError, err.Error())
@@ -980,7 +996,10 @@ type Run struct {
 	// stopPending's, which Start carries out right after it.
 	begun       bool
 	stopPending string
-	openTools   []openTool // calls without an outcome, in call order
+	// rules are what the run's door checks events against (its agents
+	// and open tool calls); meter measures its open segments.
+	rules *runRules
+	meter segmentMeter
 	// live background agents, with the token holders their events are
 	// written under: their events are accepted after the orchestrator's
 	// run-finish, until their agent-completed.
@@ -1000,10 +1019,22 @@ type Run struct {
 // Sync waits until everything queued for the run's thread so far is in the
 // log: an agent that reads the thread's conversation from storage calls it
 // first, so that the previous run's last events and a client's tool result
-// queued at Start are there to read.
+// queued at Start are there to read. It reports an event of the run that
+// the writer dropped instead of storing (*NotStoredError, or
+// *ThreadNotFoundError for a thread deleted under the run), so that
+// nobody is told of events in the log that are not there; a run whose
+// events are dropped has ended, or is another instance's.
 func (r *Run) Sync(ctx context.Context) error {
-	return r.runs.writer.Sync(ctx, r.ThreadID)
+	if err := r.runs.writer.Sync(ctx, r.ThreadID); err != nil {
+		return err
+	}
+	return r.fence.lostWith()
 }
+
+// NotStored is why the writer dropped an event of the run instead of
+// storing it (nil: it dropped none so far): its run was taken over by
+// another instance, failed by the store, or its thread deleted.
+func (r *Run) NotStored() error { return r.fence.lostWith() }
 
 // AddUsage adds the tokens a model call spent to the run's total, which its
 // run-finish carries. Calls for the same provider and model are summed.
@@ -1024,129 +1055,8 @@ func (r *Run) AddUsage(u TokenUsage) {
 // Done is closed when the run's agent has returned.
 func (r *Run) Done() <-chan struct{} { return r.done }
 
-// Emit stamps an event with the run's ids and the time, validates it and
-// hands it to the writer. RunID is always the run's; an empty AgentID
-// means the orchestrator, an empty UserID the run's user, a zero TS now.
-//
-// Emit never waits on storage: the event is queued on the thread's writer
-// and Emit returns; nil means queued, not stored (should the store refuse
-// it for good, the writer ends the run with an error). Sync waits until it
-// is stored. The only wait is for the run's lock, held briefly.
-//
-// Emit may be called from several goroutines at once (the orchestrator,
-// its background agents, parallel tool calls): the calls take the run's
-// lock one at a time, so each goroutine's events keep their order and
-// those of different goroutines are ordered as their calls took the lock.
-// The registry's own events (the run-finish, and the results that settle
-// open calls on cancel) are queued under the same lock, so nothing queued
-// by Emit follows the orchestrator's run-finish except the events of live
-// background agents.
-//
-// It returns, and queues nothing:
-//   - the validation error (wrapped) for an invalid event, before anything
-//     else is looked at;
-//   - ErrRunFinished once the orchestrator's run-finish is queued, or the
-//     run was stopped without one (its store failed, another instance took
-//     it over);
-//   - the cause of the run's context once it is cancelled but not yet
-//     finished (a cancel under way: "run cancelled: <reason>");
-//   - ErrWriterClosed once the writer is closed.
-//
-// An event of a background agent that has not completed yet (SubAgent.Emit)
-// is not refused for the orchestrator's finish or cancellation: the agent
-// outlives both, until its own agent-completed is queued.
-func (r *Run) Emit(ev Event) error {
-	ev.RunID = r.ID
-	if ev.AgentID == "" {
-		ev.AgentID = r.AgentID
-	}
-	if ev.UserID == "" {
-		ev.UserID = r.UserID
-	}
-	if ev.TS == 0 {
-		ev.TS = r.runs.now().UnixMilli()
-	}
-	if err := ev.Validate(); err != nil {
-		return fmt.Errorf("invalid %s event: %w", ev.Type, err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if f := r.liveAgents[ev.AgentID]; f != nil {
-		// A background agent: it outlives the orchestrator's context and
-		// finish, and stops with its own.
-		r.trackTool(&ev)
-		return r.runs.writer.enqueue(r.ThreadID, ev, f)
-	}
-	if r.finished {
-		return ErrRunFinished
-	}
-	if err := context.Cause(r.ctx); err != nil {
-		return err
-	}
-	r.trackTool(&ev)
-	if err := r.runs.writer.enqueue(r.ThreadID, ev, r.fence); err != nil {
-		return err
-	}
-	if ev.Type == TypeRunStart {
-		r.begun = true
-	}
-	return nil
-}
-
-// holderLocked is the token holder of an agent's events: a live
-// background agent's own, else the run's. r.mu is held.
-func (r *Run) holderLocked(agentID string) *fence {
-	if f := r.liveAgents[agentID]; f != nil {
-		return f
-	}
-	return r.fence
-}
-
-type openTool struct {
-	toolCallID, agentID string
-	toolName            string
-	since               time.Time // zero for calls restored after a restart
-}
-
-// trackTool keeps the run's open tool calls, so that cancel can settle
-// them, and measures how long each took; it also measures the wait for the
-// run's first text.
-func (r *Run) trackTool(ev *Event) {
-	var id, name, outcome string
-	opens := false
-	switch p := ev.Payload.(type) {
-	case *ToolInputStart:
-		id, name, opens = p.ToolCallID, p.ToolName, true
-	case *ToolCall:
-		id, name, opens = p.ToolCallID, p.ToolName, true
-	case *ToolResult:
-		id, outcome = p.ToolCallID, "result"
-	case *ToolError:
-		id, outcome = p.ToolCallID, "error"
-	default:
-		if ev.Type == TypeTextDelta && !r.sawText && !r.started.IsZero() {
-			r.sawText = true
-			r.runs.obs.FirstText(time.Since(r.started))
-		}
-		return
-	}
-	i := slices.IndexFunc(r.openTools, func(t openTool) bool { return t.toolCallID == id })
-	switch {
-	case opens && i < 0:
-		r.openTools = append(r.openTools, openTool{toolCallID: id, agentID: ev.AgentID, toolName: name, since: time.Now()})
-	case !opens && i >= 0:
-		r.observeTool(r.openTools[i], outcome)
-		r.openTools = slices.Delete(r.openTools, i, i+1)
-	}
-}
-
-func (r *Run) observeTool(t openTool, outcome string) {
-	if !t.since.IsZero() {
-		r.runs.obs.ToolCallFinished(t.toolName, outcome, time.Since(t.since))
-	}
-}
-
-// finish settles in-flight tool calls and emits run-finish, once.
+// finish closes what the run leaves open (its calls and agents; see
+// closeOpenLocked) and emits run-finish, once.
 func (r *Run) finish(status, reason string) {
 	r.mu.Lock()
 	if r.finished {
@@ -1154,9 +1064,7 @@ func (r *Run) finish(status, reason string) {
 		return
 	}
 	now := r.runs.now().UnixMilli()
-	if status == RunCancelled {
-		r.settleToolsLocked(func(agentID string) bool { return r.liveAgents[agentID] == nil }, now)
-	}
+	r.closeOpenLocked(status, now)
 	// The run leaves the registry in the same step as its run-finish is
 	// queued: a client that sees the run-finish finds the thread free, and
 	// a next run's run-start cannot be queued before it.
@@ -1196,34 +1104,6 @@ func (r *Run) unshareClaimLocked() {
 				r.liveAgents[t.AgentID] = t.fence
 			}
 		}
-	}
-}
-
-// settleToolsLocked ends the open tool calls of the matching agents with a
-// cancelled result, so no call is left loading.
-func (r *Run) settleToolsLocked(match func(agentID string) bool, now int64) {
-	result, _ := json.Marshal(map[string]string{
-		"status": "cancelled", "message": "The run was cancelled before this tool finished.",
-	})
-	kept := r.openTools[:0]
-	for _, t := range r.openTools {
-		if !match(t.agentID) {
-			kept = append(kept, t)
-			continue
-		}
-		r.enqueueLocked(Event{Type: TypeToolResult, AgentID: t.agentID, TS: now,
-			Payload: &ToolResult{ToolCallID: t.toolCallID, Result: result}}, r.holderLocked(t.agentID))
-		r.observeTool(t, "cancelled")
-	}
-	r.openTools = kept
-}
-
-// enqueueLocked queues one of the registry's own events of the run,
-// written under f's token.
-func (r *Run) enqueueLocked(ev Event, f *fence) {
-	ev.RunID, ev.UserID = r.ID, r.UserID
-	if err := r.runs.writer.enqueue(r.ThreadID, ev, f); err != nil {
-		r.runs.log.Error("could not queue event", "thread", r.ThreadID, "run", r.ID, "type", ev.Type, "err", err)
 	}
 }
 

@@ -183,6 +183,16 @@ func toolCall(id string) instanceai.Event {
 		Args: json.RawMessage(`{}`)}}
 }
 
+// runEnded is the error a call still open at its run's finish ends with.
+const runEnded = "The run ended before this tool call had a result."
+
+// mark is a stored event that opens and closes nothing: tasks-update
+// with one task, id.
+func mark(id string) instanceai.Event {
+	return instanceai.Event{Type: instanceai.TypeTasksUpdate, Payload: &instanceai.TasksUpdate{
+		Tasks: instanceai.TaskList{Tasks: []instanceai.Task{{ID: id, Description: id, Status: "todo"}}}}}
+}
+
 func toolResult(id, result string) instanceai.Event {
 	return instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{ToolCallID: id,
 		Result: json.RawMessage(result)}}
@@ -421,13 +431,14 @@ func TestAgentFailureEndsTheRunWithAnError(t *testing.T) {
 			l := newLifecycle(t, agent, "t")
 			run := l.start("t", "go")
 			l.settle(run)
-			// The open call is left as it is (only a cancel settles calls);
-			// the error closes the text segment as any structural event.
+			// The error closes the text segment as any structural event;
+			// the finish gives the open call an outcome.
 			l.expectLog("t", run.ID,
 				"run-start @orch",
 				"tool-call:c1 @orch",
 				"text-block:trying @orch",
 				"error:"+c.content+" @orch",
+				"tool-error:c1="+runEnded+" @orch",
 				"run-finish:error:"+c.content+" @orch")
 			if c.check != nil {
 				rows := l.rows("t")

@@ -36,6 +36,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	if err := m.waitStarting(c.ThreadID); err != nil {
 		return err
 	}
+	rules := m.restoredRules(c.ThreadID, c.RunID)
 	m.mu.Lock()
 	if r := m.active[c.ThreadID]; r != nil {
 		m.mu.Unlock()
@@ -56,9 +57,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
 		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true, fence: newFence(c.RunID, "", fence),
-		started: time.Now(), begun: true,
-		// The call awaiting the answer is in flight again: a cancel settles it.
-		openTools: []openTool{{toolCallID: req.ToolCallID, agentID: c.AgentID}}}
+		started: time.Now(), begun: true, rules: rules}
 	m.active[c.ThreadID] = r
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -110,4 +109,28 @@ func (m *Runs) finishSuspended(c *Confirmation, reason string, fence int64) erro
 		}
 	}
 	return nil
+}
+
+// restoredRules rebuilds, from the log, what the door of a run that goes
+// on in this process checks its events against: its agents and its open
+// tool calls (the call awaiting the answer among them, which a cancel
+// then settles). A log that cannot be read leaves the rules lenient for
+// the run, with the door's checks that need no history.
+func (m *Runs) restoredRules(threadID, runID string) *runRules {
+	k := newRunRules(OrchestratorAgentID(runID))
+	if m.index == nil {
+		k.lenient = true
+		return k
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	rows, err := m.index.RunEvents(ctx, threadID, runID)
+	if err != nil {
+		m.log.Warn("could not read a resumed run's log; its events are checked without its history",
+			"thread", threadID, "run", runID, "err", err)
+		k.lenient = true
+		return k
+	}
+	k.restore(rows)
+	return k
 }

@@ -69,6 +69,12 @@ type WriterConfig struct {
 	// log's block of the segment is written whole at its close either way.
 	CheckpointBytes    int
 	CheckpointInterval time.Duration
+	// Limits bound what the writer stores and holds: it stores no event
+	// over MaxEventBytes and grows no segment past MaxSegmentBytes (the
+	// run's door keeps producers under both; this is the last guard), and
+	// a thread's queue may hold queueRoomEvents events of that size before
+	// producers wait (awaitRoom).
+	Limits Limits
 }
 
 // Checkpoint defaults.
@@ -105,7 +111,12 @@ func (c *WriterConfig) defaults() {
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
 	}
+	c.Limits.defaults()
 }
+
+// queueRoomEvents is how many of the largest events a thread's queue
+// holds before its producers wait for the drain (see awaitRoom).
+const queueRoomEvents = 4
 
 // Publisher takes frames the writer has committed, in commit order: the
 // hub of this process, or a cluster that also sends them to the other
@@ -192,6 +203,12 @@ func (w *Writer) Enqueue(threadID string, ev Event) error { return w.enqueue(thr
 // enqueue is Enqueue of an event written under f's token, which is read
 // when the event is committed (nil: no token).
 func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
+	return w.enqueueEncoded(threadID, ev, nil, f)
+}
+
+// enqueueEncoded is enqueue of an event whose JSON encoding the caller has
+// made already (nil: the writer encodes it).
+func (w *Writer) enqueueEncoded(threadID string, ev Event, data []byte, f *fence) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -200,20 +217,61 @@ func (w *Writer) enqueue(threadID string, ev Event, f *fence) error {
 	d := w.threads[threadID]
 	if d == nil {
 		d = &threadDrain{w: w, threadID: threadID, wake: make(chan struct{}, 1),
-			segs: map[segKey]*segment{}, failedRuns: map[string]bool{}}
+			segs: map[segKey]*segment{}, paused: map[segKey]*pausedSegment{}, failedRuns: map[string]error{}}
 		w.threads[threadID] = d
 		w.threadsPeak = max(w.threadsPeak, len(w.threads))
 		w.wg.Add(1)
 		go d.run()
 	}
 	d.mu.Lock()
-	d.queue = append(d.queue, queued{ev: ev, fence: f})
+	d.queue = append(d.queue, queued{ev: ev, data: data, fence: f})
+	d.queuedBytes += queuedSize(&ev, data)
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
 	return nil
+}
+
+// queuedSize is what an event takes in a queue, near enough: a delta its
+// text, another event its encoding (or a small record's worth).
+func queuedSize(ev *Event, data []byte) int {
+	if t, ok := ev.Payload.(*Text); ok {
+		return len(t.Text) + 256
+	}
+	return len(data) + 256
+}
+
+// awaitRoom waits, until ctx ends, while the thread's queue holds more
+// than queueRoomEvents of the largest events: a producer faster than the
+// drain (whose pace is the database's) is slowed to it, rather than let
+// the queue grow without bound. Events already queued stay queued.
+func (w *Writer) awaitRoom(ctx context.Context, threadID string) {
+	room := queueRoomEvents * w.cfg.Limits.MaxEventBytes
+	for {
+		w.mu.Lock()
+		d := w.threads[threadID]
+		w.mu.Unlock()
+		if d == nil {
+			return
+		}
+		d.mu.Lock()
+		if d.queuedBytes <= room || d.stop {
+			d.mu.Unlock()
+			return
+		}
+		if d.roomMade == nil {
+			d.roomMade = make(chan struct{})
+		}
+		made := d.roomMade
+		d.mu.Unlock()
+		select {
+		case <-made:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // keepsEndings reports whether the thread's drain keeps endings of runs an
@@ -276,8 +334,16 @@ func (w *Writer) Close(ctx context.Context) error {
 
 // segment is an open run of deltas of one kind from one agent.
 type segment struct {
-	key        segKey
-	responseID string
+	key segKey
+	// baseID is the responseId its deltas came with; responseID the one
+	// it is stored and sent under (another for a continuation: see
+	// openSegment).
+	baseID, responseID string
+	// escaped is its text's stored length, JSON escaped, its parts before
+	// a silence included; overflowed is set once a delta went past the
+	// bound.
+	escaped    int
+	overflowed bool
 	userID     string
 	firstTS    int64
 	text       []byte
@@ -309,10 +375,12 @@ type waiter struct {
 // queue many times over, and costs nothing measurable per event.
 const maxDrainPass = 1024
 
-// queued is an event waiting in a drain, with the holder of the token it
-// is written under (nil: none).
+// queued is an event waiting in a drain, with its encoding when its
+// producer made it (nil: the drain makes it) and the holder of the token
+// it is written under (nil: none).
 type queued struct {
 	ev    Event
+	data  []byte
 	fence *fence
 }
 
@@ -322,17 +390,26 @@ type threadDrain struct {
 	threadID string
 	wake     chan struct{}
 
-	mu       sync.Mutex
-	queue    []queued
-	enqueued int // events taken from the queue so far
-	waiters  []waiter
-	stop     bool
-	drop     []*fence // claims to discard, from dropFence
+	mu    sync.Mutex
+	queue []queued
+	// queuedBytes is what the queue holds (queuedSize); roomMade, when
+	// set, is closed when the drain takes from the queue, for producers
+	// waiting in awaitRoom.
+	queuedBytes int
+	roomMade    chan struct{}
+	enqueued    int // events taken from the queue so far
+	waiters     []waiter
+	stop        bool
+	drop        []*fence // claims to discard, from dropFence
 
 	// Owned by the drain goroutine.
-	segs       map[segKey]*segment
-	nextOrder  int
-	failedRuns map[string]bool
+	segs map[segKey]*segment
+	// paused are the segments the last silence closed (see openSegment).
+	paused    map[segKey]*pausedSegment
+	nextOrder int
+	// failedRuns are the runs whose events are dropped, with why: a
+	// storage failure (see fail), or their thread gone.
+	failedRuns map[string]error
 	// stale are the claims whose events are dropped: the log refused
 	// their token, or the registry found them taken (dropFence).
 	stale map[*fence]bool
@@ -366,6 +443,10 @@ type threadDrain struct {
 func (d *threadDrain) stopping() {
 	d.mu.Lock()
 	d.stop = true
+	if d.roomMade != nil {
+		close(d.roomMade)
+		d.roomMade = nil
+	}
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -394,6 +475,13 @@ func (d *threadDrain) run() {
 			d.queue, batch = batch[maxDrainPass:], batch[:maxDrainPass]
 		}
 		d.enqueued += len(batch)
+		for i := range batch {
+			d.queuedBytes -= queuedSize(&batch[i].ev, batch[i].data)
+		}
+		if d.roomMade != nil {
+			close(d.roomMade)
+			d.roomMade = nil
+		}
 		stop := d.stop
 		drop := d.drop
 		d.drop = nil
@@ -408,10 +496,13 @@ func (d *threadDrain) run() {
 		}
 		var b batchBuilder
 		for i := range batch {
-			d.add(&b, &batch[i].ev, batch[i].fence)
+			d.add(&b, &batch[i])
 		}
-		if (stop && !backlog) || (len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush) {
+		switch {
+		case stop && !backlog:
 			d.closeWhere(&b, func(*segment) bool { return true })
+		case len(d.segs) > 0 && now.Sub(lastActivity) >= d.w.cfg.IdleFlush:
+			d.pause(&b)
 		}
 		d.storeEndings()
 		if len(b.items) > 0 {
@@ -523,7 +614,10 @@ type batchBuilder struct {
 }
 
 type batchItem struct {
-	ev     Event
+	ev Event
+	// data is the event's encoding when its producer made it (nil: commit
+	// makes it).
+	data   []byte
 	stored bool
 	fence  *fence
 	// offset is a delta's byte offset in its segment's text.
@@ -534,28 +628,45 @@ func (b *batchBuilder) push(ev Event, stored bool, f *fence) {
 	b.items = append(b.items, batchItem{ev: ev, stored: stored, fence: f})
 }
 
-// add applies the coalescing rules of the protocol to one event, written
-// under f's token.
-func (d *threadDrain) add(b *batchBuilder, ev *Event, f *fence) {
-	if d.failedRuns[ev.RunID] || d.stale[f] {
+// add applies the coalescing rules of the protocol to one queued event,
+// written under its holder's token.
+func (d *threadDrain) add(b *batchBuilder, q *queued) {
+	ev, f := &q.ev, q.fence
+	if err := d.refusal(ev.RunID, f); err != nil {
+		f.lose(err)
 		return
 	}
 	switch ev.Type {
 	case TypeTextDelta, TypeReasoningDelta:
 		key := segKey{ev.RunID, ev.AgentID, ev.Type}
 		seg := d.segs[key]
-		if seg != nil && seg.responseID != ev.ResponseID {
+		if seg != nil && seg.baseID != ev.ResponseID {
 			d.closeSegment(b, seg)
 			seg = nil
 		}
 		if seg == nil {
-			seg = &segment{key: key, responseID: ev.ResponseID, userID: ev.UserID, firstTS: ev.TS, order: d.nextOrder}
-			d.nextOrder++
-			d.segs[key] = seg
+			seg = d.openSegment(key, ev)
 		}
+		text := ev.Payload.(*Text).Text
+		if n := escapedLen(text); seg.escaped+n > d.w.cfg.Limits.MaxSegmentBytes {
+			// The run's door cuts a segment at its bound; a delta past
+			// it came another way, and is not held.
+			text = cutEscaped(text, d.w.cfg.Limits.MaxSegmentBytes-seg.escaped)
+			if !seg.overflowed {
+				seg.overflowed = true
+				d.w.cfg.Logger.Error("a segment went past its bound; its text is cut there", "thread", d.threadID,
+					"run", ev.RunID, "agent", ev.AgentID, "bound", d.w.cfg.Limits.MaxSegmentBytes)
+			}
+			if text == "" {
+				return
+			}
+			ev.Payload = &Text{Text: text}
+		}
+		seg.escaped += escapedLen(text)
+		ev.ResponseID = seg.responseID
 		b.push(*ev, false, f)
 		b.items[len(b.items)-1].offset = int64(len(seg.text))
-		seg.text = append(seg.text, ev.Payload.(*Text).Text...)
+		seg.text = append(seg.text, text...)
 		seg.fence = f
 		return
 	}
@@ -564,11 +675,84 @@ func (d *threadDrain) add(b *batchBuilder, ev *Event, f *fence) {
 		if ev.Type == TypeRunFinish {
 			// The orchestrator's finish closes every agent of the run.
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID })
+			d.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID })
 		} else {
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID && s.key.agentID == ev.AgentID })
+			d.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID && k.agentID == ev.AgentID })
 		}
 	}
 	b.push(*ev, dur.Stored(), f)
+	b.items[len(b.items)-1].data = q.data
+}
+
+// openSegment opens the segment of key that ev's delta begins. A delta
+// that goes on with the responseId of a segment closed by a silence
+// (IdleFlush) begins a continuation of it with an id of its own,
+// "<responseId>:2", ":3", and so on: its block is the text since the
+// silence, and a client that keys text by responseId (n8n's reducer, an
+// AG-UI message id) holds both parts, live and on replay alike, instead of
+// the second in place of the first.
+func (d *threadDrain) openSegment(key segKey, ev *Event) *segment {
+	seg := &segment{key: key, baseID: ev.ResponseID, responseID: ev.ResponseID, userID: ev.UserID, firstTS: ev.TS, order: d.nextOrder}
+	if p, ok := d.paused[key]; ok {
+		if p.responseID == ev.ResponseID {
+			p.parts++
+			seg.responseID = fmt.Sprintf("%s:%d", ev.ResponseID, p.parts)
+			seg.escaped = p.escaped
+		} else {
+			delete(d.paused, key)
+		}
+	}
+	d.nextOrder++
+	d.segs[key] = seg
+	return seg
+}
+
+// pausedSegment is a segment the silence closed, whose producer may go on
+// with it: its responseId, the parts it has had, and the text they took
+// (the segment's bound counts them all).
+type pausedSegment struct {
+	responseID string
+	parts      int
+	escaped    int
+}
+
+// forgetPaused forgets the paused segments that match: their agent wrote
+// a stored event, or their run finished, so a delta under the same
+// responseId begins a new segment.
+func (d *threadDrain) forgetPaused(match func(segKey) bool) {
+	for k := range d.paused {
+		if match(k) {
+			delete(d.paused, k)
+		}
+	}
+}
+
+// refusal is why an event of the run, written under f's claim, is
+// dropped rather than stored (nil: it is not): its run failed, or its
+// claim was taken.
+func (d *threadDrain) refusal(runID string, f *fence) error {
+	if err := d.failedRuns[runID]; err != nil {
+		return err
+	}
+	if d.stale[f] {
+		return ErrRunTakenOver
+	}
+	return nil
+}
+
+// pause closes every open segment after a silence on the thread, keeping
+// what a continuation needs (see openSegment).
+func (d *threadDrain) pause(b *batchBuilder) {
+	for k, s := range d.segs {
+		p := d.paused[k]
+		if p == nil || p.responseID != s.baseID {
+			p = &pausedSegment{responseID: s.baseID, parts: 1}
+			d.paused[k] = p
+		}
+		p.escaped = s.escaped
+	}
+	d.closeWhere(b, func(*segment) bool { return true })
 }
 
 // closeWhere closes the matching segments, oldest first and, for one agent,
@@ -630,11 +814,22 @@ func (d *threadDrain) commit(items []batchItem) {
 	var rowData [][]byte
 	var rowFences []*fence
 	for i := range items {
-		b, err := json.Marshal(&items[i].ev)
+		b := items[i].data
+		var err error
+		if b == nil {
+			b, err = json.Marshal(&items[i].ev)
+		}
+		if err == nil && items[i].stored && len(b) > d.w.cfg.Limits.MaxEventBytes {
+			// The run's door refuses such events; one that came another
+			// way is not stored either, where a database might refuse it
+			// (PostgreSQL's 1 GB field) and every reader would hold it.
+			err = &LimitError{Code: CodeEventTooLarge, Type: items[i].ev.Type, Size: len(b), Limit: d.w.cfg.Limits.MaxEventBytes}
+		}
 		if err != nil {
 			// Validated events always encode; one that does not is dropped
 			// rather than allowed to fail the whole batch.
-			d.w.cfg.Logger.Error("encode event", "thread", d.threadID, "type", items[i].ev.Type, "err", err)
+			d.w.cfg.Logger.Error("dropping an event that cannot be stored", "thread", d.threadID, "type", items[i].ev.Type, "err", err)
+			items[i].fence.lose(&NotStoredError{Fate: FateRefused, Err: err})
 			items[i].stored = false
 			continue
 		}
@@ -875,6 +1070,7 @@ func (d *threadDrain) refused(items []batchItem, holders []*fence, tokens, stale
 	dropped := 0
 	for _, it := range items {
 		if d.stale[it.fence] {
+			it.fence.lose(ErrRunTakenOver)
 			dropped++
 			continue
 		}
@@ -908,6 +1104,7 @@ func (d *threadDrain) dropStale(f *fence) bool {
 		d.stale = map[*fence]bool{}
 	}
 	d.stale[f] = true
+	f.lose(ErrRunTakenOver)
 	for k, s := range d.segs {
 		if s.fence == f {
 			delete(d.segs, k)
@@ -917,13 +1114,13 @@ func (d *threadDrain) dropStale(f *fence) bool {
 	return true
 }
 
-// dropRun discards the run's open segments and every later event of it.
-// It reports whether the run was not dropped already.
-func (d *threadDrain) dropRun(runID string) bool {
-	if d.failedRuns[runID] {
+// dropRun discards the run's open segments and every later event of it,
+// for why. It reports whether the run was not dropped already.
+func (d *threadDrain) dropRun(runID string, why error) bool {
+	if d.failedRuns[runID] != nil {
 		return false
 	}
-	d.failedRuns[runID] = true
+	d.failedRuns[runID] = why
 	for k := range d.segs {
 		if k.runID == runID {
 			delete(d.segs, k)
@@ -938,9 +1135,11 @@ func (d *threadDrain) dropRun(runID string) bool {
 // once, so that the registry stops it.
 func (d *threadDrain) gone(items []batchItem) {
 	d.w.cfg.Logger.Info("dropping events of a deleted thread", "thread", d.threadID, "events", len(items))
+	why := &ThreadNotFoundError{ThreadID: d.threadID}
 	for _, it := range items {
+		it.fence.lose(why)
 		runID := it.ev.RunID
-		if !d.dropRun(runID) {
+		if !d.dropRun(runID, why) {
 			continue
 		}
 		if cb := d.w.cfg.OnRunGone; cb != nil {
@@ -978,9 +1177,13 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 			starts[it.ev.RunID] = it.ev
 		}
 	}
+	why := &NotStoredError{Fate: FateStorageFailed, Err: err}
+	for _, it := range items {
+		it.fence.lose(why)
+	}
 	for _, it := range items {
 		runID := it.ev.RunID
-		if !d.dropRun(runID) {
+		if !d.dropRun(runID, why) {
 			continue
 		}
 		// The endings are the run's: its orchestrator's events carry the
@@ -1327,7 +1530,7 @@ func (d *threadDrain) pieceFailed(now time.Time, err error) {
 // theirs until the runs' endings are stored (see storeEndings).
 func (d *threadDrain) dropPieces() {
 	for _, s := range d.closing {
-		if d.failedRuns[s.key.runID] {
+		if d.failedRuns[s.key.runID] != nil {
 			continue
 		}
 		d.deletePieces(func(ctx context.Context) error {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/storage/memory"
 )
 
@@ -585,4 +588,165 @@ func TestBacklogIsPublishedInBoundedPasses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recorder is a Publisher that keeps every frame the writer publishes.
+type recorder struct {
+	mu     sync.Mutex
+	frames []instanceai.Frame
+}
+
+func (r *recorder) Publish(_ string, frames []instanceai.Frame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.frames = append(r.frames, frames...)
+}
+
+// live returns the events a live connection is sent: the frames but the
+// blocks, which go out on replay only.
+func (r *recorder) live() []instanceai.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []instanceai.Event
+	for _, f := range r.frames {
+		if t := f.Event.Type; t != instanceai.TypeTextBlock && t != instanceai.TypeReasoningBlock {
+			out = append(out, *f.Event)
+		}
+	}
+	return out
+}
+
+// A segment that goes on after a silence closed it is stored as two blocks
+// under two responseIds, the second one's live deltas carrying it too, so
+// that a client keying text by responseId holds the whole text, live and
+// on replay, and n8n's fold of either is the same.
+func TestASegmentThatGoesOnAfterASilenceKeepsBothParts(t *testing.T) {
+	store := memory.New()
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	w := instanceai.NewWriter(store, rec, instanceai.WriterConfig{IdleFlush: 20 * time.Millisecond})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	e := &env{store: store, writer: w}
+	const td = instanceai.TypeTextDelta
+	start := ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"})
+	e.send(t, start, delta(td, "r", "a", "s1", "first "), delta(td, "r", "a", "s1", "part"))
+	waitUntil(t, "the silence closed the segment", func() bool { return len(e.logShape(t)) == 2 })
+	e.send(t, delta(td, "r", "a", "s1", " and "), delta(td, "r", "a", "s1", "the rest"))
+	waitUntil(t, "the silence closed the second part", func() bool { return len(e.logShape(t)) == 3 })
+	e.send(t, delta(td, "r", "a", "s1", "; a third"), finish("r", "a"))
+	expectLog(t, e.logShape(t), "run-start[a]", "text-block[a]:s1:first part", "text-block[a]:s1:2: and the rest",
+		"text-block[a]:s1:3:; a third", "run-finish[a]")
+
+	var live []string
+	for _, x := range rec.live() {
+		if x.Type == td {
+			live = append(live, x.ResponseID)
+		}
+	}
+	if want := []string{"s1", "s1", "s1:2", "s1:2", "s1:3"}; !slices.Equal(live, want) {
+		t.Fatalf("live deltas' responseIds %v, want %v", live, want)
+	}
+	rows, _ := store.ReadAfter(context.Background(), "t", 0, 0)
+	var stored []instanceai.Event
+	for _, r := range rows {
+		stored = append(stored, r.Event)
+	}
+	replayed, streamed := agenttree.Fold(stored), agenttree.Fold(rec.live())
+	if replayed.TextContent != "first part and the rest; a third" || streamed.TextContent != replayed.TextContent {
+		t.Fatalf("replayed text %q, live text %q", replayed.TextContent, streamed.TextContent)
+	}
+	if !reflect.DeepEqual(replayed.Timeline, streamed.Timeline) {
+		t.Fatalf("replayed timeline %+v, live %+v", replayed.Timeline, streamed.Timeline)
+	}
+}
+
+// A producer faster than the drain waits once the thread's queue holds
+// its room; nothing it sent is lost, and the queue never holds much more.
+func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
+	// Small enough that all of it fits the memory store's log (2 MB).
+	const maxEvent = 16 << 10
+	store := memory.New()
+	release := make(chan struct{})
+	log := &blockedLog{EventLog: store, release: release}
+	agentDone := make(chan error, 1)
+	var emitted atomic.Int64
+	big := strings.Repeat("x", maxEvent-2<<10)
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		for i := range 64 {
+			if err := run.Emit(instanceai.Event{Type: instanceai.TypeError, Payload: &instanceai.ErrorPayload{Content: big[:len(big)-i]}}); err != nil {
+				agentDone <- err
+				return err
+			}
+			emitted.Add(1)
+		}
+		agentDone <- nil
+		return nil
+	})
+	if _, _, err := store.EnsureThread(context.Background(), instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	core := instanceai.NewCore(storeWithLog{store, log}, agent, instanceai.CoreConfig{
+		Limits: instanceai.Limits{MaxEventBytes: maxEvent, MaxSegmentBytes: 1 << 10},
+		Writer: instanceai.WriterConfig{IdleFlush: time.Hour}})
+	run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The drain holds one pass in its blocked append; the queue then fills
+	// to its room, four of the largest events, and the producer waits.
+	room := 4 * maxEvent
+	waitUntil(t, "the queue holds its room", func() bool { return instanceai.QueuedBytes(core.Writer, "t") > room })
+	for range 20 {
+		if q := instanceai.QueuedBytes(core.Writer, "t"); q > room+maxEvent+1<<10 {
+			t.Fatalf("the queue holds %d bytes, past its room %d and one event", q, room)
+		}
+		runtime.Gosched()
+	}
+	if n := emitted.Load(); n >= 64 {
+		t.Fatalf("the producer emitted all %d events while the store was blocked", n)
+	}
+	close(release)
+	if err := <-agentDone; err != nil {
+		t.Fatal(err)
+	}
+	<-run.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := run.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := store.ReadAfter(ctx, "t", 0, 0); len(rows) != 64+2 {
+		t.Fatalf("stored %d rows, want the run-start, all 64 events and the run-finish", len(rows))
+	}
+	_ = core.Runs.Shutdown(ctx)
+	_ = core.Writer.Close(ctx)
+}
+
+// storeWithLog is a store whose event log is another: the writer appends
+// through log, the rest is the store's.
+type storeWithLog struct {
+	*memory.Store
+	log *blockedLog
+}
+
+func (s storeWithLog) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
+	return s.log.AppendEncoded(ctx, thread, events, data)
+}
+
+func (s storeWithLog) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	<-s.log.release
+	return s.Store.AppendFenced(ctx, thread, events, data, fences)
+}
+
+// The writer's own guard: a delta that came past the run's door cannot
+// grow a segment past its bound, nor an event over its bound be stored.
+func TestTheWriterHoldsNoSegmentOrEventPastItsBound(t *testing.T) {
+	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour, Limits: instanceai.Limits{MaxSegmentBytes: 8, MaxEventBytes: 72 << 10}})
+	const td = instanceai.TypeTextDelta
+	e.send(t, delta(td, "r", "a", "s1", "12345"), delta(td, "r", "a", "s1", "6789"), delta(td, "r", "a", "s1", "more"),
+		ev(instanceai.TypeError, "r", "a", &instanceai.ErrorPayload{Content: strings.Repeat("x", 80<<10)}),
+		call("r", "a", "c1"))
+	expectLog(t, e.logShape(t), "text-block[a]:s1:12345678", "tool-call[a]")
 }

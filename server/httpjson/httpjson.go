@@ -107,6 +107,9 @@ func FromCore(err error) *Error {
 		missing  *instanceai.ThreadNotFoundError
 		unknown  *instanceai.UnknownAgentError
 		badRun   *instanceai.InvalidRunIDError
+		rule     *instanceai.RuleError
+		limit    *instanceai.LimitError
+		unstored *instanceai.NotStoredError
 		inField  *fieldError
 		fieldFor = func(def string) string {
 			if errors.As(err, &inField) {
@@ -128,6 +131,20 @@ func FromCore(err error) *Error {
 		return NewError(http.StatusBadRequest, "unknown_agent", fieldFor("agent"), "%s", unknown.Error())
 	case errors.As(err, &badRun):
 		return NewError(http.StatusBadRequest, "invalid_field", fieldFor("runId"), "%s", badRun.Error())
+	case errors.As(err, &rule):
+		e = NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, fieldFor(rule.Field), "%s", rule.Error())
+		e.Detail.Details = map[string]any{"rule": rule.Rule, "eventType": rule.Type}
+		return e
+	case errors.As(err, &limit):
+		e = NewError(http.StatusRequestEntityTooLarge, limit.Code, fieldFor(""), "%s", limit.Error())
+		e.Detail.Details = map[string]any{"limit": limit.Limit, "eventType": limit.Type}
+		return e
+	case errors.As(err, &unstored):
+		// The events were not stored: the run ended, or is another
+		// instance's now. Its fate is the code; retrying here cannot
+		// store them.
+		e = NewError(http.StatusConflict, unstored.Fate, "runId", "%s", unstored.Error())
+		return e
 	case errors.Is(err, instanceai.ErrDraining):
 		// A run asked of an instance that drains before a shutdown: a
 		// client or a load balancer tries again, elsewhere.

@@ -169,8 +169,11 @@ type appendAnswer struct {
 	// those already stored by an earlier try, acknowledged again.
 	Stored     int `json:"stored"`
 	Duplicates int `json:"duplicates"`
-	// durable is set when an event of it is one the log stores as it
-	// comes: the answer then waits until it is stored (see appendEvents).
+	// durable is set when an event of it, stored now or acknowledged as
+	// a duplicate, is one the log stores as it comes: the answer then
+	// waits until it is stored (see appendEvents). A duplicate's first
+	// try may still be on its way to the log, or have been dropped (its
+	// run taken over): it is acknowledged only once it is there.
 	durable bool
 }
 
@@ -217,12 +220,12 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 		// Whatever stopped the append, the producer learns where to go
 		// on from.
 		err = runError(err)
-		var e *httpjson.Error
-		if errors.As(err, &e) {
+		if e := httpjson.FromCore(err); e != nil {
 			if e.Detail.Details == nil {
 				e.Detail.Details = map[string]any{}
 			}
 			e.Detail.Details["nextSeq"] = ans.NextSeq
+			err = e
 		}
 		httpjson.WriteError(w, err)
 		return
@@ -255,7 +258,7 @@ func (a *API) appendBody(w http.ResponseWriter, r *http.Request, p *producer, id
 			return none, atIndex(err, fmt.Sprintf("events[%d]", i))
 		}
 	}
-	return p.append(id, epoch, seq, events)
+	return p.append(id, epoch, seq, events, func(i int) string { return fmt.Sprintf("events[%d]", i) })
 }
 
 // appendStream appends an NDJSON stream's events as they come, each line
@@ -287,7 +290,7 @@ func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *producer, 
 		if err != nil {
 			return total, atIndex(err, fmt.Sprintf("line %d", line+1))
 		}
-		ans, err := p.append(id, epoch, seq+int64(line), []instanceai.Event{ev})
+		ans, err := p.append(id, epoch, seq+int64(line), []instanceai.Event{ev}, func(int) string { return fmt.Sprintf("line %d", line+1) })
 		total.add(ans)
 		if err != nil {
 			return total, err
@@ -307,6 +310,25 @@ func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *producer, 
 		return total, httpjson.NewError(http.StatusBadRequest, "body_unreadable", "", "the stream broke: %v", err)
 	}
 	return total, nil
+}
+
+// refusedAt names where in the request an event the run's door refused
+// was: a rule of the log it breaks (400, the field within the event), or a
+// size bound it is over (413). Other errors are the run's, not the event's.
+func refusedAt(err error, where string) error {
+	var rule *instanceai.RuleError
+	var limit *instanceai.LimitError
+	switch {
+	case errors.As(err, &rule):
+		e := httpjson.NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, where+"."+rule.Field, "%s: %v", where, err)
+		e.Detail.Details = map[string]any{"rule": rule.Rule, "eventType": rule.Type}
+		return e
+	case errors.As(err, &limit):
+		e := httpjson.NewError(http.StatusRequestEntityTooLarge, limit.Code, where, "%s: %v", where, err)
+		e.Detail.Details = map[string]any{"limit": limit.Limit, "eventType": limit.Type}
+		return e
+	}
+	return err
 }
 
 // atIndex names where in the body an invalid event was.
@@ -345,8 +367,13 @@ func (p *producer) decode(raw []byte) (instanceai.Event, error) {
 	return ev, ev.Validate()
 }
 
-// over is why a request to the run's producer, which has ended, fails.
+// over is why a request to the run's producer, which has ended, fails:
+// what became of events it was sent (another instance took the run over),
+// its cancel, or its finish.
 func (p *producer) over() error {
+	if err := p.run.NotStored(); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cancelled {
@@ -362,8 +389,9 @@ func (p *producer) nextSeq() int64 {
 }
 
 // append stores the events whose sequence numbers start at seq, skipping
-// those an earlier try stored.
-func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event) (appendAnswer, error) {
+// those an earlier try stored. where names the i-th event in the request,
+// for a refusal.
+func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event, where func(i int) string) (appendAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -384,14 +412,17 @@ func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event
 			"%s %d leaves a gap: the next event is %d", HeaderProducerSeq, seq, p.next)
 	}
 	ans := appendAnswer{Duplicates: int(min(p.next-seq, int64(len(events))))}
-	for _, ev := range events[ans.Duplicates:] {
+	for _, ev := range events[:ans.Duplicates] {
+		ans.durable = ans.durable || instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral
+	}
+	for i, ev := range events[ans.Duplicates:] {
 		p.segmentID(&ev)
 		if err := p.run.Emit(ev); err != nil {
 			ans.NextSeq = p.next
 			if p.cancelled {
 				err = errCancelled
 			}
-			return ans, err
+			return ans, refusedAt(err, where(ans.Duplicates+i))
 		}
 		p.next++
 		ans.Stored++
