@@ -90,7 +90,7 @@ func (r *Run) emit(ev Event, background bool) error {
 			return fmt.Errorf("encode %s event: %w", ev.Type, err)
 		}
 		if len(b) > limits.MaxEventBytes {
-			return &LimitError{Code: CodeEventTooLarge, Type: ev.Type, Size: len(b), Limit: limits.MaxEventBytes}
+			return r.refused(&LimitError{Code: CodeEventTooLarge, Type: ev.Type, Size: len(b), Limit: limits.MaxEventBytes})
 		}
 		data = b
 	}
@@ -109,7 +109,7 @@ func (r *Run) emit(ev Event, background bool) error {
 	}
 	if err := r.rules.check(&ev); err != nil {
 		r.mu.Unlock()
-		return err
+		return r.refused(err)
 	}
 	var over error
 	if delta {
@@ -118,7 +118,7 @@ func (r *Run) emit(ev Event, background bool) error {
 		var rule *RuleError
 		if errors.As(err, &rule) {
 			r.mu.Unlock()
-			return err
+			return r.refused(err)
 		}
 		over = err
 		if len(fits) < len(text) {
@@ -127,7 +127,7 @@ func (r *Run) emit(ev Event, background bool) error {
 		if fits == "" {
 			r.mu.Unlock()
 			r.overflow(ev.AgentID, over)
-			return over
+			return r.refused(over)
 		}
 	}
 	if ev.Type == TypeAgentCompleted {
@@ -148,7 +148,7 @@ func (r *Run) emit(ev Event, background bool) error {
 	r.mu.Unlock()
 	if over != nil {
 		r.overflow(ev.AgentID, over)
-		return over
+		return r.refused(over)
 	}
 	r.runs.writer.awaitRoom(r.ctx, r.ThreadID)
 	return nil
@@ -172,6 +172,23 @@ func (r *Run) emitStart() error {
 	}
 	r.begun = true
 	return nil
+}
+
+// refused counts an event the door turned away, and returns err.
+func (r *Run) refused(err error) error {
+	ro, ok := r.runs.obs.(RefusalObserver)
+	if !ok {
+		return err
+	}
+	var rule *RuleError
+	var limit *LimitError
+	switch {
+	case errors.As(err, &rule):
+		ro.EventRefused(rule.Rule)
+	case errors.As(err, &limit):
+		ro.EventRefused(limit.Code)
+	}
+	return err
 }
 
 func isDelta(t EventType) bool { return t == TypeTextDelta || t == TypeReasoningDelta }

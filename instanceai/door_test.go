@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/threadline/threadline/instanceai"
@@ -417,5 +419,37 @@ func TestLimitsThatCannotHoldTogetherAreRefused(t *testing.T) {
 	}
 	if err := (instanceai.Limits{}).Check(); err != nil {
 		t.Fatalf("the defaults: %v", err)
+	}
+}
+
+// refusals is an Observer that keeps the door's refusals.
+type refusals struct {
+	instanceai.NopObserver
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (r *refusals) EventRefused(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reasons = append(r.reasons, reason)
+}
+
+func TestTheDoorCountsWhatItRefuses(t *testing.T) {
+	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
+		_ = run.Emit(toolResult("nope", `1`))
+		_ = run.Emit(instanceai.Event{Type: instanceai.TypeStatus, Payload: &instanceai.Status{Message: strings.Repeat("s", 80<<10)}})
+		_ = run.Emit(textDelta("r", strings.Repeat("t", 8<<10)))
+		return nil
+	})
+	obs := &refusals{}
+	l := newLifecycleOn(t, memory.New(), agent, instanceai.CoreConfig{Observer: obs,
+		Limits: instanceai.Limits{MaxSegmentBytes: 4 << 10, MaxEventBytes: 72 << 10}}, "t")
+	l.settle(l.start("t", "go"))
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := []string{instanceai.RuleUnknownToolCall, instanceai.CodeEventTooLarge, instanceai.CodeSegmentTooLarge}
+	if !slices.Equal(obs.reasons, want) {
+		t.Fatalf("refusals counted %v, want %v", obs.reasons, want)
 	}
 }

@@ -37,6 +37,14 @@ type BusObserver interface {
 	BusLag(took time.Duration)
 }
 
+// RefusalObserver is an Observer also told of each event a run's door
+// refused: reason is the rule it broke (RuleError.Rule) or the bound it
+// crossed (CodeEventTooLarge, CodeSegmentTooLarge). A producer that
+// keeps breaking the log's rules shows here before anyone reads a log.
+type RefusalObserver interface {
+	EventRefused(reason string)
+}
+
 // NopObserver discards every measurement.
 type NopObserver struct{}
 

@@ -52,6 +52,7 @@ type Metrics struct {
 	runsStarted   *prometheus.CounterVec
 	runsFinished  *prometheus.CounterVec
 	busLag        prometheus.Histogram
+	refused       *prometheus.CounterVec
 	replayed      *prometheus.CounterVec
 	defaultAgent  string
 	prunedRows    *prometheus.CounterVec
@@ -173,7 +174,11 @@ func New() *Metrics {
 	for _, t := range instanceai.AllTypes {
 		m.byType[t] = m.events.WithLabelValues(string(t))
 	}
-	m.reg.MustRegister(m.events, m.batchRows, m.commitSeconds, m.firstText, m.toolSeconds, m.captured, m.malformed,
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "threadline_events_refused_total",
+		Help: "Events a run's door refused, by reason: the log's rule they broke or the size bound they crossed.",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.events, m.batchRows, m.commitSeconds, m.firstText, m.toolSeconds, m.captured, m.malformed, m.refused,
 		m.requests, m.requestTime, m.streamsOpen, m.streamTime, m.connsOpen, m.runsStarted, m.runsFinished, m.busLag, m.replayed,
 		m.prunedRows, m.prunedThreads, m.pruneLast, m.logEvents, m.logBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -269,6 +274,10 @@ func (m *Metrics) RunStarted(agent string) { m.runsStarted.WithLabelValues(m.age
 func (m *Metrics) RunFinished(agent, status string) {
 	m.runsFinished.WithLabelValues(m.agentLabel(agent), status).Inc()
 }
+
+// EventRefused implements instanceai.RefusalObserver. The reasons are the
+// core's fixed names, so the label's values are bounded.
+func (m *Metrics) EventRefused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // BusLag implements instanceai.BusObserver.
 func (m *Metrics) BusLag(took time.Duration) { m.busLag.Observe(took.Seconds()) }
