@@ -128,9 +128,9 @@ func TestBackgroundAgentEnds(t *testing.T) {
 	}{
 		{name: "with an error", end: func(context.Context, *instanceai.SubAgent) (string, error) {
 			return "half done", errors.New("the builder broke")
-		}, tail: []string{"agent-completed:builder:error:half done:the builder broke @builder"}},
+		}, tail: []string{"tool-error:b1=" + runEnded + " @builder", "agent-completed:builder:error:half done:the builder broke @builder"}},
 		{name: "with a panic", end: func(context.Context, *instanceai.SubAgent) (string, error) { panic("kaput") },
-			tail: []string{"agent-completed:builder:error::background agent failed unexpectedly: kaput @builder"}},
+			tail: []string{"tool-error:b1=" + runEnded + " @builder", "agent-completed:builder:error::background agent failed unexpectedly: kaput @builder"}},
 		{name: "cancelled with its call open", cancel: true,
 			end: func(ctx context.Context, agent *instanceai.SubAgent) (string, error) { return "", ctx.Err() },
 			tail: []string{

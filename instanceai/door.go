@@ -242,6 +242,9 @@ func (r *Run) overflow(agentID string, err error) {
 	}
 	var le *LimitError
 	errors.As(err, &le)
+	// The error and the finish are queued in one hold of the lock, so
+	// that two of the agent's goroutines crossing the bound at once end
+	// the run once.
 	r.mu.Lock()
 	if r.finished {
 		r.mu.Unlock()
@@ -249,11 +252,12 @@ func (r *Run) overflow(agentID string, err error) {
 	}
 	r.enqueueLocked(Event{Type: TypeError, AgentID: r.AgentID, TS: m.now().UnixMilli(),
 		Payload: &ErrorPayload{Content: err.Error(), Code: le.Code}}, r.fence)
+	r.finishLocked(RunError, le.Code)
 	r.mu.Unlock()
+	r.afterFinish(RunError, le.Code)
 	// The agent learns it from its context, and from the error its next
-	// Emit returns; the run's finish is the registry's, at once.
+	// Emit returns.
 	r.cancel(err)
-	r.finish(RunError, le.Code)
 }
 
 // closeOpenLocked closes, for the run's finish with status, what its
@@ -339,7 +343,7 @@ func (r *Run) settleToolsLocked(match func(c liveCall) bool, status string, now 
 
 // noOutcome is the error of a call that had no outcome when its agent or
 // its run ended.
-const noOutcome = "The run ended before this tool call had a result."
+const noOutcome = "The tool call had no result when its agent or its run ended."
 
 // holderLocked is the token holder of an agent's events: a live
 // background agent's own, else the run's. r.mu is held.

@@ -1059,9 +1059,19 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 // closeOpenLocked) and emits run-finish, once.
 func (r *Run) finish(status, reason string) {
 	r.mu.Lock()
+	finished := r.finishLocked(status, reason)
+	r.mu.Unlock()
+	if finished {
+		r.afterFinish(status, reason)
+	}
+}
+
+// finishLocked is the part of finish under the run's lock: it reports
+// whether it queued the run-finish (false: the run had finished). The
+// caller, once it let go of the lock, calls afterFinish.
+func (r *Run) finishLocked(status, reason string) bool {
 	if r.finished {
-		r.mu.Unlock()
-		return
+		return false
 	}
 	now := r.runs.now().UnixMilli()
 	r.closeOpenLocked(status, now)
@@ -1083,9 +1093,14 @@ func (r *Run) finish(status, reason string) {
 	r.unshareClaimLocked()
 	m.mu.Unlock()
 	r.finished = true
-	r.mu.Unlock()
+	return true
+}
+
+// afterFinish is what follows a run's finish outside its lock: its span
+// ends, and the log says so.
+func (r *Run) afterFinish(status, reason string) {
 	endSpan(r.span, status, status == RunError)
-	m.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
+	r.runs.log.Info("run finished", "thread", r.ThreadID, "run", r.ID, "status", status, "reason", reason,
 		"took", time.Since(r.started).Round(time.Millisecond))
 }
 

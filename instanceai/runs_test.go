@@ -184,7 +184,7 @@ func toolCall(id string) instanceai.Event {
 }
 
 // runEnded is the error a call still open at its run's finish ends with.
-const runEnded = "The run ended before this tool call had a result."
+const runEnded = "The tool call had no result when its agent or its run ended."
 
 // mark is a stored event that opens and closes nothing: tasks-update
 // with one task, id.

@@ -665,8 +665,9 @@ func TestASegmentThatGoesOnAfterASilenceKeepsBothParts(t *testing.T) {
 // A producer faster than the drain waits once the thread's queue holds
 // its room; nothing it sent is lost, and the queue never holds much more.
 func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
-	// Small enough that all of it fits the memory store's log (2 MB).
-	const maxEvent = 16 << 10
+	// Small enough that all of it fits the memory store's log (2 MB);
+	// events are many more than the queue's room holds.
+	const maxEvent, events = 16 << 10, 16
 	store := memory.New()
 	release := make(chan struct{})
 	log := &blockedLog{EventLog: store, release: release}
@@ -674,7 +675,7 @@ func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
 	var emitted atomic.Int64
 	big := strings.Repeat("x", maxEvent-2<<10)
 	agent := instanceai.AgentFunc(func(ctx context.Context, run *instanceai.Run) error {
-		for i := range 64 {
+		for i := range events {
 			if err := run.Emit(instanceai.Event{Type: instanceai.TypeError, Payload: &instanceai.ErrorPayload{Content: big[:len(big)-i]}}); err != nil {
 				agentDone <- err
 				return err
@@ -704,7 +705,7 @@ func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	if n := emitted.Load(); n >= 64 {
+	if n := emitted.Load(); n >= events {
 		t.Fatalf("the producer emitted all %d events while the store was blocked", n)
 	}
 	close(release)
@@ -717,8 +718,8 @@ func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
 	if err := run.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rows, _ := store.ReadAfter(ctx, "t", 0, 0); len(rows) != 64+2 {
-		t.Fatalf("stored %d rows, want the run-start, all 64 events and the run-finish", len(rows))
+	if rows, _ := store.ReadAfter(ctx, "t", 0, 0); len(rows) != events+2 {
+		t.Fatalf("stored %d rows, want the run-start, all %d events and the run-finish", len(rows), events)
 	}
 	_ = core.Runs.Shutdown(ctx)
 	_ = core.Writer.Close(ctx)
