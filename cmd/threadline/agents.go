@@ -129,7 +129,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 		}
 		return a, nil, nil
 	case "agui":
-		a, err := newUpstream(&c.agents, store, logger)
+		a, err := newUpstream(&c.agents, c.limits, store, logger)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -205,7 +205,7 @@ func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 	return out, nil
 }
 
-func newUpstream(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*upstream.Agent, error) {
+func newUpstream(c *agentConfig, limits instanceai.Limits, store instanceai.Store, logger *slog.Logger) (*upstream.Agent, error) {
 	if strings.TrimSpace(c.aguiAgents) == "" {
 		return nil, usageError{"--agent agui needs upstream agents: --agui-agents name=url (THREADLINE_AGUI_AGENTS)"}
 	}
@@ -222,7 +222,7 @@ func newUpstream(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*
 		return nil, err
 	}
 	a, err := upstream.New(upstream.Config{Upstreams: ups, Header: header, Store: store, ConnectTimeout: c.aguiConnectTimeout,
-		IdleTimeout: c.aguiIdleTimeout, Logger: logger})
+		IdleTimeout: c.aguiIdleTimeout, MaxEventBytes: limits.MaxEventBytes, Logger: logger})
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
