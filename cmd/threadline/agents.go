@@ -108,7 +108,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 	case "script":
 		return &script.Agent{Delay: c.scriptDelay}, nil, nil
 	case "openai":
-		a, err := newOpenAI(&c.agents, store, mcp, logger)
+		a, err := newOpenAI(&c.agents, c.limits, store, mcp, logger)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -139,7 +139,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 	}
 }
 
-func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, logger *slog.Logger) (*openai.Agent, error) {
+func newOpenAI(c *agentConfig, limits instanceai.Limits, store instanceai.Store, mcp *mcptools.Manager, logger *slog.Logger) (*openai.Agent, error) {
 	if c.openaiModel == "" {
 		return nil, usageError{"--agent openai needs --openai-model (THREADLINE_OPENAI_MODEL)"}
 	}
@@ -169,6 +169,7 @@ func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, lo
 		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,
 		Tools: registry, Store: store, MaxSteps: c.openaiMaxSteps, RequestTimeout: c.openaiTimeout, Logger: logger,
 		RequestOptions: json.RawMessage(c.openaiOptions), HealthTimeout: c.openaiHealth, BuilderRepairs: repairs(c.openaiRepairs),
+		MaxEventBytes: limits.MaxEventBytes,
 	})
 	if err != nil {
 		return nil, usageError{err.Error()}
