@@ -123,7 +123,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 			return nil, nil, err
 		}
 		a, err := n8n.New(n8n.Config{Webhooks: hooks, Header: header, IdleTimeout: c.agents.n8nIdleTimeout,
-			NoCapture: !c.agents.n8nCapture, Observer: obs, Logger: logger})
+			NoCapture: !c.agents.n8nCapture, Observer: obs, MaxEventBytes: c.limits.MaxEventBytes, Logger: logger})
 		if err != nil {
 			return nil, nil, usageError{err.Error()}
 		}
