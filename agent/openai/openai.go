@@ -25,6 +25,7 @@ import (
 
 	"github.com/threadline/threadline/agent/conversation"
 	"github.com/threadline/threadline/agent/internal/bound"
+	"github.com/threadline/threadline/agent/internal/healthcache"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
@@ -37,7 +38,7 @@ const (
 	DefaultMaxRetries     = 2
 	DefaultRequestTimeout = 60 * time.Second
 	DefaultHealthTimeout  = 30 * time.Second
-	DefaultHealthCacheTTL = 5 * time.Second
+	DefaultHealthCacheTTL = healthcache.DefaultTTL
 	DefaultBuilderRepairs = 2
 )
 
@@ -114,7 +115,7 @@ type Agent struct {
 	// json_object (the builder's JSON mode).
 	noResponseFormat atomic.Bool
 	// health is the last /llm/health probe, shared by its callers.
-	health healthCache
+	health healthcache.Cache[healthAnswer]
 }
 
 var (
