@@ -47,6 +47,7 @@ import (
 	"github.com/threadline/threadline/agent/conversation"
 	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/internal/endpoint"
+	"github.com/threadline/threadline/agent/internal/healthcache"
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
@@ -101,6 +102,9 @@ type Config struct {
 	IdleTimeout    time.Duration
 	// HealthTimeout bounds one reachability probe; 0 means the default.
 	HealthTimeout time.Duration
+	// HealthCacheTTL is how long /llm/health answers from its last probe;
+	// 0 means healthcache.DefaultTTL (5 s).
+	HealthCacheTTL time.Duration
 	// MaxEventBytes is the core's bound on one event (--max-event-bytes;
 	// 0 means instanceai.DefaultMaxEventBytes). One SSE frame of the
 	// upstream's stream, or one line, may be that and its envelope
@@ -118,9 +122,12 @@ type Agent struct {
 	upstreams     []Upstream
 	store         instanceai.Store
 	healthTimeout time.Duration
-	maxEvent      int
-	log           *slog.Logger
-	seen          reachability
+	healthTTL     time.Duration
+	// health is the last /llm/health probe, shared by its callers.
+	health   healthcache.Cache[Health]
+	maxEvent int
+	log      *slog.Logger
+	seen     reachability
 }
 
 // New checks cfg and returns the agent.
@@ -131,8 +138,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("ag-ui: Config.Store: is required (the conversation is read from it)")
 	}
-	if cfg.HealthTimeout < 0 {
-		return nil, errors.New("ag-ui: Config.HealthTimeout: must not be negative")
+	if cfg.HealthTimeout < 0 || cfg.HealthCacheTTL < 0 {
+		return nil, errors.New("ag-ui: Config.HealthTimeout and Config.HealthCacheTTL: must not be negative")
 	}
 	if cfg.MaxEventBytes < 0 {
 		return nil, errors.New("ag-ui: Config.MaxEventBytes: must not be negative")
@@ -143,9 +150,12 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{conn: conn, upstreams: slices.Clone(cfg.Upstreams), store: cfg.Store, healthTimeout: cfg.HealthTimeout,
-		maxEvent: bound.Event(cfg.MaxEventBytes), log: cfg.Logger}
+		healthTTL: cfg.HealthCacheTTL, maxEvent: bound.Event(cfg.MaxEventBytes), log: cfg.Logger}
 	if a.healthTimeout == 0 {
 		a.healthTimeout = DefaultHealthTimeout
+	}
+	if a.healthTTL == 0 {
+		a.healthTTL = healthcache.DefaultTTL
 	}
 	if a.log == nil {
 		a.log = slog.Default()

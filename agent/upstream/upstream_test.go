@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +167,35 @@ func TestAnEventOverTheBoundEndsTheRun(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// /llm/health is public: however many clients poll it at once, each
+// upstream gets one probe while the answer is young, as the openai
+// agent's model server does.
+func TestHealthProbesAreShared(t *testing.T) {
+	fake := upstreamtest.Start(t)
+	a, err := upstream.New(upstream.Config{Upstreams: []upstream.Upstream{{Name: "fake", URL: fake.URL}},
+		Store: memory.New(), HealthCacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	for i := range codes {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			a.HealthHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/llm/health", nil))
+			codes[i] = rec.Code
+		})
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	if n := fake.Probes(); n != 1 {
+		t.Fatalf("40 requests made %d probes of the upstream, want 1", n)
 	}
 }

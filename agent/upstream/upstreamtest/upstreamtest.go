@@ -105,6 +105,8 @@ type Server struct {
 	// hugeCut and hugeWhole count the Huge scripts that ended because the
 	// client went away, and those that wrote their event whole.
 	hugeCut, hugeWhole int
+	// gets counts GET requests: reachability probes.
+	gets int
 }
 
 // Start starts the agent and closes it at the end of the test.
@@ -136,6 +138,14 @@ func (s *Server) Gone() int {
 	return s.gone
 }
 
+// Probes returns how many GET requests (reachability probes) the agent
+// has received.
+func (s *Server) Probes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
+}
+
 // Huge returns how many HugeLine and HugeFrame streams have ended: cut,
 // because the client stopped reading and went away, or whole, because it
 // read the whole event.
@@ -165,6 +175,9 @@ func script(in agui.RunAgentInput) string {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
+		s.mu.Lock()
+		s.gets++
+		s.mu.Unlock()
 		_, _ = io.WriteString(w, "fake AG-UI agent\n")
 		return
 	}
