@@ -26,9 +26,9 @@
 // frame that is not an AG-UI event, events out of AG-UI's order, anything
 // after the run's end, a stream that ends without one, and silence longer
 // than the idle timeout end the run with an error naming the upstream and
-// the cause. A frame (or line) larger than one event may be, with its
-// envelope (Config.MaxEventBytes), ends it with
-// instanceai.CodeEventTooLarge as soon as the reader crosses the bound.
+// the cause. A frame, or a line of one, over the bound on one event and
+// its envelope (Config.MaxEventBytes) ends it with
+// instanceai.CodeEventTooLarge as soon as the reader crosses that bound.
 package upstream
 
 import (
@@ -308,7 +308,7 @@ func (a *Agent) cutShort(up Upstream, idle bool, err error) error {
 		return &instanceai.ProviderError{Provider: Provider, Code: instanceai.CodeEventTooLarge,
 			Message: fmt.Sprintf("The AG-UI agent %q sent one event larger than %s; the run was stopped and what came before is kept.",
 				up.Name, bound.Named(a.maxEvent)),
-			Details: fmt.Sprintf("an SSE frame of the stream passed %d bytes (the event's bound and %d bytes for its envelope): %v",
+			Details: fmt.Sprintf("an SSE frame of the stream, or a line of it, passed %d bytes (the event's bound and %d bytes for its envelope): %v",
 				bound.Stream(a.maxEvent), bound.Envelope, err)}
 	}
 	if idle {
