@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -81,6 +82,9 @@ type Instance struct {
 	expectExit bool
 	stopped    bool
 	starts     int
+	// exit is how the last process ended (nil while it runs, or for a
+	// clean exit).
+	exit error
 }
 
 // randomName is a short random hex string for database and channel names.
@@ -123,39 +127,46 @@ func hostPort(rawURL string) (string, error) {
 
 // StartCluster creates a fresh database and starts cfg.Instances serve
 // processes on it with the bus, each behind its own proxies. logDir holds
-// their logs. On error, whatever started is stopped.
-func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journal) (cl *Cluster, err error) {
-	cl = &Cluster{cfg: cfg, bus: bus, dir: logDir, j: j}
-	defer func() {
-		if err != nil {
-			cl.Close()
-		}
-	}()
-	if cl.admin, err = sql.Open("postgres", cfg.DatabaseURL); err != nil {
+// their logs. On error, whatever started is stopped, and an instance that
+// did not start is named with the last lines of its log.
+func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journal) (*Cluster, error) {
+	cl := &Cluster{cfg: cfg, bus: bus, dir: logDir, j: j}
+	// Not the named result: every failure returns a nil cluster, and the
+	// one to stop is the one built here.
+	if err := cl.start(ctx); err != nil {
+		cl.Close()
 		return nil, err
+	}
+	return cl, nil
+}
+
+func (cl *Cluster) start(ctx context.Context) (err error) {
+	cfg, bus, logDir := cl.cfg, cl.bus, cl.dir
+	if cl.admin, err = sql.Open("postgres", cfg.DatabaseURL); err != nil {
+		return err
 	}
 	cl.dbName = "chaos_" + randomName()
 	if _, err = cl.admin.ExecContext(ctx, `CREATE DATABASE `+cl.dbName); err != nil {
 		cl.dbName = ""
-		return nil, fmt.Errorf("create database: %w", err)
+		return fmt.Errorf("create database: %w", err)
 	}
 	direct, err := withDatabase(cfg.DatabaseURL, cl.dbName, "")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if cl.DB, err = sql.Open("postgres", direct); err != nil {
-		return nil, err
+		return err
 	}
 	cl.DB.SetMaxOpenConns(4)
 	pgAddr, err := hostPort(cfg.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var busTarget, redisDB string
 	channel := "chaos-" + randomName()
 	if bus == "redis" {
 		if busTarget, err = hostPort(cfg.RedisURL); err != nil {
-			return nil, err
+			return err
 		}
 		u, _ := url.Parse(cfg.RedisURL)
 		redisDB = strings.TrimPrefix(u.Path, "/")
@@ -169,18 +180,18 @@ func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journ
 		in := &Instance{Index: i + 1, cl: cl, logPath: filepath.Join(logDir, fmt.Sprintf("instance-%d.log", i+1))}
 		cl.Instances = append(cl.Instances, in)
 		if in.PG, err = faultproxy.Listen(pgAddr); err != nil {
-			return nil, err
+			return err
 		}
 		if in.Bus, err = faultproxy.Listen(busTarget); err != nil {
-			return nil, err
+			return err
 		}
 		if in.addr, err = freeAddr(); err != nil {
-			return nil, err
+			return err
 		}
 		in.URL = "http://" + in.addr
 		store, err := withDatabase(cfg.DatabaseURL, cl.dbName, in.PG.Addr())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		// Each instance's bus goes through its own proxy, so a bus fault
 		// hits that link only: Redis by address, LISTEN/NOTIFY by a DSN
@@ -189,7 +200,7 @@ func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journ
 		busSpec := "redis://" + in.Bus.Addr() + "/" + redisDB + "?channel=" + channel
 		if bus == "postgres" {
 			if busSpec, err = withDatabase(cfg.DatabaseURL, cl.dbName, in.Bus.Addr()); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		in.args = []string{"serve", "-addr", in.addr, "-store", store, "-bus", busSpec,
@@ -203,10 +214,10 @@ func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journ
 		}
 		// One at a time: the first applies the schema.
 		if err = in.Start(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return cl, nil
+	return nil
 }
 
 func freeAddr() (string, error) {
@@ -326,7 +337,7 @@ func (in *Instance) Start(ctx context.Context) error {
 		return fmt.Errorf("start instance %d: %w", in.Index, err)
 	}
 	exited := make(chan struct{})
-	in.cmd, in.exited, in.expectExit, in.stopped, in.id = cmd, exited, false, false, ""
+	in.cmd, in.exited, in.expectExit, in.stopped, in.id, in.exit = cmd, exited, false, false, "", nil
 	in.started = time.Now()
 	in.mu.Unlock()
 	go in.wait(cmd, exited, f)
@@ -337,10 +348,10 @@ func (in *Instance) Start(ctx context.Context) error {
 	select {
 	case id = <-sink.id:
 	case <-exited:
-		return fmt.Errorf("instance %d exited at start; see %s", in.Index, in.logPath)
+		return in.startFailure("exited at start")
 	case <-deadline.C:
 		in.kill()
-		return fmt.Errorf("instance %d did not start within 30s; see %s", in.Index, in.logPath)
+		return in.startFailure("did not start within 30s")
 	case <-ctx.Done():
 		in.kill()
 		return ctx.Err()
@@ -359,13 +370,51 @@ func (in *Instance) Start(ctx context.Context) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("instance %d exited at start; see %s", in.Index, in.logPath)
+			return in.startFailure("exited at start")
 		case <-deadline.C:
 			in.kill()
-			return fmt.Errorf("instance %d does not answer /health: %v", in.Index, err)
+			return in.startFailure(fmt.Sprintf("does not answer /health (%v)", err))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// startFailure explains an instance that did not start: how its process
+// ended and the last lines it wrote, which usually say why.
+func (in *Instance) startFailure(what string) error {
+	in.mu.Lock()
+	exit := in.exit
+	in.mu.Unlock()
+	if exit != nil {
+		what += " (" + exitWords(exit) + ")"
+	}
+	last := logTail(in.logPath, 5)
+	if last == "" {
+		last = "(nothing)"
+	}
+	return fmt.Errorf("instance %d %s; it last wrote: %s; its log is %s", in.Index, what, last, in.logPath)
+}
+
+// logTail is the last n lines a process wrote to its log, the harness's
+// own lines left out, joined with " | ".
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const most = 8 << 10 // the end of a log is enough to say why
+	if st, err := f.Stat(); err == nil && st.Size() > most {
+		_, _ = f.Seek(-most, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, most))
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "=== harness:") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
 // wait reaps the process and reports an exit the harness did not cause.
@@ -373,6 +422,7 @@ func (in *Instance) wait(cmd *exec.Cmd, exited chan struct{}, f *os.File) {
 	err := cmd.Wait()
 	in.mu.Lock()
 	expected, id := in.expectExit, in.id
+	in.exit = err
 	in.mu.Unlock()
 	fmt.Fprintf(f, "=== harness: instance %d (%s) exited at %s: %v\n", in.Index, id, time.Now().Format(time.RFC3339Nano), exitWords(err))
 	f.Close()

@@ -42,10 +42,22 @@ const MaxLine = 16 << 20
 // reader's maximum length.
 var ErrLineTooLong = errors.New("sse: line exceeds the maximum length")
 
+// ErrFrameTooLarge is returned (wrapped, with the bound) for a frame whose
+// lines together are over the reader's maximum frame size. A line bound
+// alone does not bound what a reader holds: a frame of many data lines is
+// joined into one Data, and its comments are kept too.
+var ErrFrameTooLarge = errors.New("sse: frame exceeds the maximum size")
+
 // ReaderOptions tune a Reader; the zero value is NewReader's strict reader.
 type ReaderOptions struct {
 	// MaxLine bounds one line in bytes; 0 means MaxLine.
 	MaxLine int
+	// MaxFrame bounds one frame in bytes: the lengths of its lines, line
+	// ends and the blank line that ends it not counted (so a frame of one
+	// line of MaxLine bytes fits). 0 means the line bound: a frame holds
+	// at most what one line may, however it is split. The reader fails as
+	// soon as a line would cross it, without reading the rest of that line.
+	MaxFrame int
 	// DispatchAtEOF makes a stream that ends mid-frame (even mid-line)
 	// end that frame, where the strict reader returns io.ErrUnexpectedEOF.
 	// The WHATWG rules drop such a frame, but some OpenAI-compatible
@@ -62,6 +74,10 @@ type Reader struct {
 	opts    ReaderOptions
 	afterCR bool // a CR was the last byte: a following LF belongs to it
 	eof     bool // the input ended: read no further
+	// tooLong is the error of a line or frame over its bound, returned by
+	// every later call: the rest of the stream starts mid-line, and a
+	// reader that went on would take the rest of that line for a new one.
+	tooLong error
 }
 
 // NewReader returns a strict reader over r: a frame cut off by the end of
@@ -73,12 +89,20 @@ func NewReaderWith(r io.Reader, opts ReaderOptions) *Reader {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = MaxLine
 	}
+	if opts.MaxFrame <= 0 {
+		opts.MaxFrame = opts.MaxLine
+	}
 	return &Reader{r: bufio.NewReaderSize(r, 64<<10), opts: opts}
 }
 
 // readLine returns one line without its terminator and whether the
-// terminator was CR-based.
-func (rd *Reader) readLine() (string, bool, error) {
+// terminator was CR-based. room is what is left of the frame's bound: a
+// line longer than it fails with ErrFrameTooLarge as soon as it crosses
+// it (ErrLineTooLong when the line's own bound is the smaller).
+func (rd *Reader) readLine(room int) (string, bool, error) {
+	if rd.tooLong != nil {
+		return "", false, rd.tooLong
+	}
 	if rd.eof {
 		return "", false, io.EOF
 	}
@@ -113,7 +137,12 @@ func (rd *Reader) readLine() (string, bool, error) {
 			return string(buf), true, nil
 		}
 		if len(buf) >= rd.opts.MaxLine {
-			return "", false, fmt.Errorf("%w of %d bytes", ErrLineTooLong, rd.opts.MaxLine)
+			rd.tooLong = fmt.Errorf("%w of %d bytes", ErrLineTooLong, rd.opts.MaxLine)
+			return "", false, rd.tooLong
+		}
+		if len(buf) >= room {
+			rd.tooLong = fmt.Errorf("%w of %d bytes", ErrFrameTooLarge, rd.opts.MaxFrame)
+			return "", false, rd.tooLong
 		}
 		buf = append(buf, b)
 	}
@@ -126,6 +155,7 @@ func (rd *Reader) Next() (Frame, error) {
 	var f Frame
 	var data bytes.Buffer
 	started := false
+	size := 0 // bytes of the frame's lines so far
 	end := func() (Frame, error) {
 		if data.Len() > 0 {
 			f.Data = strings.TrimSuffix(data.String(), "\n")
@@ -133,7 +163,7 @@ func (rd *Reader) Next() (Frame, error) {
 		return f, nil
 	}
 	for {
-		line, cr, err := rd.readLine()
+		line, cr, err := rd.readLine(rd.opts.MaxFrame - size)
 		if err != nil {
 			if err == io.EOF && started {
 				if rd.opts.DispatchAtEOF {
@@ -151,6 +181,7 @@ func (rd *Reader) Next() (Frame, error) {
 			return end()
 		}
 		started = true
+		size += len(line)
 		if line[0] == ':' {
 			f.Comments = append(f.Comments, strings.TrimPrefix(line[1:], " "))
 			continue

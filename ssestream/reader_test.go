@@ -128,6 +128,118 @@ func TestReaderMaxLine(t *testing.T) {
 	}
 }
 
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// repeated is line repeated until left bytes are read: a huge frame
+// without a blank line, made as it is read.
+type repeated struct {
+	line []byte
+	at   int
+	left int
+}
+
+func (e *repeated) Read(p []byte) (int, error) {
+	if e.left == 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(len(p), e.left)]
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], e.line[e.at:])
+		n += c
+		e.at = (e.at + c) % len(e.line)
+	}
+	e.left -= n
+	return n, nil
+}
+
+// A frame is bounded as a whole, whatever its lines: data joined over many
+// lines, comments, other fields. The reader fails as soon as the bound is
+// crossed, reading no further than its buffer beyond it, and keeps
+// failing: the rest of the stream starts mid-frame.
+func TestReaderMaxFrame(t *testing.T) {
+	const limit = 16
+	for _, tc := range []struct {
+		name, in string
+		frames   int // frames read before the error
+		// oneLine: one line crosses the bound alone, so a reader whose
+		// frame bound is its line bound names the line's.
+		oneLine bool
+	}{
+		{"data lines", "data: 12345\n\ndata:12345\ndata:1234567\ndata: x\n\n", 1, false},
+		{"comments", ": 12345678\n: 12345678\n\n", 0, false},
+		{"other fields", "id: 123456\nevent: 12345678\n\n", 0, false},
+		{"one line over the frame's bound", "data: 123456789012345\n\n", 0, true},
+		{"a cut-off frame", "data: a\n\ndata:12345678\ndata:12345678", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, opts := range []ReaderOptions{{MaxFrame: limit}, {MaxFrame: limit, DispatchAtEOF: true}, {MaxLine: limit}} {
+				rd := NewReaderWith(strings.NewReader(tc.in), opts)
+				for i := range tc.frames {
+					if _, err := rd.Next(); err != nil {
+						t.Fatalf("%+v: frame %d: %v", opts, i, err)
+					}
+				}
+				want := ErrFrameTooLarge
+				if opts.MaxLine != 0 && tc.oneLine {
+					want = ErrLineTooLong
+				}
+				_, err := rd.Next()
+				if !errors.Is(err, want) || !strings.Contains(err.Error(), "16 bytes") {
+					t.Fatalf("%+v: %v, want %v naming the bound", opts, err, want)
+				}
+				if _, again := rd.Next(); !errors.Is(again, want) {
+					t.Fatalf("%+v: after the error: %v, want it again", opts, again)
+				}
+			}
+		})
+	}
+	// Exactly at the bound is fine: lines count without their ends.
+	rd := NewReaderWith(strings.NewReader("data:1234\r\ndata:56\r\n\r\n"), ReaderOptions{MaxFrame: limit})
+	if f, err := rd.Next(); err != nil || f.Data != "1234\n56" {
+		t.Fatalf("a frame of %d bytes: %+v, %v", limit, f, err)
+	}
+
+	// A 32 MiB frame of short lines: the reader stops at the bound, read
+	// no further than its buffer (64 KiB) and the line under way past it.
+	const bound, huge = 1 << 20, 32 << 20
+	src := &countingReader{r: &repeated{line: []byte("data: " + strings.Repeat("x", 100) + "\n"), left: huge}}
+	rd = NewReaderWith(src, ReaderOptions{MaxFrame: bound})
+	if _, err := rd.Next(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("a frame of %d bytes: %v", huge, err)
+	}
+	if src.n > bound+128<<10 {
+		t.Fatalf("read %d bytes of a frame bounded at %d", src.n, bound)
+	}
+	// So does a 32 MiB line under a smaller frame bound.
+	src = &countingReader{r: &repeated{line: []byte("x"), left: huge}}
+	rd = NewReaderWith(src, ReaderOptions{MaxFrame: bound})
+	if _, err := rd.Next(); !errors.Is(err, ErrFrameTooLarge) || src.n > bound+128<<10 {
+		t.Fatalf("a line of %d bytes: %v after %d bytes", huge, err, src.n)
+	}
+}
+
+// A line over its bound is an error on every later call: what follows it
+// is the rest of that line, not a frame.
+func TestReaderLineTooLongIsSticky(t *testing.T) {
+	rd := NewReaderWith(strings.NewReader("data:12345678\n\ndata: a\n\n"), ReaderOptions{MaxLine: 8, MaxFrame: 100})
+	for range 2 {
+		if _, err := rd.Next(); !errors.Is(err, ErrLineTooLong) {
+			t.Fatalf("%v, want ErrLineTooLong", err)
+		}
+	}
+}
+
 // drain reads every frame of rd, up to and with the error that ends it; a
 // reader that returns more frames than the input has bytes fails t.
 func drain(t *testing.T, rd *Reader, in []byte) ([]Frame, error) {
@@ -158,14 +270,17 @@ func longestLine(in []byte) int {
 // FuzzReader: the strict reader keeps no line break in a field; the
 // reader with DispatchAtEOF reads the same frames, plus the one the strict
 // reader calls cut off; a line bound fails exactly the inputs with a
-// longer line.
+// longer line, a frame bound exactly those with a larger frame, and a
+// reader without a frame bound takes its line bound for one.
 func FuzzReader(f *testing.F) {
-	for _, s := range []string{"id: 1\ndata: a\n\n", "data: a\r\n\r\n: c\n\n", "\r\r\n\n", "data", "data: a\n\ndata: [DONE]", "data:123456\n"} {
+	for _, s := range []string{"id: 1\ndata: a\n\n", "data: a\r\n\r\n: c\n\n", "\r\r\n\n", "data", "data: a\n\ndata: [DONE]", "data:123456\n",
+		"data:1\ndata:2\ndata:3\n\n", ": a\r\n: b\r\n: c\r\n\r\n", "data:1\r\rdata:12345678\r\r"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		strict, serr := drain(t, NewReader(strings.NewReader(string(in))), in)
 		lax, lerr := drain(t, NewReaderWith(strings.NewReader(string(in)), ReaderOptions{DispatchAtEOF: true}), in)
+		laxAll := lax
 		switch {
 		case serr == io.ErrUnexpectedEOF:
 			if lerr != io.EOF || len(lax) != len(strict)+1 {
@@ -180,9 +295,52 @@ func FuzzReader(f *testing.F) {
 		}
 
 		const limit = 4
-		_, err := drain(t, NewReaderWith(strings.NewReader(string(in)), ReaderOptions{MaxLine: limit, DispatchAtEOF: true}), in)
+		// A frame bound far above any frame here: the line bound alone.
+		_, err := drain(t, NewReaderWith(strings.NewReader(string(in)), ReaderOptions{MaxLine: limit, MaxFrame: 1 << 20, DispatchAtEOF: true}), in)
 		if long := longestLine(in) > limit; errors.Is(err, ErrLineTooLong) != long {
 			t.Fatalf("MaxLine %d: %v for an input whose longest line has %d bytes", limit, err, longestLine(in))
 		}
+
+		// The frame bound fails exactly the inputs with a larger frame,
+		// and what it read before is what a reader without it reads.
+		const frameLimit = 8
+		bounded, err := drain(t, NewReaderWith(strings.NewReader(string(in)), ReaderOptions{MaxFrame: frameLimit, DispatchAtEOF: true}), in)
+		if large := largestFrame(in) > frameLimit; errors.Is(err, ErrFrameTooLarge) != large {
+			t.Fatalf("MaxFrame %d: %v for an input whose largest frame has %d bytes", frameLimit, err, largestFrame(in))
+		}
+		if len(bounded) > len(laxAll) || !slices.EqualFunc(bounded, laxAll[:len(bounded)], func(a, b Frame) bool { return reflect.DeepEqual(a, b) }) {
+			t.Fatalf("MaxFrame %d read %+v, a reader without it %+v", frameLimit, bounded, laxAll)
+		}
+
+		// Without a frame bound of its own a reader takes the line's: a
+		// frame holds no more than one line may.
+		_, err = drain(t, NewReaderWith(strings.NewReader(string(in)), ReaderOptions{MaxLine: limit, DispatchAtEOF: true}), in)
+		if large := largestFrame(in) > limit; (errors.Is(err, ErrLineTooLong) || errors.Is(err, ErrFrameTooLarge)) != large {
+			t.Fatalf("MaxLine %d and no MaxFrame: %v for an input whose largest frame has %d bytes", limit, err, largestFrame(in))
+		}
 	})
+}
+
+// largestFrame is the size of the largest frame of in as the reader
+// counts it: the lengths of its lines, line ends not counted, up to the
+// blank line that ends it (or the end of the input).
+func largestFrame(in []byte) int {
+	most, frame, line := 0, 0, 0
+	for i := 0; i <= len(in); i++ {
+		if i < len(in) && in[i] != '\n' && in[i] != '\r' {
+			line++
+			continue
+		}
+		if i < len(in) && in[i] == '\n' && i > 0 && in[i-1] == '\r' {
+			continue // the LF of a CRLF
+		}
+		if line == 0 {
+			frame = 0 // a blank line ends the frame
+			continue
+		}
+		frame += line
+		most = max(most, frame)
+		line = 0
+	}
+	return most
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/n8n/capture"
 	"github.com/threadline/threadline/agent/n8n/ndjson"
 	"github.com/threadline/threadline/instanceai"
@@ -58,10 +59,6 @@ const MalformedUnmatched = "unmatched"
 // holds a capture layer of up to MaxObject bytes.
 const MaxItems = 256
 
-// nonStreamingLimit bounds the body kept while no chunk has been seen, in
-// case the webhook answered with one JSON document instead of a stream.
-const nonStreamingLimit = 4 << 20
-
 // logPrefix is how much of a malformed object a log line carries.
 const logPrefix = 200
 
@@ -81,7 +78,16 @@ type StreamOptions struct {
 	// RunID prefixes the response and tool call ids, so they are unique in
 	// the thread. Empty means "run".
 	RunID string
-	// MaxLine bounds one NDJSON line; 0 means ndjson.DefaultMaxLine.
+	// MaxEventBytes is the core's bound on one event (--max-event-bytes;
+	// 0 means instanceai.DefaultMaxEventBytes). A line carries one chunk,
+	// which becomes at most one event: by default a line may be that and
+	// its envelope (bound.Stream). So may the body kept while no chunk
+	// has been seen, in case the webhook answered with one JSON document
+	// instead of a stream.
+	MaxEventBytes int
+	// MaxLine bounds one NDJSON line; 0 means the event's bound and its
+	// envelope. A longer line ends the stream with
+	// instanceai.CodeEventTooLarge.
 	MaxLine int
 	// MaxObject bounds one captured object; 0 means
 	// capture.DefaultMaxObject.
@@ -106,7 +112,11 @@ type StreamOptions struct {
 // MapStream never emits the error event itself: the run registry turns the
 // returned error into one.
 func MapStream(r io.Reader, opts StreamOptions, emit func(instanceai.Event) error) error {
-	rec := &recorder{r: r, limit: nonStreamingLimit}
+	limit := bound.Stream(opts.MaxEventBytes)
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = limit
+	}
+	rec := &recorder{r: r, limit: limit}
 	m := newMapper(opts)
 	reader := ndjson.NewReader(rec, opts.MaxLine)
 	badLines := 0
@@ -130,10 +140,14 @@ func MapStream(r io.Reader, opts StreamOptions, emit func(instanceai.Event) erro
 				if ferr := m.flushAll(emit); ferr != nil {
 					return ferr
 				}
-				return &instanceai.ProviderError{Provider: Provider, Code: CodeStreamInterrupted,
-					Message: "The n8n stream sent a line longer than this server accepts, so the rest of the answer was dropped. " +
-						"Shorten what the workflow streams, or raise the line limit.",
-					Details: err.Error()}
+				named := bound.Named(opts.MaxEventBytes)
+				if opts.MaxLine != limit {
+					named = bound.Size(opts.MaxLine) + ", the bound on one line"
+				}
+				return &instanceai.ProviderError{Provider: Provider, Code: instanceai.CodeEventTooLarge,
+					Message: fmt.Sprintf("The n8n stream sent one line larger than %s, so the run was stopped; the text received "+
+						"before it is kept. Shorten what the workflow streams at once.", named),
+					Details: fmt.Sprintf("%v (the event's bound and %d bytes for a chunk's envelope)", err, bound.Envelope)}
 			}
 			if ferr := m.flushAll(emit); ferr != nil {
 				return ferr

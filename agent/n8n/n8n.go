@@ -103,7 +103,11 @@ type Config struct {
 	NoCapture bool
 	// Observer receives the capture layer's counts; nil is a no-op.
 	Observer CaptureObserver
-	Logger   *slog.Logger
+	// MaxEventBytes is the core's bound on one event (--max-event-bytes;
+	// 0 means instanceai.DefaultMaxEventBytes): one line of the stream may
+	// be that and its envelope (StreamOptions.MaxEventBytes).
+	MaxEventBytes int
+	Logger        *slog.Logger
 }
 
 // Agent runs messages through n8n webhooks. It is safe for concurrent runs.
@@ -111,6 +115,7 @@ type Agent struct {
 	conn      endpoint.Conn
 	webhooks  []Webhook
 	maxObject int
+	maxEvent  int
 	noCapture bool
 	obs       CaptureObserver
 	log       *slog.Logger
@@ -124,13 +129,16 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxObject < 0 {
 		return nil, errors.New("n8n: Config.MaxObject: must not be negative")
 	}
+	if cfg.MaxEventBytes < 0 {
+		return nil, errors.New("n8n: Config.MaxEventBytes: must not be negative")
+	}
 	conn, err := endpoint.NewConn("n8n", endpoint.Conn{Client: cfg.HTTPClient, Header: cfg.Header,
 		ConnectTimeout: cfg.ConnectTimeout, IdleTimeout: cfg.IdleTimeout}, DefaultConnectTimeout, DefaultIdleTimeout)
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{conn: conn, webhooks: slices.Clone(cfg.Webhooks), maxObject: cfg.MaxObject, noCapture: cfg.NoCapture,
-		obs: cfg.Observer, log: cfg.Logger}
+	a := &Agent{conn: conn, webhooks: slices.Clone(cfg.Webhooks), maxObject: cfg.MaxObject, maxEvent: cfg.MaxEventBytes,
+		noCapture: cfg.NoCapture, obs: cfg.Observer, log: cfg.Logger}
 	if a.maxObject == 0 {
 		a.maxObject = capture.DefaultMaxObject
 	}
@@ -188,7 +196,7 @@ func (a *Agent) Run(ctx context.Context, run *instanceai.Run) error {
 			"webhook", wh.Name, "contentType", ct)
 	}
 
-	err = MapStream(st.Body, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, NoCapture: a.noCapture, Observer: a.obs,
+	err = MapStream(st.Body, StreamOptions{RunID: run.ID, MaxObject: a.maxObject, MaxEventBytes: a.maxEvent, NoCapture: a.noCapture, Observer: a.obs,
 		Logger: a.log.With("webhook", wh.Name, "run", run.ID)}, run.Emit)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)

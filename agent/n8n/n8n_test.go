@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -798,5 +799,106 @@ func TestBodies(t *testing.T) {
 		case text.String() != c.text:
 			t.Errorf("%q: text %q, want %q", c.body, text.String(), c.text)
 		}
+	}
+}
+
+// countingBodies counts the bytes read of the answers' bodies.
+type countingBodies struct{ read atomic.Int64 }
+
+func (c *countingBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body, n: &c.read}
+	}
+	return resp, err
+}
+
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// A line larger than the bound on one event (and a chunk's envelope) ends
+// the run with event_too_large naming the bound and its flag; the text
+// before it is kept. The agent reads no further than the bound: of a line
+// that would be 64 MiB it reads little more than the bound, and the
+// webhook is cut off before it has written it.
+func TestLineOverTheEventBound(t *testing.T) {
+	const maxEvent = 1 << 20
+	var whole, cut atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		write := func(s string) bool {
+			_, err := io.WriteString(w, s)
+			return err == nil && http.NewResponseController(w).Flush() == nil
+		}
+		meta := `"metadata":{"nodeId":"a","nodeName":"AI Agent","runIndex":0,"itemIndex":0}`
+		piece := strings.Repeat("x", 64<<10)
+		ok := write(`{"type":"begin",`+meta+"}\n") && write(`{"type":"item","content":"kept",`+meta+"}\n") &&
+			write(`{"type":"item",`+meta+`,"content":"`)
+		for n := 0; ok && n < 64<<20; n += len(piece) {
+			ok = write(piece)
+		}
+		if ok && write("\"}\n{\"type\":\"end\","+meta+"}\n") {
+			whole.Add(1)
+			return
+		}
+		cut.Add(1)
+	}))
+	defer srv.Close()
+	body := &countingBodies{}
+	h := newHarness(t, newAgent(t, n8n.Config{Webhooks: []n8n.Webhook{{Name: "main", URL: srv.URL}},
+		HTTPClient: &http.Client{Transport: body}, MaxEventBytes: maxEvent}))
+	evs := h.play("t", instanceai.StartRequest{Message: "hi"}, nil)
+	if got := summary(t, evs); got[1] != `text r1 "kept"` {
+		t.Errorf("events: %v", got)
+	}
+	checkError(t, evs, instanceai.CodeEventTooLarge, 0, "larger than 1 MiB, the bound on one event (--max-event-bytes)")
+	if n := body.read.Load(); n > maxEvent+128<<10 {
+		t.Fatalf("read %d bytes of a stream whose lines are bounded at about %d", n, maxEvent)
+	}
+	deadline := time.Now().Add(wait)
+	for cut.Load() == 0 {
+		if whole.Load() > 0 {
+			t.Fatal("the webhook wrote its 64 MiB line whole: the agent read it all")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the webhook is still writing: the agent did not go away")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The line bound derives from the bound on one event: by default a line
+// may be the default bound on one event and an envelope, so a 3 MiB
+// line (one chunk of a long answer) is read, and one over it is refused.
+func TestDefaultLineBoundIsTheEventBound(t *testing.T) {
+	meta := `"metadata":{"nodeId":"a","nodeName":"AI Agent","runIndex":0,"itemIndex":0}`
+	stream := func(content int) io.Reader {
+		return strings.NewReader(`{"type":"begin",` + meta + "}\n" + `{"type":"item",` + meta + `,"content":"` +
+			strings.Repeat("x", content) + "\"}\n" + `{"type":"end",` + meta + "}\n")
+	}
+	got := 0
+	err := n8n.MapStream(stream(3<<20), n8n.StreamOptions{NoCapture: true, Logger: slog.New(slog.DiscardHandler)}, func(ev instanceai.Event) error {
+		if p, ok := ev.Payload.(*instanceai.Text); ok {
+			got += len(p.Text)
+		}
+		return nil
+	})
+	if err != nil || got != 3<<20 {
+		t.Fatalf("a 3 MiB line: %d bytes of text, %v", got, err)
+	}
+	err = n8n.MapStream(stream(instanceai.DefaultMaxEventBytes+64<<10), n8n.StreamOptions{NoCapture: true, Logger: slog.New(slog.DiscardHandler)},
+		func(instanceai.Event) error { return nil })
+	var pe *instanceai.ProviderError
+	if !errors.As(err, &pe) || pe.Code != instanceai.CodeEventTooLarge || !strings.Contains(pe.Message, "4 MiB") {
+		t.Fatalf("a line over 4 MiB: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -203,6 +204,48 @@ func TestInvalidArguments(t *testing.T) {
 	}
 	if !slices.Contains(msgs, `assistant: [call_Qz1 create_workflow {}] [call_Qz2 list_workflows {}]`) {
 		t.Errorf("assistant message: %q", msgs)
+	}
+}
+
+// A tool result whose tool-result event would be over the bound on one
+// event is neither stored nor sent to the model: the call is a tool-error
+// that says how large the result was and names the bound, the model reads
+// it, and the run goes on. A result under the bound is a result.
+func TestToolResultOverTheBound(t *testing.T) {
+	const maxEvent = 1 << 20
+	sized := func(name string, n int) tools.Tool {
+		return tools.Tool{Name: name, Execute: func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return json.Marshal(strings.Repeat("x", n))
+		}}
+	}
+	f := newFake(t, replay(sse(callChunk("r1", 0, "c1", "big", `{}`), callChunk("r1", 1, "c2", "small", `{}`), finishChunk("r1", "tool_calls"))),
+		answer("r2", "I will ask for less.", 1, 1))
+	h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "m", MaxEventBytes: maxEvent,
+		Tools: registry(t, sized("big", maxEvent), sized("small", maxEvent-2<<10))})
+	evs := h.play(t, instanceai.StartRequest{Message: "x"})
+	if fin := finishOf(t, evs); fin.Status != instanceai.RunCompleted {
+		t.Fatalf("the run ended %q: %s", fin.Status, shape(evs))
+	}
+	errs := ofType[*instanceai.ToolError](evs, instanceai.TypeToolError)
+	if len(errs) != 1 || errs[0].ToolCallID != "c1" {
+		t.Fatalf("tool errors = %+v, want one for c1", errs)
+	}
+	for _, want := range []string{fmt.Sprint(maxEvent+2, " bytes"), "over 1 MiB, the bound on one event (--max-event-bytes)"} {
+		if !strings.Contains(errs[0].Error, want) {
+			t.Errorf("the tool-error %q does not say %q", errs[0].Error, want)
+		}
+	}
+	if results := ofType[*instanceai.ToolResult](evs, instanceai.TypeToolResult); len(results) != 1 || results[0].ToolCallID != "c2" {
+		t.Fatalf("tool results: %d, want c2's alone", len(results))
+	}
+	msgs := f.requests()[1].summary()
+	if !slices.ContainsFunc(msgs, func(s string) bool { return strings.HasPrefix(s, "tool(c1):Error: The tool's result was") }) {
+		t.Errorf("the model was not told: %.200q", msgs)
+	}
+	for _, m := range msgs {
+		if strings.HasPrefix(m, "tool(c1):") && len(m) > 4<<10 {
+			t.Errorf("the model was handed the result (%d bytes)", len(m))
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/openai/chunk"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/tracing"
@@ -38,17 +39,19 @@ const (
 	maxErrorBody = 16 << 10
 )
 
-// maxStreamLine bounds one line of the upstream stream: a chunk is a few
-// hundred bytes, Ollama's whole tool calls a few kilobytes; anything near
-// this is a broken server, and without a bound it would grow memory freely.
-const maxStreamLine = 4 << 20
-
 // newStreamReader reads the data payloads of a Chat Completions stream
 // (NextData): fields other than data do not matter to it, and a frame still
 // pending at the end of the stream is dispatched, as some servers close
 // right after the last data line.
-func newStreamReader(body io.Reader) *ssestream.Reader {
-	return ssestream.NewReaderWith(body, ssestream.ReaderOptions{MaxLine: maxStreamLine, DispatchAtEOF: true})
+//
+// One frame, and so each of its lines, is bounded by the bound on one
+// event and its envelope (bound.Stream): a chunk is a few hundred bytes,
+// and the largest, Ollama's whole tool calls, becomes one tool-call event,
+// which the core bounds anyway. Without a bound a broken server would grow
+// memory freely.
+func newStreamReader(body io.Reader, maxEvent int) *ssestream.Reader {
+	limit := bound.Stream(maxEvent)
+	return ssestream.NewReaderWith(body, ssestream.ReaderOptions{MaxLine: limit, MaxFrame: limit, DispatchAtEOF: true})
 }
 
 // errIdleTimeout cancels a model call whose server went silent for longer
@@ -344,7 +347,7 @@ func (a *Agent) stream(ctx, actx context.Context, l *loop, body io.Reader, idle 
 		}
 		return nil
 	}
-	sse := newStreamReader(body)
+	sse := newStreamReader(body, a.cfg.MaxEventBytes)
 	done := false
 	for !done {
 		idle.Reset(a.cfg.RequestTimeout)
@@ -359,6 +362,14 @@ func (a *Agent) stream(ctx, actx context.Context, l *loop, body io.Reader, idle 
 			}
 			if errors.Is(context.Cause(actx), errIdleTimeout) {
 				return nil, a.transportFailure(errIdleTimeout)
+			}
+			if errors.Is(err, ssestream.ErrLineTooLong) || errors.Is(err, ssestream.ErrFrameTooLarge) {
+				// Not retried: the same request would get the same chunk.
+				return nil, a.failure(instanceai.CodeEventTooLarge, 0,
+					fmt.Sprintf("The model server at %s sent one stream chunk larger than %s; the run was stopped and what came before is kept.",
+						a.cfg.BaseURL, bound.Named(a.cfg.MaxEventBytes)),
+					fmt.Sprintf("reading the stream of POST %s: a frame passed %d bytes (the event's bound and %d bytes for its envelope): %v",
+						a.chatURL, bound.Stream(a.cfg.MaxEventBytes), bound.Envelope, err))
 			}
 			pe := a.failure(CodeStreamInterrupted, 0,
 				fmt.Sprintf("The connection to the model server at %s broke while the answer was streaming. What arrived so far is kept; try again.", a.cfg.BaseURL),

@@ -80,6 +80,14 @@ func TestFailures(t *testing.T) {
 			code: openai.CodeTimeout, requests: 1, text: "Wait", content: "--openai-timeout"},
 		{name: "error in stream", script: []http.HandlerFunc{replay(sse(textChunk("r", "Hm"), `{"error":{"message":"model crashed","type":"server_error","code":null}}`))},
 			code: openai.CodeUpstreamError, requests: 1, content: "model crashed", text: "Hm"},
+		// A chunk over the bound on one event (and its envelope) is not
+		// read whole and not retried: the same request would get it again.
+		{name: "a chunk over the bound", script: []http.HandlerFunc{replay(sse(textChunk("r", strings.Repeat("x", 1<<20+64<<10)))), ok},
+			cfg: func(c *openai.Config) { c.MaxEventBytes = 1 << 20 }, code: instanceai.CodeEventTooLarge, requests: 1,
+			content: "larger than 1 MiB, the bound on one event (--max-event-bytes)"},
+		{name: "a chunk over the bound after text", script: []http.HandlerFunc{replay(sse(textChunk("r", "So"), textChunk("r", strings.Repeat("x", 1<<20+64<<10))))},
+			cfg: func(c *openai.Config) { c.MaxEventBytes = 1 << 20 }, code: instanceai.CodeEventTooLarge, requests: 1,
+			content: "what came before is kept", text: "So"},
 		{name: "stream_options refused", script: []http.HandlerFunc{status(400, `{"object":"error","message":"Unrecognized field: stream_options","code":400}`), ok},
 			requests: 2, recovers: true},
 	}

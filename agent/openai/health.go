@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -41,7 +40,8 @@ func (a *Agent) HealthHandler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		status, resp := a.health.get(a.cfg.HealthCacheTTL, a.probeHealth)
+		h := a.health.Get(a.cfg.HealthCacheTTL, a.probeHealth)
+		status, resp := h.status, h.resp
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)
@@ -53,7 +53,7 @@ func (a *Agent) HealthHandler() http.Handler {
 
 // probeHealth lists the server's models once, for /llm/health. It runs on
 // a context of its own: the requests that share it may go before it ends.
-func (a *Agent) probeHealth() (int, healthResponse) {
+func (a *Agent) probeHealth() healthAnswer {
 	started := time.Now()
 	models, parsed, err := a.listModels(context.Background(), a.cfg.HealthTimeout)
 	elapsed := float64(time.Since(started).Microseconds()) / 1000
@@ -61,64 +61,20 @@ func (a *Agent) probeHealth() (int, healthResponse) {
 		Timestamp: time.Now().UTC().Format(time.RFC3339)}
 	if err != nil {
 		resp.Status, resp.Error = "unavailable", a.scrub(err.Error())
-		return http.StatusServiceUnavailable, resp
+		return healthAnswer{http.StatusServiceUnavailable, resp}
 	}
 	resp.Status, resp.ResponseTimeMS = "available", &elapsed
 	if parsed {
 		found := hasModel(models, a.cfg.Model)
 		resp.ModelAvailable = &found
 	}
-	return http.StatusOK, resp
+	return healthAnswer{http.StatusOK, resp}
 }
 
-// healthCache keeps the last health probe's answer, and runs one probe at
-// a time for all who ask.
-type healthCache struct {
-	mu     sync.Mutex
-	at     time.Time // when the kept answer's probe ended; zero for none
+// healthAnswer is one probe's answer: the status code and the body.
+type healthAnswer struct {
 	status int
 	resp   healthResponse
-	// running is closed when the probe under way ends; nil for none.
-	running chan struct{}
-}
-
-// get returns an answer at most ttl old, probing when there is none: a
-// caller that finds a probe under way waits for its answer.
-func (c *healthCache) get(ttl time.Duration, probe func() (int, healthResponse)) (int, healthResponse) {
-	c.mu.Lock()
-	for {
-		if !c.at.IsZero() && time.Since(c.at) < ttl {
-			status, resp := c.status, c.resp
-			c.mu.Unlock()
-			return status, resp
-		}
-		if c.running == nil {
-			break
-		}
-		done := c.running
-		c.mu.Unlock()
-		<-done
-		c.mu.Lock()
-	}
-	done := make(chan struct{})
-	c.running = done
-	c.mu.Unlock()
-	ended := false
-	defer func() {
-		// Also when probe panicked: the waiters then probe again.
-		c.mu.Lock()
-		if ended {
-			c.at = time.Now()
-		}
-		c.running = nil
-		c.mu.Unlock()
-		close(done)
-	}()
-	status, resp := probe()
-	c.mu.Lock()
-	c.status, c.resp, ended = status, resp, true
-	c.mu.Unlock()
-	return status, resp
 }
 
 // probeError is a failed model-list probe: its message (the health

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/threadline/threadline/agent/conversation"
+	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/tracing"
@@ -307,11 +308,40 @@ func (l *loop) runTool(ctx context.Context, t tools.Tool, c stepCall, answer *in
 		}
 		return conversation.ErrorText(msg), nil
 	}
-	if e := l.emit(ctx, instanceai.Event{Type: instanceai.TypeToolResult,
-		Payload: &instanceai.ToolResult{ToolCallID: c.id, Result: result}}); e != nil {
+	ev := instanceai.Event{Type: instanceai.TypeToolResult, Payload: &instanceai.ToolResult{ToolCallID: c.id, Result: result}}
+	if size := l.eventSize(ev); size > l.a.cfg.MaxEventBytes {
+		// Stored, the result would be refused and end the run; handed to
+		// the model whole, it would not be what the log says it saw. The
+		// model is told instead, and may ask for less.
+		span.SetStatus(codes.Error, "tool result too large")
+		msg := fmt.Sprintf("The tool's result was %d bytes (%s), over %s, so it was neither kept nor given to you. "+
+			"Call the tool again asking for less: a narrower query, fewer fields, a smaller page.",
+			len(result), bound.Size(len(result)), bound.Named(l.a.cfg.MaxEventBytes))
+		if e := l.emit(ctx, instanceai.Event{Type: instanceai.TypeToolError,
+			Payload: &instanceai.ToolError{ToolCallID: c.id, Error: msg}}); e != nil {
+			return "", e
+		}
+		return conversation.ErrorText(msg), nil
+	}
+	if e := l.emit(ctx, ev); e != nil {
 		return "", e
 	}
 	return conversation.ResultText(result), nil
+}
+
+// stampRoom is what the core adds to an event when it is handed over (the
+// user id, the time), beside what eventSize counts.
+const stampRoom = 256
+
+// eventSize is the size of ev's JSON as the log will hold it, give or take
+// stampRoom: what the core measures against the bound on one event.
+func (l *loop) eventSize(ev instanceai.Event) int {
+	ev.RunID, ev.AgentID = l.run.ID, l.run.AgentID
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return 0 // the core reports what it cannot encode
+	}
+	return len(raw) + len(l.run.UserID) + stampRoom
 }
 
 // execute runs a tool, turning a panic into an error and a result that is

@@ -3,6 +3,8 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/agent/tools"
@@ -432,5 +436,36 @@ func TestMCPElicitationAcrossRestart(t *testing.T) {
 	}
 	if msg := toolMessage(t, f); !strings.Contains(msg, "interrupted") {
 		t.Errorf("tool message %q", msg)
+	}
+}
+
+// An MCP tool's result over the bound on one event (under the bound on
+// one MCP message) is a tool-error naming its size and the bound: not
+// stored, not handed to the model, and the run goes on.
+func TestMCPResultOverTheEventBound(t *testing.T) {
+	type sizeArgs struct {
+		Bytes int `json:"bytes"`
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "sized", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "sized", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a sizeArgs) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", a.Bytes)}}}, nil, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(ts.Close)
+	reg, _ := mcpRegistry(t, map[string]mcptools.Server{"s": {URL: ts.URL}})
+	f := callThenAnswer(t, "s__sized", `{"bytes":2097152}`)
+	h := newHarness(t, openai.Config{BaseURL: f.url(), Model: "m", Tools: reg, MaxEventBytes: 1 << 20})
+	evs := h.play(t, instanceai.StartRequest{Message: "read it all"})
+	completed(t, evs)
+	errs := ofType[*instanceai.ToolError](evs, instanceai.TypeToolError)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error, "2097154 bytes (2.0 MiB), over 1 MiB, the bound on one event (--max-event-bytes)") {
+		t.Fatalf("tool errors %+v", errs)
+	}
+	if n := len(ofType[*instanceai.ToolResult](evs, instanceai.TypeToolResult)); n != 0 {
+		t.Fatalf("%d tool results stored", n)
+	}
+	if msg := toolMessage(t, f); !strings.HasPrefix(msg, "Error: The tool's result was 2097154 bytes") {
+		t.Fatalf("the model got %.200q", msg)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/agent/conversation"
+	"github.com/threadline/threadline/agent/internal/bound"
+	"github.com/threadline/threadline/agent/internal/healthcache"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
@@ -36,7 +38,7 @@ const (
 	DefaultMaxRetries     = 2
 	DefaultRequestTimeout = 60 * time.Second
 	DefaultHealthTimeout  = 30 * time.Second
-	DefaultHealthCacheTTL = 5 * time.Second
+	DefaultHealthCacheTTL = healthcache.DefaultTTL
 	DefaultBuilderRepairs = 2
 )
 
@@ -81,6 +83,13 @@ type Config struct {
 	// parameters…), as a JSON object. The fields the agent owns (model,
 	// messages, stream, stream_options, tools) cannot be set here.
 	RequestOptions json.RawMessage
+	// MaxEventBytes is the core's bound on one event (--max-event-bytes;
+	// 0 means instanceai.DefaultMaxEventBytes). One frame of the model's
+	// stream may be that and an envelope (bound.Envelope): a larger one
+	// ends the run with instanceai.CodeEventTooLarge. A tool result whose
+	// tool-result event would be larger is not stored nor sent to the
+	// model: the call is a tool-error saying so, and the run goes on.
+	MaxEventBytes int
 	// BuilderRepairs bounds how often the builder sends a workflow that
 	// fails validation back to the model to be fixed; 0 means the default
 	// 2, negative means never.
@@ -106,7 +115,7 @@ type Agent struct {
 	// json_object (the builder's JSON mode).
 	noResponseFormat atomic.Bool
 	// health is the last /llm/health probe, shared by its callers.
-	health healthCache
+	health healthcache.Cache[healthAnswer]
 }
 
 var (
@@ -146,6 +155,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HealthCacheTTL < 0 {
 		return nil, fmt.Errorf("openai: Config.HealthCacheTTL must not be negative, got %s", cfg.HealthCacheTTL)
 	}
+	if cfg.MaxEventBytes < 0 {
+		return nil, fmt.Errorf("openai: Config.MaxEventBytes must not be negative, got %d", cfg.MaxEventBytes)
+	}
+	cfg.MaxEventBytes = bound.Event(cfg.MaxEventBytes)
 	options, err := requestOptions(cfg.RequestOptions)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte(": c\n\ndata: {\"error\":{\"message\":\"x\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		tr := chunk.NewTranslator()
-		s := newStreamReader(bytes.NewReader(body))
+		s := newStreamReader(bytes.NewReader(body), 0)
 		var evs []instanceai.Event
 		for {
 			data, err := s.NextData()

@@ -136,7 +136,10 @@ func (a *Agent) probe(ctx context.Context, up Upstream) UpstreamHealth {
 }
 
 // HealthHandler serves GET /llm/health: each upstream's reachability, 503
-// when none answers.
+// when none answers. The endpoint is public and each answer is a request
+// to every upstream, so the answer is that of a probe at most
+// Config.HealthCacheTTL old (its timestamp says when it ran), and requests
+// that come while a probe runs wait for it, as the openai agent's do.
 func (a *Agent) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -144,7 +147,9 @@ func (a *Agent) HealthHandler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		h := a.Probe(r.Context())
+		// On a context of its own: the requests that share the probe may
+		// go before it ends.
+		h := a.health.Get(a.healthTTL, func() Health { return a.Probe(context.Background()) })
 		status := http.StatusOK
 		if h.Status == "unavailable" {
 			status = http.StatusServiceUnavailable

@@ -26,7 +26,9 @@
 // frame that is not an AG-UI event, events out of AG-UI's order, anything
 // after the run's end, a stream that ends without one, and silence longer
 // than the idle timeout end the run with an error naming the upstream and
-// the cause.
+// the cause. A frame, or a line of one, over the bound on one event and
+// its envelope (Config.MaxEventBytes) ends it with
+// instanceai.CodeEventTooLarge as soon as the reader crosses that bound.
 package upstream
 
 import (
@@ -43,7 +45,9 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/agent/conversation"
+	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/internal/endpoint"
+	"github.com/threadline/threadline/agent/internal/healthcache"
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/mapping"
@@ -98,6 +102,16 @@ type Config struct {
 	IdleTimeout    time.Duration
 	// HealthTimeout bounds one reachability probe; 0 means the default.
 	HealthTimeout time.Duration
+	// HealthCacheTTL is how long /llm/health answers from its last probe;
+	// 0 means healthcache.DefaultTTL (5 s).
+	HealthCacheTTL time.Duration
+	// MaxEventBytes is the core's bound on one event (--max-event-bytes;
+	// 0 means instanceai.DefaultMaxEventBytes). One SSE frame of the
+	// upstream's stream, or one line, may be that and its envelope
+	// (bound.Envelope): a larger one ends the run with
+	// instanceai.CodeEventTooLarge as soon as it crosses the bound, rather
+	// than be held whole for the core to refuse.
+	MaxEventBytes int
 	Logger        *slog.Logger
 }
 
@@ -108,8 +122,12 @@ type Agent struct {
 	upstreams     []Upstream
 	store         instanceai.Store
 	healthTimeout time.Duration
-	log           *slog.Logger
-	seen          reachability
+	healthTTL     time.Duration
+	// health is the last /llm/health probe, shared by its callers.
+	health   healthcache.Cache[Health]
+	maxEvent int
+	log      *slog.Logger
+	seen     reachability
 }
 
 // New checks cfg and returns the agent.
@@ -120,17 +138,24 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("ag-ui: Config.Store: is required (the conversation is read from it)")
 	}
-	if cfg.HealthTimeout < 0 {
-		return nil, errors.New("ag-ui: Config.HealthTimeout: must not be negative")
+	if cfg.HealthTimeout < 0 || cfg.HealthCacheTTL < 0 {
+		return nil, errors.New("ag-ui: Config.HealthTimeout and Config.HealthCacheTTL: must not be negative")
+	}
+	if cfg.MaxEventBytes < 0 {
+		return nil, errors.New("ag-ui: Config.MaxEventBytes: must not be negative")
 	}
 	conn, err := endpoint.NewConn("ag-ui", endpoint.Conn{Client: cfg.HTTPClient, Header: cfg.Header,
 		ConnectTimeout: cfg.ConnectTimeout, IdleTimeout: cfg.IdleTimeout}, DefaultConnectTimeout, DefaultIdleTimeout)
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{conn: conn, upstreams: slices.Clone(cfg.Upstreams), store: cfg.Store, healthTimeout: cfg.HealthTimeout, log: cfg.Logger}
+	a := &Agent{conn: conn, upstreams: slices.Clone(cfg.Upstreams), store: cfg.Store, healthTimeout: cfg.HealthTimeout,
+		healthTTL: cfg.HealthCacheTTL, maxEvent: bound.Event(cfg.MaxEventBytes), log: cfg.Logger}
 	if a.healthTimeout == 0 {
 		a.healthTimeout = DefaultHealthTimeout
+	}
+	if a.healthTTL == 0 {
+		a.healthTTL = healthcache.DefaultTTL
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -241,7 +266,11 @@ func (a *Agent) stream(ctx context.Context, run *instanceai.Run, up Upstream, in
 			Details: fmt.Sprintf("POST %s: HTTP %d: %s", endpoint.Redact(up.URL), resp.StatusCode, prefix(b, 512))}
 	}
 
-	rd := ssestream.NewReaderWith(st.Body, ssestream.ReaderOptions{DispatchAtEOF: true})
+	// One frame carries one AG-UI event, which becomes one event of the
+	// log: the frame, and so each of its lines, is bounded by the event's
+	// bound and its envelope.
+	limit := bound.Stream(a.maxEvent)
+	rd := ssestream.NewReaderWith(st.Body, ssestream.ReaderOptions{MaxLine: limit, MaxFrame: limit, DispatchAtEOF: true})
 	for tr.End() == nil {
 		data, err := rd.NextData()
 		if err != nil {
@@ -275,6 +304,13 @@ func (a *Agent) stream(ctx context.Context, run *instanceai.Run, up Upstream, in
 
 // cutShort explains a stream that ended (or failed) before its run did.
 func (a *Agent) cutShort(up Upstream, idle bool, err error) error {
+	if errors.Is(err, ssestream.ErrLineTooLong) || errors.Is(err, ssestream.ErrFrameTooLarge) {
+		return &instanceai.ProviderError{Provider: Provider, Code: instanceai.CodeEventTooLarge,
+			Message: fmt.Sprintf("The AG-UI agent %q sent one event larger than %s; the run was stopped and what came before is kept.",
+				up.Name, bound.Named(a.maxEvent)),
+			Details: fmt.Sprintf("an SSE frame of the stream, or a line of it, passed %d bytes (the event's bound and %d bytes for its envelope): %v",
+				bound.Stream(a.maxEvent), bound.Envelope, err)}
+	}
 	if idle {
 		return &instanceai.ProviderError{Provider: Provider, Code: CodeTimeout,
 			Message: fmt.Sprintf("The AG-UI agent %q sent nothing for %s, so the run was stopped; what it sent before is kept. "+

@@ -108,7 +108,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 	case "script":
 		return &script.Agent{Delay: c.scriptDelay}, nil, nil
 	case "openai":
-		a, err := newOpenAI(&c.agents, store, mcp, logger)
+		a, err := newOpenAI(&c.agents, c.limits, store, mcp, logger)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -123,13 +123,13 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 			return nil, nil, err
 		}
 		a, err := n8n.New(n8n.Config{Webhooks: hooks, Header: header, IdleTimeout: c.agents.n8nIdleTimeout,
-			NoCapture: !c.agents.n8nCapture, Observer: obs, Logger: logger})
+			NoCapture: !c.agents.n8nCapture, Observer: obs, MaxEventBytes: c.limits.MaxEventBytes, Logger: logger})
 		if err != nil {
 			return nil, nil, usageError{err.Error()}
 		}
 		return a, nil, nil
 	case "agui":
-		a, err := newUpstream(&c.agents, store, logger)
+		a, err := newUpstream(&c.agents, c.limits, store, logger)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -139,7 +139,7 @@ func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, p
 	}
 }
 
-func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, logger *slog.Logger) (*openai.Agent, error) {
+func newOpenAI(c *agentConfig, limits instanceai.Limits, store instanceai.Store, mcp *mcptools.Manager, logger *slog.Logger) (*openai.Agent, error) {
 	if c.openaiModel == "" {
 		return nil, usageError{"--agent openai needs --openai-model (THREADLINE_OPENAI_MODEL)"}
 	}
@@ -169,6 +169,7 @@ func newOpenAI(c *agentConfig, store instanceai.Store, mcp *mcptools.Manager, lo
 		BaseURL: c.openaiBaseURL, Model: c.openaiModel, APIKey: key, SystemPrompt: c.openaiSystemPrompt,
 		Tools: registry, Store: store, MaxSteps: c.openaiMaxSteps, RequestTimeout: c.openaiTimeout, Logger: logger,
 		RequestOptions: json.RawMessage(c.openaiOptions), HealthTimeout: c.openaiHealth, BuilderRepairs: repairs(c.openaiRepairs),
+		MaxEventBytes: limits.MaxEventBytes,
 	})
 	if err != nil {
 		return nil, usageError{err.Error()}
@@ -205,7 +206,7 @@ func webhooks(list string, getenv func(string) string) ([]n8n.Webhook, error) {
 	return out, nil
 }
 
-func newUpstream(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*upstream.Agent, error) {
+func newUpstream(c *agentConfig, limits instanceai.Limits, store instanceai.Store, logger *slog.Logger) (*upstream.Agent, error) {
 	if strings.TrimSpace(c.aguiAgents) == "" {
 		return nil, usageError{"--agent agui needs upstream agents: --agui-agents name=url (THREADLINE_AGUI_AGENTS)"}
 	}
@@ -222,7 +223,7 @@ func newUpstream(c *agentConfig, store instanceai.Store, logger *slog.Logger) (*
 		return nil, err
 	}
 	a, err := upstream.New(upstream.Config{Upstreams: ups, Header: header, Store: store, ConnectTimeout: c.aguiConnectTimeout,
-		IdleTimeout: c.aguiIdleTimeout, Logger: logger})
+		IdleTimeout: c.aguiIdleTimeout, MaxEventBytes: limits.MaxEventBytes, Logger: logger})
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}

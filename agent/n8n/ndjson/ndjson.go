@@ -230,8 +230,11 @@ func (r *Reader) line() ([]byte, bool, error) {
 			r.buf = r.buf[:n]
 			r.start = 0
 		}
-		if cap(r.buf)-len(r.buf) < 512 {
-			nb := make([]byte, len(r.buf), max(2*cap(r.buf), 4096))
+		// The buffer never grows past a line and its newline: a line over
+		// the bound is refused once that much of it is in, not after a
+		// doubling read more of it.
+		if grown := min(max(2*cap(r.buf), 4096), r.maxLine+1); cap(r.buf)-len(r.buf) < 512 && grown > cap(r.buf) {
+			nb := make([]byte, len(r.buf), grown)
 			copy(nb, r.buf)
 			r.buf = nb
 		}

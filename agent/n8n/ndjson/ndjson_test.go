@@ -261,3 +261,31 @@ func TestControlFrames(t *testing.T) {
 		t.Errorf("stats %+v: want 3 chunks and the frame without a type unknown", st)
 	}
 }
+
+// endlessLine is a line that never ends; it counts the bytes read of it.
+type endlessLine struct{ read int }
+
+func (e *endlessLine) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	e.read += len(p)
+	if e.read > 64<<20 {
+		return len(p), io.EOF // a reader that ignored its bound ends, and fails the test
+	}
+	return len(p), nil
+}
+
+// A line over the bound is refused once a line and its newline are read,
+// whatever the bound: the buffer does not grow past it.
+func TestN8NChunkReaderReadsNoFurtherThanTheBound(t *testing.T) {
+	for _, limit := range []int{100, 5000, 1 << 20} {
+		src := &endlessLine{}
+		if _, err := NewReader(src, limit).Next(); !errors.Is(err, ErrLineTooLong) {
+			t.Fatalf("bound %d: %v", limit, err)
+		}
+		if src.read > limit+1 {
+			t.Errorf("bound %d: read %d bytes of an endless line", limit, src.read)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/threadline/threadline/agent/internal/bound"
 	"github.com/threadline/threadline/agent/tools"
 	"github.com/threadline/threadline/instanceai"
 )
@@ -131,6 +132,15 @@ func (s *server) call(ctx context.Context, tool string, args json.RawMessage) (j
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
 		}
+		if oversized(err) {
+			limit := s.m.opts.MaxMessageBytes
+			if s.cfg.stdio() {
+				limit = mcp.DefaultMaxLineLength
+			}
+			return nil, fmt.Errorf("the MCP server %q answered %s with a message larger than %s, the bound on one MCP message, "+
+				"so the result was not read; call the tool again asking for less. The server is being restarted: "+
+				"its connection cannot be read past such a message", s.name, tool, bound.Size(limit))
+		}
 		var wire *jsonrpc.Error
 		if errors.As(err, &wire) {
 			return nil, fmt.Errorf("the MCP server %q refused the call to %s: %s", s.name, tool, wire.Message)
@@ -140,6 +150,21 @@ func (s *server) call(ctx context.Context, tool string, args json.RawMessage) (j
 		return nil, fmt.Errorf("the MCP server %q stopped answering during the call to %s: %v", s.name, tool, err)
 	}
 	return render(res, call)
+}
+
+// oversized reports whether err is a transport's refusal of a message
+// over its bound. The go-sdk keeps only the text of such a cause (it wraps
+// it with %v), so the text is what is looked for: this package's cap on an
+// HTTP answer's body, the streamable transport's MaxEventSize, the stdio
+// transport's line bound.
+func oversized(err error) bool {
+	msg := err.Error()
+	if errors.Is(err, mcp.ErrConnectionClosed) {
+		// A call on a connection an earlier message broke: not its own.
+		return false
+	}
+	return errors.Is(err, errMessageTooLarge) || strings.Contains(msg, errMessageTooLarge.Error()) ||
+		strings.Contains(msg, "SSE event exceeded") || strings.Contains(msg, "exceeded the configured maximum line length")
 }
 
 type inflightKey struct{}

@@ -16,8 +16,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,6 +40,13 @@ const (
 	DefaultConnectTimeout = 30 * time.Second
 	DefaultMinBackoff     = time.Second
 	DefaultMaxBackoff     = 30 * time.Second
+	// DefaultMaxMessageBytes bounds one message of a server: the go-sdk's
+	// bound on one stdio line (mcp.DefaultMaxLineLength, 16 MiB), which
+	// its CommandTransport does not let a client change, so a server is
+	// bounded alike over either transport. It is above the bound on one
+	// event because a message may carry images, which go to the model and
+	// are not stored; what is stored is bounded by the agent.
+	DefaultMaxMessageBytes = mcp.DefaultMaxLineLength
 )
 
 // Server states reported by Status.
@@ -62,6 +71,14 @@ type Options struct {
 	// HTTPClient reaches the url servers (http.DefaultClient's transport
 	// when nil).
 	HTTPClient *http.Client
+	// MaxMessageBytes bounds one message an HTTP server sends: a JSON
+	// answer's body, or one event of an SSE answer; default
+	// DefaultMaxMessageBytes. A stdio server's messages are bounded by the
+	// go-sdk at DefaultMaxMessageBytes whatever this says. A message over
+	// the bound is not read further: the call is a tool-error naming the
+	// bound, and the server, whose connection the go-sdk then gives up, is
+	// restarted.
+	MaxMessageBytes int
 }
 
 // Manager owns the sessions of the configured servers. Its methods are
@@ -93,6 +110,9 @@ func New(f File, opts Options) *Manager {
 		opts.MaxBackoff = DefaultMaxBackoff
 	}
 	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel}
 	for _, name := range slices.Sorted(maps.Keys(f.Servers)) {
@@ -416,8 +436,9 @@ func (s *server) connect(ctx context.Context, first bool) error {
 		if s.m.opts.HTTPClient != nil && s.m.opts.HTTPClient.Transport != nil {
 			base = s.m.opts.HTTPClient.Transport
 		}
-		transport = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL,
-			HTTPClient: &http.Client{Transport: headerTransport{base: base, headers: s.cfg.Headers}}}
+		transport = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, MaxEventSize: s.m.opts.MaxMessageBytes,
+			HTTPClient: &http.Client{Transport: boundedBodies{limit: int64(s.m.opts.MaxMessageBytes),
+				base: headerTransport{base: base, headers: s.cfg.Headers}}}}
 	}
 	sess, err := s.client.Connect(ctx, transport, nil)
 	if err != nil {
@@ -554,4 +575,53 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return t.base.RoundTrip(r)
+}
+
+// boundedBodies caps the body of every answer that is not an event stream
+// at limit bytes: the go-sdk reads a JSON answer (and the body of an
+// error) whole, with nothing to bound it; an event stream is bounded per
+// event by the transport's MaxEventSize instead.
+type boundedBodies struct {
+	base  http.RoundTripper
+	limit int64
+}
+
+func (t boundedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: t.limit, limit: t.limit}
+	}
+	return resp, nil
+}
+
+// errMessageTooLarge is what a capped body's read returns past its bound.
+// The go-sdk keeps only its text (it wraps with %v), which call looks for.
+var errMessageTooLarge = errors.New("MCP message over the bound on one message")
+
+// cappedBody reads up to limit bytes of a body; a body with more fails
+// with errMessageTooLarge once the bound is reached.
+type cappedBody struct {
+	io.ReadCloser
+	left, limit int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// At the bound: a body that ends here is whole.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n == 0 {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w (%d bytes)", errMessageTooLarge, b.limit)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

@@ -4,7 +4,8 @@
 // text/event-stream), playing a script chosen by the last user message. It
 // covers what real frameworks stream (text, reasoning, tool calls, state,
 // steps, interrupts) and what they do not: stalls, malformed events,
-// HTTP errors and events after the run's end.
+// HTTP errors, events after the run's end and events larger than any
+// bound.
 package upstreamtest
 
 import (
@@ -62,7 +63,18 @@ const (
 	Malformed = "malformed"
 	AfterEnd  = "after-end"
 	NoEnd     = "no-end"
+	// HugeLine streams a short text message, then one
+	// TEXT_MESSAGE_CONTENT of HugeSize bytes on one line; HugeFrame the
+	// short text, then one CUSTOM event of HugeSize bytes over data
+	// lines of a kilobyte each (a JSON array, one item a line). Both are
+	// written in pieces until the client goes away; Huge says how they
+	// ended.
+	HugeLine  = "huge-line"
+	HugeFrame = "huge-frame"
 )
+
+// HugeSize is the size of the event of the HugeLine and HugeFrame scripts.
+const HugeSize = 64 << 20
 
 // The encrypted values of the Encrypted script.
 const (
@@ -90,6 +102,11 @@ type Server struct {
 	headers  []http.Header
 	// gone counts requests whose client went away before the script ended.
 	gone int
+	// hugeCut and hugeWhole count the Huge scripts that ended because the
+	// client went away, and those that wrote their event whole.
+	hugeCut, hugeWhole int
+	// gets counts GET requests: reachability probes.
+	gets int
 }
 
 // Start starts the agent and closes it at the end of the test.
@@ -121,6 +138,23 @@ func (s *Server) Gone() int {
 	return s.gone
 }
 
+// Probes returns how many GET requests (reachability probes) the agent
+// has received.
+func (s *Server) Probes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
+}
+
+// Huge returns how many HugeLine and HugeFrame streams have ended: cut,
+// because the client stopped reading and went away, or whole, because it
+// read the whole event.
+func (s *Server) Huge() (cut, whole int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hugeCut, s.hugeWhole
+}
+
 // script picks the script: a resume or a tool result continues the
 // previous one, else the last user message names it.
 func script(in agui.RunAgentInput) string {
@@ -141,6 +175,9 @@ func script(in agui.RunAgentInput) string {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
+		s.mu.Lock()
+		s.gets++
+		s.mu.Unlock()
 		_, _ = io.WriteString(w, "fake AG-UI agent\n")
 		return
 	}
@@ -169,6 +206,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	st := &stream{w: w, in: in}
 	st.send(map[string]any{"type": "RUN_STARTED", "threadId": in.ThreadID, "runId": in.RunID})
+	if name == HugeLine || name == HugeFrame {
+		whole := st.huge(name == HugeFrame, r)
+		s.mu.Lock()
+		if whole {
+			s.hugeWhole++
+		} else {
+			s.hugeCut++
+		}
+		s.mu.Unlock()
+		return
+	}
 	if !st.play(name, r) {
 		s.mu.Lock()
 		s.gone++
@@ -189,6 +237,45 @@ func (st *stream) send(ev map[string]any) {
 func (st *stream) raw(s string) {
 	_, _ = io.WriteString(st.w, s)
 	st.w.(http.Flusher).Flush()
+}
+
+// write writes s and flushes it, reporting a client that went away.
+func (st *stream) write(r *http.Request, s string) error {
+	if _, err := io.WriteString(st.w, s); err != nil {
+		return err
+	}
+	if err := http.NewResponseController(st.w).Flush(); err != nil {
+		return err
+	}
+	return r.Context().Err()
+}
+
+// huge plays HugeLine (frame false) or HugeFrame, and reports whether it
+// wrote the whole event: it stops at the first write that fails.
+func (st *stream) huge(frame bool, r *http.Request) bool {
+	st.text("before", "Kept.")
+	head, piece, tail := `data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"huge","delta":"`, strings.Repeat("x", 64<<10), "\"}\n\n"
+	if frame {
+		head, piece, tail = `data: {"type":"CUSTOM","name":"huge","value":[`+"\n", strings.Repeat(`data: "`+strings.Repeat("x", 1012)+`",`+"\n", 64), "data: 0]}\n\n"
+	} else {
+		st.send(map[string]any{"type": "TEXT_MESSAGE_START", "messageId": "huge", "role": "assistant"})
+	}
+	if st.write(r, head) != nil {
+		return false
+	}
+	for n := 0; n < HugeSize; n += len(piece) {
+		if st.write(r, piece) != nil {
+			return false
+		}
+	}
+	if st.write(r, tail) != nil {
+		return false
+	}
+	if !frame {
+		st.send(map[string]any{"type": "TEXT_MESSAGE_END", "messageId": "huge"})
+	}
+	st.finished()
+	return true
 }
 
 func (st *stream) finished() {
