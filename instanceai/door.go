@@ -226,10 +226,13 @@ func (r *Run) observeTool(c liveCall, outcome string) {
 // it (its agent-completed carries the error). What fitted was queued.
 func (r *Run) overflow(agentID string, err error) {
 	m := r.runs
-	m.log.Warn("a streamed message went past its bound; stopping it", "thread", r.ThreadID, "run", r.ID, "agent", agentID, "err", err)
+	var le *LimitError
+	errors.As(err, &le)
 	r.mu.Lock()
 	live := r.liveAgents[agentID] != nil
 	r.mu.Unlock()
+	le.Agent = live
+	m.log.Warn("a streamed message went past its bound; stopping it", "thread", r.ThreadID, "run", r.ID, "agent", agentID, "err", err)
 	if live {
 		m.mu.Lock()
 		for _, t := range m.background[r.ThreadID] {
@@ -240,8 +243,6 @@ func (r *Run) overflow(agentID string, err error) {
 		m.mu.Unlock()
 		return
 	}
-	var le *LimitError
-	errors.As(err, &le)
 	// The error and the finish are queued in one hold of the lock, so
 	// that two of the agent's goroutines crossing the bound at once end
 	// the run once.

@@ -384,8 +384,7 @@ func TestABackgroundAgentPastItsBoundEndsAloneWithTheError(t *testing.T) {
 	l.settle(run)
 	waitUntil(t, "the agent completed", func() bool {
 		l.sync("t")
-		rows := l.rows("t")
-		return rows[len(rows)-1].Event.Type == instanceai.TypeAgentCompleted
+		return slices.Contains(types(l.rows("t")), instanceai.TypeAgentCompleted)
 	})
 	rows := l.rows("t")
 	var block string
@@ -404,7 +403,8 @@ func TestABackgroundAgentPastItsBoundEndsAloneWithTheError(t *testing.T) {
 	if len(block) != bound {
 		t.Fatalf("the agent's text is %d bytes, want the bound %d", len(block), bound)
 	}
-	if done == nil || done.Status != instanceai.RunError || !strings.Contains(done.Error, "--max-segment-bytes") {
+	if done == nil || done.Status != instanceai.RunError || !strings.Contains(done.Error, "--max-segment-bytes") ||
+		!strings.Contains(done.Error, "the agent was stopped") {
 		t.Fatalf("agent-completed %+v, want an error naming the bound's flag", done)
 	}
 	if finish == nil || finish.Status != instanceai.RunCompleted {

@@ -78,12 +78,19 @@ type LimitError struct {
 	// Size is the event's size, or the segment's with the delta that
 	// crossed the bound; Limit the bound.
 	Size, Limit int
+	// Agent is set when the segment was a background agent's, which
+	// ends alone, rather than the run's.
+	Agent bool
 }
 
 func (e *LimitError) Error() string {
 	if e.Code == CodeSegmentTooLarge {
+		stopped := "run"
+		if e.Agent {
+			stopped = "agent"
+		}
 		return fmt.Sprintf("the streamed %s grew past %s, the bound on one message (--max-segment-bytes): "+
-			"the text up to it is kept and the run was stopped", segmentNoun(e.Type), sizeText(e.Limit))
+			"the text up to it is kept and the %s was stopped", segmentNoun(e.Type), sizeText(e.Limit), stopped)
 	}
 	return fmt.Sprintf("a %s event of %s is over %s, the bound on one event (--max-event-bytes)",
 		e.Type, sizeText(e.Size), sizeText(e.Limit))
