@@ -201,6 +201,7 @@ func StartCluster(ctx context.Context, cfg *Config, bus, logDir string, j *journ
 		if cfg.ShutdownTimeout > 0 {
 			in.args = append(in.args, "-shutdown-timeout", cfg.ShutdownTimeout.String())
 		}
+		in.args = append(in.args, cfg.serveArgs...)
 		// One at a time: the first applies the schema.
 		if err = in.Start(ctx); err != nil {
 			return nil, err
