@@ -56,7 +56,7 @@ bench-nonreading:
 bench-peers-smoke:
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-## chaos: the fault harness's long version: every scenario on both buses, a minute of load and repeated faults each, with the server's default leases (about 25 minutes; needs TEST_DATABASE_URL and TEST_REDIS_URL as the tests do; CHAOS_FLAGS passes cmd/chaos flags; logs of scenarios with anomalies go to chaos-out/)
+## chaos: the fault harness's long version: every scenario on both buses, a minute of load and repeated faults each, with the server's default leases (about half an hour; needs TEST_DATABASE_URL and TEST_REDIS_URL as the tests do; CHAOS_FLAGS passes cmd/chaos flags; logs of scenarios with anomalies go to chaos-out/)
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 

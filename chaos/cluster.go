@@ -212,6 +212,7 @@ func (cl *Cluster) start(ctx context.Context) (err error) {
 		if cfg.ShutdownTimeout > 0 {
 			in.args = append(in.args, "-shutdown-timeout", cfg.ShutdownTimeout.String())
 		}
+		in.args = append(in.args, cfg.serveArgs...)
 		// One at a time: the first applies the schema.
 		if err = in.Start(ctx); err != nil {
 			return err

@@ -15,7 +15,11 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"time"
+
+	"github.com/threadline/threadline/chaos/check"
+	"github.com/threadline/threadline/instanceai"
 )
 
 // Config is one fault-testing run.
@@ -38,6 +42,12 @@ type Config struct {
 	// Threads is how many threads the load chats on; each has one or two
 	// clients following it.
 	Threads int
+	// Producers is how many publish API producers the load has in the
+	// scenarios that take them, each on a thread of its own (followed as
+	// the chat threads are); ProducerTimeout is their client timeout, after
+	// which a request is sent again.
+	Producers       int
+	ProducerTimeout time.Duration
 	// Duration is how long the load runs after the warm-up; the scenario's
 	// fault is injected again and again within it (at least once).
 	Duration time.Duration
@@ -71,6 +81,25 @@ type Config struct {
 	ClientLife time.Duration
 	// RequestTimeout bounds each request of the load.
 	RequestTimeout time.Duration
+	// PublishLease is the instances' --publish-lease (0: twice the lease,
+	// at least 5 s): a run whose producer gave up waits that long before it
+	// ends, which must fit in the wait for a quiet cluster.
+	PublishLease time.Duration
+
+	// The oversized scenario: a publish producer appends OversizedDeltas
+	// text-deltas of OversizedDeltaBytes each to one segment, and an
+	// upstream AG-UI agent streams one message of UpstreamFrames
+	// TEXT_MESSAGE_CONTENT events of UpstreamFrameBytes each.
+	OversizedDeltas, OversizedDeltaBytes int
+	UpstreamFrames, UpstreamFrameBytes   int
+	// MaxRSS bounds each instance's peak resident memory while it takes
+	// them (0: not judged).
+	MaxRSS int64
+	// MaxEventBytes and MaxSegmentBytes are the instances'
+	// --max-event-bytes and --max-segment-bytes (0: the server's
+	// defaults, and the flags are not passed, so that a build from before
+	// them can be tested).
+	MaxEventBytes, MaxSegmentBytes int
 	// CatchUp bounds how long a client may take to be sent what the log
 	// holds once the cluster is quiet, before it counts as stranded.
 	CatchUp time.Duration
@@ -89,6 +118,10 @@ type Config struct {
 	Trace bool
 	// Progress, if set, receives a line per step.
 	Progress io.Writer
+
+	// serveArgs are flags every instance of a scenario's cluster gets
+	// beyond the harness's own (its agent).
+	serveArgs []string
 }
 
 // Short is the quick version that `make test` runs: short leases, one
@@ -101,6 +134,11 @@ func Short() Config {
 		DrainTimeout: 5 * time.Second, ShutdownTimeout: 3 * time.Second,
 		PastLease: 2 * time.Second, BusHold: 4 * time.Second, BusAllHold: 5 * time.Second, RestartAfter: 3 * time.Second,
 		LongDeltas: 300, ClientLife: 3 * time.Second, RequestTimeout: 10 * time.Second, CatchUp: 10 * time.Second,
+		Producers: 3, ProducerTimeout: time.Second,
+		// A producer's deltas past the bound are refused alike, and each
+		// costs a megabyte on the wire: a few show it, and keep the short
+		// version short.
+		OversizedDeltas: 20, OversizedDeltaBytes: 1_000_000, UpstreamFrames: 1024, UpstreamFrameBytes: 1 << 20, MaxRSS: 300_000_000,
 		Parallel: 2, Seed: 1, Trace: true,
 	}
 }
@@ -114,6 +152,8 @@ func Long() Config {
 		Lease: 10 * time.Second, LeaseRenew: 2 * time.Second, ScriptDelay: 5 * time.Millisecond,
 		PastLease: 5 * time.Second, BusHold: 8 * time.Second, BusAllHold: 10 * time.Second, RestartAfter: 5 * time.Second,
 		LongDeltas: 600, ClientLife: 10 * time.Second, RequestTimeout: 30 * time.Second, CatchUp: 15 * time.Second,
+		Producers: 6, ProducerTimeout: 2 * time.Second,
+		OversizedDeltas: 1000, OversizedDeltaBytes: 1_000_000, UpstreamFrames: 1024, UpstreamFrameBytes: 1 << 20, MaxRSS: 300_000_000,
 		Parallel: 1, Seed: 1, Trace: true,
 	}
 }
@@ -133,6 +173,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: lease %v must be at least twice the renew period %v", c.Lease, c.LeaseRenew)
 	case c.Parallel < 1:
 		return fmt.Errorf("chaos: parallel %d", c.Parallel)
+	case c.Producers < 0:
+		return fmt.Errorf("chaos: %d producers", c.Producers)
+	case c.Producers > 0 && c.ProducerTimeout <= 0:
+		return fmt.Errorf("chaos: producers need a client timeout")
 	}
 	for _, b := range c.Buses {
 		if b != "redis" && b != "postgres" {
@@ -148,6 +192,44 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// publishLease is the instances' --publish-lease.
+func (c *Config) publishLease() time.Duration {
+	if c.PublishLease > 0 {
+		return c.PublishLease
+	}
+	return max(5*time.Second, 2*c.Lease)
+}
+
+// bounds are the instances' size bounds, the server's defaults where the
+// configuration leaves them.
+func (c *Config) bounds() check.Bounds {
+	b := check.Bounds{MaxEventBytes: c.MaxEventBytes, MaxSegmentBytes: c.MaxSegmentBytes}
+	if b.MaxEventBytes == 0 {
+		b.MaxEventBytes = instanceai.DefaultMaxEventBytes
+	}
+	if b.MaxSegmentBytes == 0 {
+		b.MaxSegmentBytes = instanceai.DefaultMaxSegmentBytes
+	}
+	return b
+}
+
+// instanceArgs are the flags every instance of a scenario gets beyond
+// the cluster's own: the publish lease, the size bounds when set, and the
+// scenario's agent.
+func (c *Config) instanceArgs(sc *Scenario, upstream string) []string {
+	args := []string{"-publish-lease", c.publishLease().String()}
+	if c.MaxEventBytes > 0 {
+		args = append(args, "-max-event-bytes", strconv.Itoa(c.MaxEventBytes))
+	}
+	if c.MaxSegmentBytes > 0 {
+		args = append(args, "-max-segment-bytes", strconv.Itoa(c.MaxSegmentBytes))
+	}
+	if sc.agent == "agui" {
+		args = append(args, "-agent", "agui", "-agui-agents", "chaos="+upstream)
+	}
+	return args
 }
 
 func (c *Config) progress(format string, args ...any) {

@@ -58,23 +58,37 @@ func (a *api) do(ctx context.Context, method, url, body string, out any) (int, s
 
 // LoadStats counts what the load did and was answered.
 type LoadStats struct {
-	Chats        int `json:"chats"`
-	Busy         int `json:"busy409"`
-	Unavailable  int `json:"unavailable503"`
-	NoAnswer     int `json:"noAnswer"`
-	Cancels      int `json:"cancels"`
-	Confirms     int `json:"confirms"`
+	Chats       int `json:"chats"`
+	Busy        int `json:"busy409"`
+	Unavailable int `json:"unavailable503"`
+	NoAnswer    int `json:"noAnswer"`
+	Cancels     int `json:"cancels"`
+	Confirms    int `json:"confirms"`
+	// Published counts the runs producers started through the publish
+	// API, Appends their appends answered 200, Retries the requests they
+	// sent again for want of an answer, PublishEnded the runs that ended
+	// under them (taken over, cancelled, their instance gone).
+	Published    int `json:"published"`
+	Appends      int `json:"appends"`
+	Retries      int `json:"retries"`
+	PublishEnded int `json:"publishEnded"`
+	// Acked counts the events producers were answered 200 for, each
+	// time, which the checker looks for in the log.
+	Acked        int `json:"acked"`
 	Reconnects   int `json:"reconnects"`
 	ClientFrames int `json:"clientFrames"`
 }
 
-// load chats on every thread through random instances until stopped.
+// load chats on every chat thread through random instances, and drives a
+// publish API producer on every producer thread, until stopped.
 type load struct {
-	cl      *Cluster
-	cfg     *Config
-	api     *api
-	threads []string
-	j       *journal
+	cl  *Cluster
+	cfg *Config
+	api *api
+	// papi is the producers' client: its timeout is a producer's, shorter
+	// than the faults, so that requests go unanswered and are sent again.
+	papi *api
+	j    *journal
 
 	stopping chan struct{}
 	haltOnce sync.Once
@@ -83,15 +97,20 @@ type load struct {
 	mu       sync.Mutex
 	started  []check.StartedRun
 	cancels  []check.Cancel
+	acked    []check.Acked
 	observed []check.Anomaly
 	stats    LoadStats
 }
 
-func startLoad(ctx context.Context, cl *Cluster, threads []string, seed uint64, j *journal) *load {
-	l := &load{cl: cl, cfg: cl.cfg, api: newAPI(cl.cfg.RequestTimeout), threads: threads, stopping: make(chan struct{}), j: j}
-	for i, th := range threads {
+func startLoad(ctx context.Context, cl *Cluster, chats, producers []string, seed uint64, j *journal) *load {
+	l := &load{cl: cl, cfg: cl.cfg, api: newAPI(cl.cfg.RequestTimeout), papi: newAPI(cl.cfg.ProducerTimeout), stopping: make(chan struct{}), j: j}
+	for i, th := range chats {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)+1))
 		l.wg.Go(func() { l.chat(ctx, th, rng) })
+	}
+	for i, th := range producers {
+		rng := rand.New(rand.NewPCG(seed, uint64(500+i)))
+		l.wg.Go(func() { l.produce(ctx, th, rng) })
 	}
 	return l
 }

@@ -22,6 +22,8 @@ type Report struct {
 type ConfigSummary struct {
 	Instances   int    `json:"instances"`
 	Threads     int    `json:"threads"`
+	Producers   int    `json:"producers"`
+	MaxRSS      int64  `json:"maxRss,omitempty"`
 	Duration    string `json:"duration"`
 	Lease       string `json:"lease"`
 	LeaseRenew  string `json:"leaseRenew"`
@@ -30,7 +32,7 @@ type ConfigSummary struct {
 }
 
 func summary(c *Config) ConfigSummary {
-	return ConfigSummary{Instances: c.Instances, Threads: c.Threads, Duration: c.Duration.String(), Lease: c.Lease.String(),
+	return ConfigSummary{Instances: c.Instances, Threads: c.Threads, Producers: c.Producers, MaxRSS: c.MaxRSS, Duration: c.Duration.String(), Lease: c.Lease.String(),
 		LeaseRenew: c.LeaseRenew.String(), ScriptDelay: c.ScriptDelay.String(), Seed: c.Seed}
 }
 
@@ -58,6 +60,11 @@ type Row struct {
 	Took      time.Duration `json:"took"`
 	// LogDir keeps the instances' logs of a scenario with anomalies.
 	LogDir string `json:"logDir,omitempty"`
+	// Memory holds the instances' peaks while they took oversized
+	// producers; Upstream says what the upstream wrote of each oversized
+	// message before the instance closed its stream.
+	Memory   []check.Memory `json:"memory,omitempty"`
+	Upstream []string       `json:"upstream,omitempty"`
 }
 
 func (r *Row) fill(res check.Result) {
@@ -76,6 +83,34 @@ func (rep *Report) Anomalies() int {
 		n += len(r.Anomalies)
 	}
 	return n
+}
+
+// writeMemory writes the instances' peak memory over each oversized
+// producer, and what the upstream wrote.
+func (r *Row) writeMemory(w io.Writer, bound int64) {
+	if len(r.Memory) == 0 && len(r.Upstream) == 0 {
+		return
+	}
+	limit := "not judged"
+	if bound > 0 {
+		limit = "bound " + check.MB(bound)
+	}
+	fmt.Fprintf(w, "\n%s on %s: peak resident memory (VmHWM) of each instance (%s)\n", r.Scenario, r.Bus, limit)
+	phase := ""
+	for _, m := range r.Memory {
+		if m.Phase != phase {
+			phase = m.Phase
+			fmt.Fprintf(w, "  while %s:\n", phase)
+		}
+		owner := ""
+		if m.Owner {
+			owner = " (the run's instance)"
+		}
+		fmt.Fprintf(w, "    %s %s%s\n", m.Instance, check.MB(m.Peak), owner)
+	}
+	for _, u := range r.Upstream {
+		fmt.Fprintf(w, "  %s\n", u)
+	}
 }
 
 func kindsWords(counts map[check.Kind]int) string {
@@ -99,8 +134,8 @@ func seconds(d time.Duration) string {
 // perKind anomalies of each kind per row with their evidence (0 = all).
 func (rep *Report) WriteText(w io.Writer, perKind int) {
 	c := rep.Config
-	fmt.Fprintf(w, "%d instances, %d threads, %s of load per scenario, lease %s (renew %s), script delay %s, seed %d; took %s\n\n",
-		c.Instances, c.Threads, c.Duration, c.Lease, c.LeaseRenew, c.ScriptDelay, c.Seed, rep.Took.Round(time.Second))
+	fmt.Fprintf(w, "%d instances, %d threads and %d producers, %s of load per scenario, lease %s (renew %s), script delay %s, seed %d; took %s\n\n",
+		c.Instances, c.Threads, c.Producers, c.Duration, c.Lease, c.LeaseRenew, c.ScriptDelay, c.Seed, rep.Took.Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tbus\truns\tfaults\tanomalies\tsettle p50/max\tby kind")
 	total := Row{Counts: map[check.Kind]int{}}
@@ -127,6 +162,20 @@ func (rep *Report) WriteText(w io.Writer, perKind int) {
 	}
 	fmt.Fprintf(tw, "total\t\t%d\t%d\t%d\t%s\t%s\n", total.Runs, total.Faults, len(total.Anomalies), settle, kindsWords(total.Counts))
 	tw.Flush()
+	var published, appends, acked, retries int
+	for _, r := range rep.Rows {
+		published += r.Stats.Published
+		appends += r.Stats.Appends
+		acked += r.Stats.Acked
+		retries += r.Stats.Retries
+	}
+	if published > 0 {
+		fmt.Fprintf(w, "\nproducers: %d runs published, %d appends answered 200 (%d events acknowledged, each looked for in the log), %d requests sent again for want of an answer\n",
+			published, appends, acked, retries)
+	}
+	for _, r := range rep.Rows {
+		r.writeMemory(w, c.MaxRSS)
+	}
 	for _, r := range rep.Rows {
 		if len(r.Documented) > 0 {
 			fmt.Fprintf(w, "\n%s on %s: %d documented losses, not anomalies (text a killed or paused instance's own clients were shown as it stopped, which its bus had not carried):\n", r.Scenario, r.Bus, len(r.Documented))

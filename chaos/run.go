@@ -109,15 +109,40 @@ func runScenario(ctx context.Context, cfg *Config, sc *Scenario, bus string) (ro
 	cfg.progress("%s on %s: starting %d instances", sc.Name, bus, cfg.Instances)
 	j := openJournal(dir)
 	defer j.close()
+	// The scenario's own copy: its instances' flags are its own.
+	scfg := *cfg
+	cfg = &scfg
+	if sc.lease > cfg.Lease {
+		cfg.Lease, cfg.LeaseRenew = sc.lease, sc.lease/5
+		cfg.progress("%s on %s: lease %v (renew %v) for this scenario", sc.Name, bus, cfg.Lease, cfg.LeaseRenew)
+	}
+	var up *upstream
+	if sc.agent == "agui" {
+		if up, err = startUpstream(cfg); err != nil {
+			return row, err
+		}
+		defer up.close()
+	}
+	cfg.serveArgs = cfg.instanceArgs(sc, upURL(up))
 	cl, err := StartCluster(ctx, cfg, bus, dir, j)
 	if err != nil {
 		return row, err
 	}
 	defer cl.Close()
-	threads := make([]string, cfg.Threads)
-	for i := range threads {
-		threads[i] = fmt.Sprintf("%s-%s-%02d", sc.Name, bus, i+1)
+	chats := make([]string, cfg.Threads)
+	for i := range chats {
+		chats[i] = fmt.Sprintf("%s-%s-%02d", sc.Name, bus, i+1)
 	}
+	var producers, big []string
+	if sc.producers {
+		for i := range cfg.Producers {
+			producers = append(producers, fmt.Sprintf("%s-%s-p%02d", sc.Name, bus, i+1))
+		}
+	}
+	for _, name := range sc.threads {
+		big = append(big, fmt.Sprintf("%s-%s-%s", sc.Name, bus, name))
+	}
+	threads := slices.Concat(chats, producers, big)
 	if err := createThreads(ctx, cl, threads); err != nil {
 		return row, err
 	}
@@ -138,7 +163,7 @@ func runScenario(ctx context.Context, cfg *Config, sc *Scenario, bus string) (ro
 			fwg.Go(func() { f.run(fctx) })
 		}
 	}
-	ld := startLoad(ctx, cl, threads, seed, j)
+	ld := startLoad(ctx, cl, chats, producers, seed, j)
 	loadStopped := false
 	defer func() {
 		if !loadStopped {
@@ -147,7 +172,7 @@ func runScenario(ctx context.Context, cfg *Config, sc *Scenario, bus string) (ro
 	}()
 	sleep(ctx, cfg.Warmup)
 
-	e := &env{ctx: ctx, cfg: cfg, cl: cl, rng: rng, j: j, halt: ld.halt}
+	e := &env{ctx: ctx, cfg: cfg, cl: cl, rng: rng, j: j, halt: ld.halt, up: up, big: big, over: &oversizedRecord{}}
 	var faults []check.Fault
 	until := time.Now().Add(cfg.Duration)
 	took := sc.nominal(cfg)
@@ -204,8 +229,12 @@ func runScenario(ctx context.Context, cfg *Config, sc *Scenario, bus string) (ro
 	in.Observed = append(in.Observed, cl.Observed()...)
 	in.Observed = append(in.Observed, observed...)
 	in.Observed = append(in.Observed, ld.observed...)
-	in.Started, in.Cancels = ld.started, ld.cancels
+	in.Started, in.Cancels, in.Acked = ld.started, ld.cancels, ld.acked
+	in.Oversized, in.Memory, in.MaxRSS = e.over.runs, e.over.memory, cfg.MaxRSS
+	in.Bounds = cfg.bounds()
 	row.Stats = ld.stats
+	row.Stats.Acked = len(ld.acked)
+	row.Memory, row.Upstream = e.over.memory, e.over.streams
 	for _, f := range followers {
 		in.Clients = append(in.Clients, f.c)
 		in.Observed = append(in.Observed, f.unexpected...)
@@ -253,6 +282,13 @@ func writeTraces(dir string, followers []*follower, anomalies []check.Anomaly) {
 			out.Close()
 		}
 	}
+}
+
+func upURL(up *upstream) string {
+	if up == nil {
+		return ""
+	}
+	return up.URL
 }
 
 // createThreads creates the threads through the instances.

@@ -20,6 +20,19 @@ type Scenario struct {
 	inject func(e *env) ([]check.Fault, error)
 	// nominal is about how long one injection takes.
 	nominal func(c *Config) time.Duration
+	// producers adds the publish API's producers to the load.
+	producers bool
+	// agent is the instances' agent: "" for the reference agent, "agui"
+	// for the harness's upstream AG-UI agent (see upstream).
+	agent string
+	// threads are threads of the scenario's own beside the load's, named
+	// after the scenario and bus, followed by clients as the load's are.
+	threads []string
+	// lease, when longer than the configuration's, is the instances'
+	// --lease (renewed five times within it): a scenario that injects no
+	// fault judges runs that a busy machine's stall past a short lease
+	// would hand to another instance.
+	lease time.Duration
 }
 
 func pastLease(c *Config) time.Duration    { return c.Lease + c.PastLease }
@@ -28,16 +41,21 @@ func busHold(c *Config) time.Duration      { return c.BusHold }
 func busAllHold(c *Config) time.Duration   { return c.BusAllHold }
 func rollTime(c *Config) time.Duration     { return time.Duration(c.Instances) * 3 * time.Second }
 
+func oversizedTime(*Config) time.Duration { return 30 * time.Second }
+
 var scenarios = []*Scenario{
-	{Name: "kill9", Doc: "kill -9 the instance that owns the most active runs; start it again (a new instance id) after RestartAfter", inject: kill9, nominal: restartAfter},
-	{Name: "sigstop", Doc: "SIGSTOP the instance that owns the most active runs for the lease plus PastLease, then SIGCONT", inject: sigstop, nominal: pastLease},
-	{Name: "pg-freeze", Doc: "freeze an owner's PostgreSQL link (nothing forwarded, nothing closed) for the lease plus PastLease, then heal", inject: pgFreeze, nominal: pastLease},
-	{Name: "pg-reset", Doc: "cut an owner's PostgreSQL link (every connection reset, new ones refused) for the lease plus PastLease, then heal", inject: pgReset, nominal: pastLease},
-	{Name: "bus-cut-one", Doc: "cut an owner's bus link for BusHold, then heal", inject: busCutOne, nominal: busHold},
-	{Name: "bus-cut-all", Doc: "cut every instance's bus link for BusAllHold, then heal", inject: busCutAll, nominal: busAllHold},
-	{Name: "owner-bus-freeze", Doc: "freeze the bus link of an instance that owns an active run, mid-run, for BusHold, then heal", inject: ownerBusFreeze, nominal: busHold},
-	{Name: "owner-bus-reset", Doc: "reset the bus connections of an instance that owns active runs (an RST, reconnecting at once) every 200 to 800 ms for BusHold", inject: ownerBusReset, nominal: busHold},
-	{Name: "rolling", Doc: "SIGTERM each instance in turn, wait for its exit, start it again, under load", inject: rolling, nominal: rollTime},
+	{Name: "kill9", Doc: "kill -9 the instance that owns the most active runs; start it again (a new instance id) after RestartAfter", inject: kill9, nominal: restartAfter, producers: true},
+	{Name: "sigstop", Doc: "SIGSTOP the instance that owns the most active runs for the lease plus PastLease, then SIGCONT", inject: sigstop, nominal: pastLease, producers: true},
+	{Name: "pg-freeze", Doc: "freeze an owner's PostgreSQL link (nothing forwarded, nothing closed) for the lease plus PastLease, then heal", inject: pgFreeze, nominal: pastLease, producers: true},
+	{Name: "pg-reset", Doc: "cut an owner's PostgreSQL link (every connection reset, new ones refused) for the lease plus PastLease, then heal", inject: pgReset, nominal: pastLease, producers: true},
+	{Name: "bus-cut-one", Doc: "cut an owner's bus link for BusHold, then heal", inject: busCutOne, nominal: busHold, producers: true},
+	{Name: "bus-cut-all", Doc: "cut every instance's bus link for BusAllHold, then heal", inject: busCutAll, nominal: busAllHold, producers: true},
+	{Name: "owner-bus-freeze", Doc: "freeze the bus link of an instance that owns an active run, mid-run, for BusHold, then heal", inject: ownerBusFreeze, nominal: busHold, producers: true},
+	{Name: "owner-bus-reset", Doc: "reset the bus connections of an instance that owns active runs (an RST, reconnecting at once) every 200 to 800 ms for BusHold", inject: ownerBusReset, nominal: busHold, producers: true},
+	{Name: "rolling", Doc: "SIGTERM each instance in turn, wait for its exit, start it again, under load", inject: rolling, nominal: rollTime, producers: true},
+	{Name: "oversized", Doc: "on a cluster in front of an upstream AG-UI agent (--agent agui), the upstream streams one message of UpstreamFrames × UpstreamFrameBytes, then a publish producer appends OversizedDeltas × OversizedDeltaBytes to one segment; each instance's peak memory is read over each",
+		inject: oversized, nominal: oversizedTime, producers: true, agent: "agui", threads: []string{bigUpstreamThread, bigPublishThread},
+		lease: 10 * time.Second},
 }
 
 // Scenarios lists the scenarios.
@@ -75,6 +93,11 @@ type env struct {
 	// conversation.
 	final bool
 	halt  func()
+	// up is the upstream AG-UI agent of an agui cluster; big the
+	// scenario's own threads; over what the oversized injections did.
+	up   *upstream
+	big  []string
+	over *oversizedRecord
 }
 
 // owner returns the instance that owns the most active runs, waiting a

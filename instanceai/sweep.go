@@ -88,6 +88,18 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 		if m.isLiveAgent(row.AgentRef) || m.leaveToPeer(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Owner, row.LeaseExpires) {
 			continue
 		}
+		// Not taken while the log has not seen the run finish: the run's
+		// settlement completes the agent, or, when its owner was only
+		// slow (its run's claim held), its agent-spawned and the agent's
+		// work are still on their way, and a take would fence them out
+		// after the spawn is stored.
+		finished, err := m.loggedFinish(ctx, RunRef{ThreadID: row.ThreadID, RunID: row.RunID})
+		if err != nil {
+			return n, fmt.Errorf("sweep: %w", err)
+		}
+		if !finished {
+			continue
+		}
 		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
@@ -164,6 +176,19 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64) (bool
 	}
 	m.log.Info("settled a background agent whose process is gone", "thread", ref.ThreadID, "run", ref.RunID, "agent", ref.AgentID)
 	return true, release()
+}
+
+// loggedFinish reports whether the log holds the run's run-finish (a
+// thread that is gone counts as finished: nothing more of it is stored).
+func (m *Runs) loggedFinish(ctx context.Context, ref RunRef) (bool, error) {
+	rows, err := m.index.RunEvents(ctx, ref.ThreadID, ref.RunID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
+	}
+	return openWorkOf(rows).finished, nil
 }
 
 // isLiveAgent reports whether the agent works in this process.

@@ -322,6 +322,43 @@ func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
 	})
 }
 
+// A background agent's row whose lease ran out while its run has no
+// run-finish in the log is left to its owner by another instance's sweep:
+// its owner's link to the database may only have stalled, past the agent's
+// lease but not past the claim of its run, and the run's agent-spawned and
+// the agent's own events may still be on their way. Taking the row would
+// fence the agent out while its agent-spawned is then stored under the
+// run's claim, which still holds: the agent spawned and never completed.
+// (Should the run be settled instead, its settlement completes the agent.)
+func TestSweepLeavesTheAgentOfARunTheLogHasNotSeenFinish(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	b := newLifecycleOn(t, store, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }),
+		instanceai.CoreConfig{Instance: "inst-b"}, "th")
+	orch := instanceai.OrchestratorAgentID("run_slow")
+	appendRun(t, store, "th", "run_slow", []instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+	})
+	if _, err := store.ClaimThread(ctx, "th", "run_slow", "inst-a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ref := instanceai.AgentRef{ThreadID: "th", RunID: "run_slow", AgentID: "agent_slow"}
+	token, err := store.ClaimAgent(ctx, ref, "inst-a", -time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+		t.Fatalf("Sweep by inst-b = %d, %v; want nothing settled", n, err)
+	}
+	held, err := store.RenewAgents(ctx, "inst-a", time.Minute)
+	if err != nil || len(held) != 1 || held[0].AgentRef != ref || held[0].Fence != token {
+		t.Fatalf("inst-a's agent rows = %+v, %v; want its row, with its token %d, left to it", held, err, token)
+	}
+	if rows := b.rows("th"); len(rows) != 1 {
+		t.Fatalf("the sweep wrote %d events; want none", len(rows)-1)
+	}
+}
+
 // An instance whose background agent's row another instance took (its
 // lease ran out while its heartbeat stalled, and that instance settled the
 // agent) stops the agent at its next heartbeat without writing anything

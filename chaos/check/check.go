@@ -15,12 +15,20 @@
 //     connected with, each once, in order; the only seqs a connection may
 //     skip are blocks (a live connection gets their deltas instead) and the
 //     stored echo of an ending it was sent without an id; a frame's event is
-//     the log's row of that seq; a durable store never sends a reset frame;
+//     the log's row of that seq (a frame of an id alone stands for an
+//     extension event, which native streams do not show); a durable store
+//     never sends a reset frame;
 //   - each client's fold of a run holds, per agent, the log's text and
 //     reasoning, segment by segment (error messages, which the reducer
 //     adds to the text, are left out: see foldsText); a run whose last
 //     stored event is past the client's cursor is not compared;
-//   - a cancel answered ok is not followed by the run completing anyway.
+//   - a cancel answered ok is not followed by the run completing anyway;
+//   - every event a producer's append was answered 200 for (stored or a
+//     duplicate) is in the log, once;
+//   - a run whose producer went past the segment bound ended once, in
+//     error with segment_too_large, its text cut at exactly the bound; no
+//     stored event is over the bound on one event; and no instance's peak
+//     memory went over its bound meanwhile.
 //
 // A Client's fold and the checker are deterministic: the same frames and
 // log give the same anomalies, whatever the timing that produced them.
@@ -64,6 +72,11 @@ const (
 	ClientBehind     Kind = "client-behind"          // a client could not reach the log's head even by reconnecting
 	UnexpectedStatus Kind = "unexpected-status"      // an answer the API does not document for the situation (a 500)
 	InstanceExit     Kind = "instance-exit"          // an instance exited without being asked to
+	AckLost          Kind = "ack-lost"               // an event a producer was answered 200 for is not in the log
+	StoredTwice      Kind = "stored-twice"           // an event a producer sent (and retried) is in the log more than once
+	BoundNotKept     Kind = "bound-not-kept"         // an oversized producer's run did not end once with segment_too_large, its text cut at the bound
+	EventTooLarge    Kind = "event-too-large"        // a stored event over --max-event-bytes
+	MemoryOverBound  Kind = "memory-over-bound"      // an instance's peak resident memory over the bound while it took an oversized producer
 )
 
 // Kinds lists every kind, in report order.
@@ -71,6 +84,7 @@ var Kinds = []Kind{
 	DoubleFinish, DoubleStart, UnfinishedRun, StartlessRun, EventAfterFinish, UnsettledAgent, DoubleAgentEnd,
 	ActiveRunLeft, BackgroundLeft, LostRun, IDGap, IDDuplicate, IDMismatch, ResetFrame, BadFrame,
 	TextMismatch, TextLost, CancelIgnored, Stranded, ClientBehind, UnexpectedStatus, InstanceExit,
+	AckLost, StoredTwice, BoundNotKept, EventTooLarge, MemoryOverBound,
 }
 
 // Anomaly is one violation with its evidence.
@@ -151,6 +165,17 @@ type Input struct {
 	// Observed are anomalies the harness saw while it ran (a stranded
 	// client, an instance that exited, an undocumented status).
 	Observed []Anomaly
+	// Acked are the events producers were answered 200 for.
+	Acked []Acked
+	// Oversized are the runs whose producers went past the segment bound
+	// on purpose; Bounds the instances' size bounds (zero: no event's
+	// size is judged).
+	Oversized []Oversized
+	Bounds    Bounds
+	// Memory holds the instances' peaks while they took oversized
+	// producers, judged against MaxRSS (0: not judged).
+	Memory []Memory
+	MaxRSS int64
 }
 
 // Result is the checker's verdict.
@@ -253,6 +278,10 @@ func Check(in Input) Result {
 			res.Anomalies = append(res.Anomalies, a)
 		}
 	}
+	res.Anomalies = append(res.Anomalies, judgeAcked(in.Acked, in.Log, facts)...)
+	res.Anomalies = append(res.Anomalies, judgeOversized(in.Oversized, in.Log, facts, in.Bounds)...)
+	res.Anomalies = append(res.Anomalies, judgeSizes(in.Log, in.Bounds)...)
+	res.Anomalies = append(res.Anomalies, judgeMemory(in.Memory, in.MaxRSS)...)
 	for _, f := range in.Faults {
 		res.Settle = append(res.Settle, settleTimes(f, facts)...)
 	}
@@ -473,6 +502,10 @@ func judgeIDs(c *Client, rows []Row) []Anomaly {
 			switch {
 			case r == nil:
 				add(IDMismatch, fr.ID, "%s: sent id %d (%s), which the log does not hold (head %d)", where, fr.ID, fr.Type, head(rows))
+			case fr.Alone:
+				if !r.Event.Type.Extension() {
+					add(IDMismatch, fr.ID, "%s: sent id %d alone, which a native stream does for an extension event only; the log's row %d is %s", where, fr.ID, fr.ID, clip(r.Data, 300))
+				}
 			case EventHash(&r.Event) != fr.Hash:
 				add(IDMismatch, fr.ID, "%s: id %d was a %s, the log's row %d is %s", where, fr.ID, fr.Type, fr.ID, clip(r.Data, 300))
 			}

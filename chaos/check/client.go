@@ -117,8 +117,12 @@ type Conn struct {
 // (0 for a reset frame) to compare with the log's row. Type is the event's
 // type, or a reset frame's reason.
 type IDFrame struct {
-	ID    int64  `json:"id"`
-	Reset bool   `json:"reset,omitempty"`
+	ID    int64 `json:"id"`
+	Reset bool  `json:"reset,omitempty"`
+	// Alone is set for a frame of an id and no data: a stored event the
+	// native stream does not show (an upstream's ag-ui event), whose id
+	// still moves the client's cursor (docs/PROTOCOLS.md, §1).
+	Alone bool   `json:"alone,omitempty"`
 	Hash  uint64 `json:"hash,omitempty"`
 	Type  string `json:"type,omitempty"`
 }
@@ -256,6 +260,11 @@ func (c *Client) Frame(f ssestream.Frame) {
 		}
 		return
 	case "":
+		if f.HasID && !f.HasData {
+			c.cur.Frames = append(c.cur.Frames, IDFrame{ID: id, Alone: true})
+			c.cursor = id
+			return
+		}
 	default:
 		c.bad("unknown event type %q", f.Event)
 		return

@@ -51,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Binary, "binary", "", "threadline binary to test (default: build ./cmd/threadline)")
 	fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "serve processes per cluster")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "threads under load (each followed by one or two clients)")
+	fs.IntVar(&cfg.Producers, "producers", cfg.Producers, "publish API producers in the load of the scenarios that take them, each on a thread of its own")
+	maxRSS := fs.Int64("max-rss-mb", cfg.MaxRSS/1e6, "bound in MB (10^6 bytes) on each instance's peak resident memory while it takes the oversized producers (0 = not judged)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "load per scenario after the warm-up; the fault repeats within it")
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "the instances' --lease")
 	fs.DurationVar(&cfg.LeaseRenew, "lease-renew", cfg.LeaseRenew, "the instances' --lease-renew")
@@ -70,6 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chaos: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	cfg.MaxRSS = *maxRSS * 1e6
 	cfg.Scenarios = splitList(*scenarios)
 	cfg.Buses = splitList(*buses)
 	if *format != "text" && *format != "json" {
