@@ -543,7 +543,10 @@ func (l *Log) ReadLightRowsAfter(ctx context.Context, threadID string, after int
 // (limit <= 0: no bound), cut at maxBytes (<= 0: no budget) as
 // instanceai.RowReader says, the data of the rows of more than large bytes
 // left out when large > 0, and every row's when sizesOnly. A row left out
-// comes with its size.
+// comes with its size, octet_length, which both databases read from the
+// value's header: PostgreSQL from the pointer to a TOASTed value, SQLite
+// without reading the overflow pages of a value larger than its page
+// (length() would read a text value whole to count its characters).
 func (l *Log) page(ctx context.Context, threadID string, after int64, limit, maxBytes, large int, sizesOnly bool) ([]instanceai.StoredRow, error) {
 	var args []any
 	columns := "seq, type, run_id, data"
