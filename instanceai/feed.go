@@ -412,8 +412,9 @@ func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int,
 	}
 	// A page the byte bound cut short says how many rows the next one
 	// will hold, about: asking for a few more than that, rather than
-	// replayPage, spares a database server sending rows the reader drops
-	// (reading them costs as much as reading the page).
+	// replayPage, spares a database server walking rows past the page to
+	// size them, or, on a log that cuts pages where it reads them only
+	// (no PageReader), sending rows the reader drops.
 	cut := rowsBytes(rows) >= ReplayPageBytes
 	f.pageRows = replayPage
 	if cut {

@@ -37,8 +37,8 @@ type StoredRow struct {
 	// log), so that a replay knows which runs it resumes without decoding.
 	RunID string
 	Data  json.RawMessage
-	// Size is the row's bytes when a light read (PartReader) left Data
-	// out; 0 otherwise.
+	// Size is the row's bytes when a light read (PartReader) or a page of
+	// sizes (PageQuery.SizesOnly) left Data out; 0 otherwise.
 	Size int
 }
 
@@ -49,7 +49,8 @@ type StoredRow struct {
 // including the first whose bytes bring the page's total to maxBytes or
 // more, so a page holds less than maxBytes plus one row, and never nothing
 // when a row follows. Feeds use it when it is there and fall back to
-// ReadAfter otherwise.
+// ReadAfter otherwise. Every built-in log cuts the page where it reads it,
+// as PageReader promises, so a page costs what it holds.
 type RowReader interface {
 	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error)
 }
@@ -64,6 +65,41 @@ type PartReader interface {
 	// ReadRowPart returns n bytes of the data of row seq from byte off
 	// (fewer at its end, none past it). A missing row is ErrNotFound.
 	ReadRowPart(ctx context.Context, threadID string, seq int64, off, n int) ([]byte, error)
+}
+
+// PageQuery names a page of a thread's log for a PageReader.
+type PageQuery struct {
+	// After and Limit select the rows ReadAfter(After, Limit) returns.
+	After int64
+	Limit int
+	// MaxBytes, when > 0, cuts them by RowReader's rule: the rows up to
+	// and including the first whose bytes bring the page's total to
+	// MaxBytes or more. A row counts its bytes whether or not it comes
+	// with them.
+	MaxBytes int
+	// SizesOnly leaves every row's bytes out: each comes with its seq,
+	// type, run and Size alone, as a light row does (see PartReader).
+	SizesOnly bool
+}
+
+// PageReader is implemented by a log that keeps a page's byte budget
+// where it reads the rows, not after: what it reads for a page is the
+// page. ReadPage returns the rows ReadRowsAfter(q.After, q.Limit,
+// q.MaxBytes) returns (the same seqs, types, runs and bytes, in order,
+// never none when a row follows; ReadAfter's eviction and ErrNotFound
+// rules), each row's bytes left out when q.SizesOnly; and it reads no row
+// past the page's last, nor the bytes of a row it leaves out. A database
+// server works the budget out over the rows' sizes, which it reads from
+// each value's header, and sends nothing past the page; a log that reads
+// in the process stops at the page's last row. Without it, a RowReader
+// may read up to limit rows to return a page the budget ends after a few.
+//
+// Pages bounded by bytes read this way cost what they return, whatever the
+// size of the rows; a reader that needs to know the sizes of many rows
+// (a thread's history, to choose what fits in a window) reads them with
+// SizesOnly, which costs a few dozen bytes a row however large the row.
+type PageReader interface {
+	ReadPage(ctx context.Context, threadID string, q PageQuery) ([]StoredRow, error)
 }
 
 // ReadRowsAfter reads rows through log's RowReader, or through ReadAfter
@@ -94,6 +130,23 @@ func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int
 		out = append(out, StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data})
 	}
 	return out, nil
+}
+
+// ReadPage reads a page through log's PageReader, or, when it has none,
+// through ReadRowsAfter (which may read more than the page), leaving the
+// bytes out itself for SizesOnly.
+func ReadPage(ctx context.Context, log EventLog, threadID string, q PageQuery) ([]StoredRow, error) {
+	if pr, ok := log.(PageReader); ok {
+		return pr.ReadPage(ctx, threadID, q)
+	}
+	rows, err := ReadRowsAfter(ctx, log, threadID, q.After, q.Limit, q.MaxBytes)
+	if err != nil || !q.SizesOnly {
+		return rows, err
+	}
+	for i := range rows {
+		rows[i].Size, rows[i].Data = len(rows[i].Data), nil
+	}
+	return rows, nil
 }
 
 // WithinBytes returns how many of rows, of the sizes size(i) gives, a page

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,10 @@ type Proxy struct {
 	// resets counts the connections ended by Reset, Cut or a cut link's
 	// refusal, for reports.
 	resets int
+
+	// toTarget and fromTarget count the bytes delivered each way, over
+	// every connection.
+	toTarget, fromTarget atomic.Int64
 
 	wg sync.WaitGroup
 }
@@ -110,6 +115,15 @@ func (p *Proxy) Conns() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// Bytes returns how many bytes the proxy has delivered so far, over every
+// connection: to the target (what clients sent) and from it (what they
+// received). A byte counts by the time the other side can read it, and
+// not before it is written: a frozen link's held bytes count once Heal
+// delivers them.
+func (p *Proxy) Bytes() (toTarget, fromTarget int64) {
+	return p.toTarget.Load(), p.fromTarget.Load()
 }
 
 func (p *Proxy) setState(f func(*State)) {
@@ -231,8 +245,8 @@ func (p *Proxy) serve(l *link) {
 	l.upstream = upstream
 	l.mu.Unlock()
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(l, upstream, l.client) })
-	wg.Go(func() { p.pipe(l, l.client, upstream) })
+	wg.Go(func() { p.pipe(l, upstream, l.client, &p.toTarget) })
+	wg.Go(func() { p.pipe(l, l.client, upstream, &p.fromTarget) })
 	wg.Wait()
 }
 
@@ -267,8 +281,8 @@ type chunk struct {
 // chunk, the writer holds it while the link is frozen or until its delay
 // is over. The queue is bounded, so a frozen link stops reading once it
 // is full and the rest waits in the kernel's buffers, as on a stalled
-// network.
-func (p *Proxy) pipe(l *link, dst, src *net.TCPConn) {
+// network. Delivered bytes are added to count.
+func (p *Proxy) pipe(l *link, dst, src *net.TCPConn, count *atomic.Int64) {
 	queue := make(chan chunk, 16)
 	go func() {
 		defer close(queue)
@@ -321,7 +335,11 @@ func (p *Proxy) pipe(l *link, dst, src *net.TCPConn) {
 		if !p.waitUnfrozen(l) {
 			return
 		}
-		if _, err := dst.Write(c.data); err != nil {
+		// Counted before the write, so that a peer that has read the
+		// bytes finds them counted; a short write takes back the rest.
+		count.Add(int64(len(c.data)))
+		if n, err := dst.Write(c.data); err != nil {
+			count.Add(int64(n - len(c.data)))
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -208,5 +209,34 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := c.recv(2 * time.Second); err == nil || isTimeout(err) {
 		t.Fatalf("a connection outlived Close: %v", err)
+	}
+}
+
+// The proxy counts the bytes it delivers each way, over all its
+// connections, by the time the other side has them.
+func TestCountsBytes(t *testing.T) {
+	p := newProxy(t)
+	var want int64
+	for _, tc := range []struct {
+		name  string
+		conns int
+		line  string
+	}{
+		{"one short line", 1, "hello"},
+		{"a line larger than a chunk", 1, strings.Repeat("x", 100<<10)},
+		{"three connections", 3, strings.Repeat("y", 5000)},
+	} {
+		for range tc.conns {
+			c := dial(t, p)
+			c.send(t, tc.line)
+			if got, err := c.recv(5 * time.Second); err != nil || got != tc.line {
+				t.Fatalf("%s: echo of %d bytes: %d bytes, %v", tc.name, len(tc.line), len(got), err)
+			}
+			want += int64(len(tc.line) + 1)
+		}
+		to, from := p.Bytes()
+		if to != want || from != want {
+			t.Fatalf("%s: counted %d bytes to the target and %d from it, want %d each way", tc.name, to, from, want)
+		}
 	}
 }

@@ -120,6 +120,7 @@ type confirmation struct {
 var (
 	_ instanceai.Store          = (*Store)(nil)
 	_ instanceai.RowReader      = (*Store)(nil)
+	_ instanceai.PageReader     = (*Store)(nil)
 	_ instanceai.FencedAppender = (*Store)(nil)
 )
 
@@ -295,6 +296,18 @@ func (s *Store) ReadRowsAfter(ctx context.Context, threadID string, after int64,
 		out[i] = instanceai.StoredRow{Seq: e.seq, Type: e.typ, RunID: e.runID, Data: e.data}
 	}
 	return out, nil
+}
+
+// ReadPage implements instanceai.PageReader: the store holds its rows in
+// memory, so a page reads nothing past itself.
+func (s *Store) ReadPage(ctx context.Context, threadID string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	rows, err := s.ReadRowsAfter(ctx, threadID, q.After, q.Limit, q.MaxBytes)
+	if q.SizesOnly {
+		for i := range rows {
+			rows[i].Size, rows[i].Data = len(rows[i].Data), nil
+		}
+	}
+	return rows, err
 }
 
 // window returns a copy of the entries ReadAfter reads.

@@ -48,8 +48,12 @@ type Store struct {
 	one *oneStatement
 }
 
-// Store reads rows undecoded for the native replay.
-var _ instanceai.RowReader = (*Store)(nil)
+// Store reads rows undecoded for the native replay, and pages that cost
+// what they return for the history.
+var (
+	_ instanceai.RowReader  = (*Store)(nil)
+	_ instanceai.PageReader = (*Store)(nil)
+)
 
 var _ instanceai.Prober = (*Store)(nil)
 
@@ -94,6 +98,8 @@ func logDialect(one *oneStatement) sqllog.Dialect {
 		Name: "postgres", Placeholders: sqllog.Dollar, MaxParams: maxParams, Err: withCtx,
 		// substring counts characters in text and bytes in bytea.
 		ByteSlice: `substring(convert_to(data, 'UTF8') from ?::int for ?::int)`,
+		// The server sends a result whole: a page is cut where it is read.
+		BudgetInQuery: true,
 		Reserve: func(ctx context.Context, tx *sql.Tx, threadID, owner string, n int64) (int64, any, error) {
 			var last int64
 			var now time.Time

@@ -68,8 +68,12 @@ type Store struct {
 	rdb *sql.DB
 }
 
-// Store reads rows undecoded for the native replay.
-var _ instanceai.RowReader = (*Store)(nil)
+// Store reads rows undecoded for the native replay, and pages that cost
+// what they return for the history.
+var (
+	_ instanceai.RowReader  = (*Store)(nil)
+	_ instanceai.PageReader = (*Store)(nil)
+)
 
 var (
 	_ instanceai.Store = (*Store)(nil)

@@ -71,3 +71,8 @@ func (s *Store) ReadLightRowsAfter(ctx context.Context, threadID string, after i
 func (s *Store) ReadRowPart(ctx context.Context, threadID string, seq int64, off, n int) ([]byte, error) {
 	return onFreshStack(func() ([]byte, error) { return s.Log.ReadRowPart(ctx, threadID, seq, off, n) })
 }
+
+// ReadPage implements instanceai.PageReader (see onFreshStack).
+func (s *Store) ReadPage(ctx context.Context, threadID string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	return onFreshStack(func() ([]instanceai.StoredRow, error) { return s.Log.ReadPage(ctx, threadID, q) })
+}

@@ -218,6 +218,14 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0, 0)
 			return err
 		},
+		"ReadPage": func() error {
+			pr, ok := s.(instanceai.PageReader)
+			if !ok {
+				return errors.New("no PageReader: nothing to call")
+			}
+			_, err := pr.ReadPage(ctx, "t", instanceai.PageQuery{MaxBytes: 100})
+			return err
+		},
 		"EnsureThread": func() error {
 			_, _, err := s.EnsureThread(ctx, instanceai.Thread{ID: "new", OwnerID: "owner"})
 			return err

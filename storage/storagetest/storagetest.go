@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"ReadAfterEveryCursor", testReadAfterEveryCursor},
 		{"ReadRowsAfterMatchesReadAfter", testReadRowsAfter},
 		{"PartReader", testPartReader},
+		{"PageReader", testPageReader},
 		{"HeadsOfManyThreads", testHeads},
 		{"Instances", testInstances},
 		{"CancelRequests", testCancelRequests},
@@ -868,6 +869,12 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 10, 100)
 		check("ReadRowsAfter(sized)", err)
 	}
+	if pr, ok := s.(instanceai.PageReader); ok {
+		for _, q := range []instanceai.PageQuery{{}, {After: 5, Limit: 10, MaxBytes: 100}, {Limit: 10, SizesOnly: true}} {
+			_, err = pr.ReadPage(ctx, "missing", q)
+			check(fmt.Sprintf("ReadPage(%+v)", q), err)
+		}
+	}
 	_, err = s.NextSeq(ctx, "missing")
 	check("NextSeq", err)
 	_, err = s.GetThread(ctx, "missing")
@@ -1049,6 +1056,85 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 	}
 	if _, err := s.AppendEncoded(ctx, "missing", events, data); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("append to a missing thread: %v", err)
+	}
+}
+
+// testPageReader: a store whose pages cost what they return
+// (instanceai.PageReader) returns, for every cursor, limit and budget,
+// the page RowReader's rule cuts from ReadAfter's rows, with their bytes
+// or, asked for sizes only, with their sizes alone. The rows are of every
+// size from tens of bytes to several pages of a database's (a PostgreSQL
+// server stores those apart, compressed), in characters of one to three
+// bytes, so that sizes counted in characters, or taken from a value's
+// compressed form, would show. That a page reads nothing past itself shows
+// only in what the read costs, so it is measured where that is something:
+// on PostgreSQL's wire (storage/postgres's TestPagesCostWhatTheyHold, and
+// the history's requests in server's TestHistoryReadsWhatItServes). A
+// store without it is skipped.
+func testPageReader(t *testing.T, s instanceai.Store) {
+	pr, ok := s.(instanceai.PageReader)
+	if !ok {
+		t.Skip("the store does not implement instanceai.PageReader")
+	}
+	ctx := context.Background()
+	ensure(t, s, "pages", "owner")
+	var events []instanceai.Event
+	for i := range 24 {
+		// Repeated text compresses: a size taken from the stored form
+		// rather than the value would be far smaller than the value.
+		text := strings.Repeat([]string{"a", "é", "☃"}[i%3], []int{10, 900, 3000, 40_000}[i%4])
+		events = append(events, instanceai.Event{Type: instanceai.TypeTextBlock, RunID: fmt.Sprint("run-", i%5),
+			AgentID: "a", ResponseID: fmt.Sprint("r", i), Payload: &instanceai.Text{Text: text}})
+	}
+	for len(events) > 0 { // in uneven appends, so that pages cross them
+		n := min(len(events), 5)
+		if _, err := s.Append(ctx, "pages", events[:n]); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+		events = events[n:]
+	}
+	for after := int64(-1); after <= 25; after += 2 {
+		for _, limit := range []int{0, 1, 3, 100} {
+			all, err := s.ReadAfter(ctx, "pages", after, limit)
+			if err != nil {
+				t.Fatalf("ReadAfter(%d, %d): %v", after, limit, err)
+			}
+			for _, maxBytes := range []int{0, 1, 2000, 3000, 9001, 40_000, 200_000} {
+				// The budget keeps the shortest prefix whose bytes reach it.
+				want, total := all, 0
+				for i := range all {
+					if total += len(all[i].Data); maxBytes > 0 && total >= maxBytes {
+						want = all[:i+1]
+						break
+					}
+				}
+				for _, sizesOnly := range []bool{false, true} {
+					q := instanceai.PageQuery{After: after, Limit: limit, MaxBytes: maxBytes, SizesOnly: sizesOnly}
+					got, err := pr.ReadPage(ctx, "pages", q)
+					if err != nil {
+						t.Fatalf("ReadPage(%+v): %v", q, err)
+					}
+					if len(got) != len(want) {
+						t.Fatalf("ReadPage(%+v) returned %d rows, want %d", q, len(got), len(want))
+					}
+					for i, g := range got {
+						w := want[i]
+						if g.Seq != w.Seq || g.Type != w.Event.Type || g.RunID != w.Event.RunID {
+							t.Fatalf("ReadPage(%+v)[%d] = seq %d %s run %q, want seq %d %s run %q",
+								q, i, g.Seq, g.Type, g.RunID, w.Seq, w.Event.Type, w.Event.RunID)
+						}
+						switch {
+						case sizesOnly && (g.Data != nil || g.Size != len(w.Data)):
+							t.Fatalf("ReadPage(%+v)[%d]: %d bytes of data, size %d; want none and size %d",
+								q, i, len(g.Data), g.Size, len(w.Data))
+						case !sizesOnly && (!bytes.Equal(g.Data, w.Data) || g.Size != 0):
+							t.Fatalf("ReadPage(%+v)[%d]: %d bytes of data, size %d; want the row's %d bytes",
+								q, i, len(g.Data), g.Size, len(w.Data))
+						}
+					}
+				}
+			}
+		}
 	}
 }
 

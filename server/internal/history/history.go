@@ -1,11 +1,13 @@
 // Package history reads a thread's conversation (its stored user messages
 // and one assistant message per run) a window at a time, in bounded
 // memory: the list of messages is built from the messages' heads and one
-// pass over the log in bounded pages, without contents; only the
-// messages of the window are then read whole and only their runs folded.
-// A long thread's history costs a request what its window holds, not
-// what the thread holds. The native /messages, the AG-UI rejoin snapshot
-// and the console read it so.
+// pass over the log's rows' sizes, without contents; only the messages of
+// the window are then read whole and only their runs' stretch of the log
+// folded, in pages bounded in bytes where they are read
+// (instanceai.PageReader). A long thread's history costs a request what
+// its window holds, not what the thread holds, in memory and in what the
+// store reads. The native /messages, the AG-UI rejoin snapshot, CopilotKit's
+// connect and the console read it so.
 package history
 
 import (
@@ -46,7 +48,11 @@ type Index struct {
 	// runStart is the seq of each run's run-start: a fold of some runs
 	// starts reading the log at the first of theirs.
 	runStart map[string]int64
-	through  int64
+	// runEnd is the seq of each run's last row up to the cursor: a fold
+	// of some runs reads the log up to the last of theirs, not to the
+	// cursor, so an older window does not read the newer runs.
+	runEnd  map[string]int64
+	through int64
 }
 
 // Load lists the thread's conversation as of the log's seq through: each
@@ -58,10 +64,12 @@ func Load(ctx context.Context, store Store, threadID string, through int64) (*In
 	if err != nil {
 		return nil, err
 	}
-	ix := &Index{runStart: map[string]int64{}, through: through}
+	ix := &Index{runStart: map[string]int64{}, runEnd: map[string]int64{}, through: through}
 	var order []string
 	size := map[string]int{}
-	err = scan(ctx, store, threadID, 0, through, func(r *instanceai.StoredRow) error {
+	// The rows' sizes alone: what a run holds is all the list needs, and
+	// reading the rows' bytes here would read the whole thread.
+	err = scan(ctx, store, threadID, 0, through, true, func(r *instanceai.StoredRow) error {
 		if r.RunID == "" {
 			return nil
 		}
@@ -71,7 +79,8 @@ func Load(ctx context.Context, store Store, threadID string, through int64) (*In
 				order = append(order, r.RunID)
 			}
 		}
-		size[r.RunID] += len(r.Data)
+		size[r.RunID] += len(r.Data) + r.Size
+		ix.runEnd[r.RunID] = r.Seq
 		return nil
 	})
 	if err != nil {
@@ -142,7 +151,7 @@ func (ix *Index) ReadEvents(ctx context.Context, store Store, threadID string, e
 func (ix *Index) read(ctx context.Context, store Store, threadID string, entries []Entry, apply func(instanceai.Event)) (map[string]instanceai.Message, error) {
 	var ids []string
 	runs := map[string]bool{}
-	from := int64(-1)
+	from, to := int64(-1), int64(0)
 	for _, e := range entries {
 		if e.User != nil {
 			ids = append(ids, e.User.ID)
@@ -152,6 +161,7 @@ func (ix *Index) read(ctx context.Context, store Store, threadID string, entries
 		if s := ix.runStart[e.RunID]; from < 0 || s < from {
 			from = s
 		}
+		to = max(to, ix.runEnd[e.RunID])
 	}
 	users := map[string]instanceai.Message{}
 	if len(ids) > 0 {
@@ -166,7 +176,7 @@ func (ix *Index) read(ctx context.Context, store Store, threadID string, entries
 	if len(runs) == 0 {
 		return users, nil
 	}
-	err := scan(ctx, store, threadID, from-1, ix.through, func(r *instanceai.StoredRow) error {
+	err := scan(ctx, store, threadID, from-1, to, false, func(r *instanceai.StoredRow) error {
 		if !runs[r.RunID] {
 			return nil
 		}
@@ -184,7 +194,7 @@ func (ix *Index) read(ctx context.Context, store Store, threadID string, entries
 // the index's cursor.
 func (ix *Index) RunRows(ctx context.Context, store Store, threadID, runID string) ([]instanceai.StoredEvent, error) {
 	var out []instanceai.StoredEvent
-	err := scan(ctx, store, threadID, ix.runStart[runID]-1, ix.through, func(r *instanceai.StoredRow) error {
+	err := scan(ctx, store, threadID, ix.runStart[runID]-1, ix.runEnd[runID], false, func(r *instanceai.StoredRow) error {
 		if r.RunID != runID {
 			return nil
 		}
@@ -213,11 +223,30 @@ func (ix *Index) LatestRun() string {
 	return id
 }
 
-// scan calls fn with each row of the log after after up to through, read
-// in pages bounded in bytes.
-func scan(ctx context.Context, store Store, threadID string, after, through int64, fn func(*instanceai.StoredRow) error) error {
-	for after < through {
-		rows, err := instanceai.ReadRowsAfter(ctx, store, threadID, after, 1000, instanceai.ReplayPageBytes)
+// Pages of the scans: sizesPage rows of sizes (a few dozen bytes each),
+// or rows with their bytes up to instanceai.ReplayPageBytes, of at most
+// bytesPage rows.
+const (
+	sizesPage = 1000
+	bytesPage = 1000
+)
+
+// scan calls fn with each row of the log after after up to through, in
+// pages read through instanceai.ReadPage: with sizesOnly, the rows' sizes
+// without their bytes; otherwise the rows whole, in pages bounded in
+// bytes. A page asks for no row past through (seqs are contiguous), so
+// the scan reads nothing of the log beyond it.
+func scan(ctx context.Context, store Store, threadID string, after, through int64, sizesOnly bool, fn func(*instanceai.StoredRow) error) error {
+	for {
+		left := through - max(after, 0) // the most rows up to through
+		if left <= 0 {
+			return nil
+		}
+		q := instanceai.PageQuery{After: after, Limit: int(min(left, bytesPage)), MaxBytes: instanceai.ReplayPageBytes}
+		if sizesOnly {
+			q = instanceai.PageQuery{After: after, Limit: int(min(left, sizesPage)), SizesOnly: true}
+		}
+		rows, err := instanceai.ReadPage(ctx, store, threadID, q)
 		if err != nil {
 			return err
 		}
@@ -234,5 +263,4 @@ func scan(ctx context.Context, store Store, threadID string, after, through int6
 			after = rows[i].Seq
 		}
 	}
-	return nil
 }

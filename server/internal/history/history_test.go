@@ -131,3 +131,103 @@ func TestReadFoldsTheWindowOnly(t *testing.T) {
 		t.Fatalf("r4's rows: %+v, %v", rows, err)
 	}
 }
+
+// countingStore is a memory store that counts the bytes of the rows its
+// reads return.
+type countingStore struct {
+	*memory.Store
+	read int
+}
+
+func (c *countingStore) count(rows []instanceai.StoredRow) {
+	for _, r := range rows {
+		c.read += len(r.Data)
+	}
+}
+
+func (c *countingStore) ReadPage(ctx context.Context, threadID string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	rows, err := c.Store.ReadPage(ctx, threadID, q)
+	c.count(rows)
+	return rows, err
+}
+
+func (c *countingStore) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
+	rows, err := c.Store.ReadRowsAfter(ctx, threadID, after, limit, maxBytes)
+	c.count(rows)
+	return rows, err
+}
+
+func (c *countingStore) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	rows, err := c.Store.ReadAfter(ctx, threadID, after, limit)
+	for _, r := range rows {
+		c.read += len(r.Data)
+	}
+	return rows, err
+}
+
+// The list of a thread's messages reads the rows' sizes, not their bytes,
+// and a window reads its own runs' rows and no others: not those of the
+// runs after it, nor, for a run in the middle, those of the runs around
+// it.
+func TestReadsOnlyTheWindowsRows(t *testing.T) {
+	ctx := context.Background()
+	store := &countingStore{Store: memory.New()}
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "th", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	runBytes := map[string]int{}
+	for i := range 6 {
+		id := "r" + string(rune('0'+i))
+		agent := instanceai.OrchestratorAgentID(id)
+		events := []instanceai.Event{
+			{Type: instanceai.TypeRunStart, RunID: id, AgentID: agent, Payload: &instanceai.RunStart{MessageID: "m"}},
+			{Type: instanceai.TypeTextBlock, RunID: id, AgentID: agent, ResponseID: "x", Payload: &instanceai.Text{Text: strings.Repeat("b", 50_000*(i+1))}},
+			{Type: instanceai.TypeRunFinish, RunID: id, AgentID: agent, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}},
+		}
+		if _, err := store.Append(ctx, "th", events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := store.Store.ReadAfter(ctx, "th", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		runBytes[r.Event.RunID] += len(r.Data)
+	}
+	ix, err := history.Load(ctx, store, "th", int64(len(all)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.read != 0 {
+		t.Fatalf("Load read %d bytes of rows, want their sizes alone", store.read)
+	}
+	for i, e := range ix.Entries {
+		if e.Size != runBytes[e.RunID] {
+			t.Fatalf("entry %d (%s): size %d, its rows hold %d", i, e.RunID, e.Size, runBytes[e.RunID])
+		}
+	}
+	for _, c := range []struct {
+		name string
+		read func() error
+		runs []string
+	}{
+		{"the newest run", func() error { _, err := ix.Read(ctx, store, "th", ix.Entries[5:]); return err }, []string{"r5"}},
+		{"the oldest two", func() error { _, err := ix.Read(ctx, store, "th", ix.Entries[:2]); return err }, []string{"r0", "r1"}},
+		{"one in the middle", func() error { _, _, err := ix.ReadEvents(ctx, store, "th", ix.Entries[3:4]); return err }, []string{"r3"}},
+		{"rows of a run in the middle", func() error { _, err := ix.RunRows(ctx, store, "th", "r2"); return err }, []string{"r2"}},
+		{"rows of an unknown run", func() error { _, err := ix.RunRows(ctx, store, "th", "nope"); return err }, nil},
+	} {
+		store.read = 0
+		if err := c.read(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want := 0
+		for _, r := range c.runs {
+			want += runBytes[r]
+		}
+		if store.read != want {
+			t.Errorf("%s: read %d bytes of rows, want %d (runs %v)", c.name, store.read, want, c.runs)
+		}
+	}
+}

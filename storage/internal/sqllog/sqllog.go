@@ -157,6 +157,14 @@ type Dialect struct {
 	// ByteSlice is the expression of bytes [?, ? more) of the data column
 	// (1-based start, then length), counted in bytes, not characters.
 	ByteSlice string
+	// BudgetInQuery cuts a page at its byte budget in the page's query
+	// (a running sum of the rows' sizes over the page), for a database
+	// server: a result is sent whole once its query runs, so a page cut by
+	// its reader would cost the rows past the budget all the same (the
+	// driver receives and drops them when the reader closes the rows).
+	// Without it the reader stops at the row that reaches the budget,
+	// which SQLite, reading in the process, steps no further than.
+	BudgetInQuery bool
 }
 
 // Log implements instanceai.EventLog and instanceai.RunIndex on one
@@ -181,6 +189,9 @@ var (
 	_ instanceai.EventLog       = (*Log)(nil)
 	_ instanceai.FencedAppender = (*Log)(nil)
 	_ instanceai.RunIndex       = (*Log)(nil)
+	_ instanceai.RowReader      = (*Log)(nil)
+	_ instanceai.PartReader     = (*Log)(nil)
+	_ instanceai.PageReader     = (*Log)(nil)
 )
 
 // New returns the event log of a database.
@@ -492,28 +503,69 @@ func (l *Log) ReadAfter(ctx context.Context, threadID string, after int64, limit
 	return out, nil
 }
 
+// budgetQuery is pageQuery cut at a byte budget by the query itself:
+// the page's rows, each with the running sum of the sizes up to it, and of
+// those the rows whose predecessors hold less than maxBytes, which keeps
+// the first row always. The sizes are octet_length, which reads a value's
+// size from its header, not the value (on PostgreSQL a large value is
+// stored apart, TOASTed, and only its pointer is read), so the query
+// reads the page's rows' sizes and sends only the page. It walks the
+// page's index entries once: the window sums them as they go by, and the
+// LIMIT ends the walk. columns may refer to data and to octet_length(data)
+// as the events table's own would.
+func budgetQuery(columns, threadID string, after int64, limit, maxBytes int) (q string, args []any, capacity int) {
+	inner, args, capacity := pageQuery(`seq, type, run_id, data, octet_length(data) AS size,
+		sum(octet_length(data)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS upto`, threadID, after, limit)
+	q = `SELECT ` + columns + ` FROM (` + inner + `) page WHERE upto - size < ? ORDER BY seq`
+	return q, append(args, maxBytes), capacity
+}
+
+// ReadPage implements instanceai.PageReader.
+func (l *Log) ReadPage(ctx context.Context, threadID string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	return l.page(ctx, threadID, q.After, q.Limit, q.MaxBytes, 0, q.SizesOnly)
+}
+
 // ReadRowsAfter implements instanceai.RowReader: ReadAfter's rows with
-// their type column, not decoded. The byte budget is kept by stopping the
-// scan at the row that reaches it: SQLite then steps no further, and a
-// server's rows past it (at most the page's limit) are read and dropped.
-// (A budget worked out in SQL, over the rows' lengths, made the query of
-// every page cost as much as several.)
+// their type column, not decoded, in pages that read no more than they
+// return (see ReadPage).
 func (l *Log) ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
-	q, args, capacity := pageQuery("seq, type, run_id, data", threadID, after, limit)
-	out, err := query(ctx, l, threadID, rowScanner(false, maxBytes), capacity, q, args...)
-	if err != nil {
-		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
-	}
-	return out, nil
+	return l.page(ctx, threadID, after, limit, maxBytes, 0, false)
 }
 
 // ReadLightRowsAfter implements instanceai.PartReader: ReadRowsAfter's
 // rows, a row of more than large bytes without its data (the database
 // reads its size from the value's header, not the value).
 func (l *Log) ReadLightRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes, large int) ([]instanceai.StoredRow, error) {
-	q, args, capacity := pageQuery("seq, type, run_id, CASE WHEN octet_length(data) > ? THEN NULL ELSE data END, octet_length(data)",
-		threadID, after, limit)
-	out, err := query(ctx, l, threadID, rowScanner(true, maxBytes), capacity, q, append([]any{large}, args...)...)
+	return l.page(ctx, threadID, after, limit, maxBytes, large, false)
+}
+
+// page reads a page of the thread's rows after a seq: at most limit rows
+// (limit <= 0: no bound), cut at maxBytes (<= 0: no budget) as
+// instanceai.RowReader says, the data of the rows of more than large bytes
+// left out when large > 0, and every row's when sizesOnly. A row left out
+// comes with its size, octet_length, which both databases read from the
+// value's header: PostgreSQL from the pointer to a TOASTed value, SQLite
+// without reading the overflow pages of a value larger than its page
+// (length() would read a text value whole to count its characters).
+func (l *Log) page(ctx context.Context, threadID string, after int64, limit, maxBytes, large int, sizesOnly bool) ([]instanceai.StoredRow, error) {
+	var args []any
+	columns := "seq, type, run_id, data"
+	light := sizesOnly || large > 0
+	switch {
+	case sizesOnly:
+		columns = "seq, type, run_id, NULL, octet_length(data)"
+	case large > 0:
+		columns = "seq, type, run_id, CASE WHEN octet_length(data) > ? THEN NULL ELSE data END, octet_length(data)"
+		args = append(args, large)
+	}
+	page := pageQuery
+	if maxBytes > 0 && l.d.BudgetInQuery {
+		page = func(columns, threadID string, after int64, limit int) (string, []any, int) {
+			return budgetQuery(columns, threadID, after, limit, maxBytes)
+		}
+	}
+	q, pargs, capacity := page(columns, threadID, after, limit)
+	out, err := query(ctx, l, threadID, rowScanner(light, maxBytes), capacity, q, append(args, pargs...)...)
 	if err != nil {
 		return nil, l.fail(ctx, err, "read thread %q after %d", threadID, after)
 	}
