@@ -119,8 +119,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	}
 	agents, err := m.fenceAgents(ctx, ref, rows, under)
 	// Whatever happens from here, the rows go once what was queued is
-	// stored: kept, they would be renewed by this instance's heartbeat
-	// for no agent.
+	// stored: kept, they would be left to run out for no agent.
 	defer m.releaseAgents(ref.ThreadID, agents)
 	if err != nil {
 		return false, err
@@ -409,24 +408,20 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	return m.active[r.ThreadID] == r
 }
 
-// renewAgents renews the leases of this instance's background agents. An
+// renewAgents renews the leases of this instance's background agents at
+// work, and of no other row it owns (an agent that ended without letting
+// go of its row, a settlement's take): those run out, for the sweep. An
 // agent whose row no longer holds its token was settled by another
 // instance, which believed us dead: it stops without writing anything more.
 func (m *Runs) renewAgents(ctx context.Context) bool {
 	if m.agentsDB == nil {
 		return true
 	}
-	m.mu.Lock()
-	var before []*BackgroundTask
-	for _, ts := range m.background {
-		for _, t := range ts {
-			if t.claimed {
-				before = append(before, t)
-			}
-		}
+	before, fences := m.liveAgentFences()
+	if len(fences) == 0 {
+		return true
 	}
-	m.mu.Unlock()
-	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease)
+	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease, fences)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("could not renew background agent leases", "err", err)
@@ -461,6 +456,24 @@ func (m *Runs) renewAgents(ctx context.Context) bool {
 		t.cancel(cancelled{reasons[i]})
 	}
 	return true
+}
+
+// liveAgentFences returns this process's background agents that hold a row
+// and the tokens of those rows, the ones its heartbeat renews.
+func (m *Runs) liveAgentFences() ([]*BackgroundTask, []int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var tasks []*BackgroundTask
+	var fences []int64
+	for _, ts := range m.background {
+		for _, t := range ts {
+			if t.claimed {
+				tasks = append(tasks, t)
+				fences = append(fences, t.fence.token())
+			}
+		}
+	}
+	return tasks, fences
 }
 
 // stopTaken stops a background agent whose claim another instance took,

@@ -317,7 +317,7 @@ func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
 	a.core.Cancel("busy")
 	a.waitIdle("busy")
 	waitUntil(t, "the completed agent's row is released", func() bool {
-		refs, err := store.RenewAgents(ctx, "inst-a", time.Minute)
+		refs, err := store.RunAgents(ctx, "busy", busy.ID)
 		return err == nil && len(refs) == 0
 	})
 }
@@ -357,7 +357,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	if after := len(a.rows("th")); after != before {
 		t.Fatalf("the agent wrote %d events after its row was taken", after-before)
 	}
-	if refs, err := store.RenewAgents(ctx, "inst-b", time.Minute); err != nil || len(refs) != 1 || refs[0].AgentRef != ref {
+	if refs, err := store.RunAgents(ctx, "th", ref.RunID); err != nil || len(refs) != 1 || refs[0].AgentRef != ref || refs[0].Owner != "inst-b" {
 		t.Fatalf("the taker's row = %+v, %v; want it left to the taker", refs, err)
 	}
 }
