@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -247,12 +249,20 @@ func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
 }
 
 // Maintain keeps this instance's claims alive and settles the runs of dead
-// instances: every interval it renews the leases of the runs it holds and
-// sweeps the runs whose lease expired. It returns when ctx ends.
+// instances: every interval it renews the leases of the runs and
+// background agents it holds, tries again to let go of the rows of its
+// agents that ended (see letGoAgent), and sweeps the runs whose lease
+// expired. It returns when ctx ends.
 func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 	m.holdLiveFrom(time.Now())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	// The ended agents are tried beside the heartbeat, one pass at a time:
+	// a try waits for a writer or a database that may not answer, which
+	// must not hold up the renewal of the leases.
+	var ended sync.WaitGroup
+	defer ended.Wait()
+	var trying atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -260,6 +270,12 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 		}
 		m.heartbeat(ctx)
+		if trying.CompareAndSwap(false, true) {
+			ended.Go(func() {
+				defer trying.Store(false)
+				m.letGoEnded(ctx)
+			})
+		}
 		if _, err := m.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("sweep of expired runs failed; retrying at the next heartbeat", "err", err)
 		}

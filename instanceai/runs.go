@@ -192,6 +192,7 @@ type Runs struct {
 	mu         sync.Mutex
 	active     map[string]*Run              // by thread id
 	background map[string][]*BackgroundTask // running tasks by thread id
+	ended      endedAgents                  // ended tasks whose rows are still held (see letGoAgent)
 	waiters    map[string]chan Answer       // open confirmations by request id
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).

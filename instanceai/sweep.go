@@ -73,10 +73,10 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 // spawned and not completed, gets tool-interrupted for each of its calls
 // without an outcome and agent-completed{status:"error"}, as a crashed
 // run's agents do (see settleAgent); so is the row of an agent that ended
-// without its owner letting go of it. An agent of a run without a
-// run-finish is left to that run's settlement, which completes it with the
-// run: its row, taken and not renewed, runs out again. It returns how many
-// agents it settled, after their events are stored.
+// without its owner letting go of it (see letGoAgent). An agent of a run
+// without a run-finish is left to that run's settlement, which completes
+// it with the run: its row, taken and not renewed, runs out again. It
+// returns how many agents it settled, after their events are stored.
 func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 	if m.agentsDB == nil || m.index == nil {
 		return 0, nil
