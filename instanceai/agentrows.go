@@ -12,9 +12,10 @@ import (
 // is in the log: deleted sooner, a crash in between would leave the agent
 // open with nothing to tell the sweep. Its owner lets go of the row as soon
 // as the agent ends. When the database does not let that happen then (the
-// release or the writer's commit meets an outage), the agent joins the
-// owner's ended agents, which Maintain tries again at every heartbeat
-// until each row is released, gone with its thread, or another
+// release or the writer's commit meets an outage), or when the writer
+// could not store the agent's events at all (see failAgents), the agent
+// joins the owner's ended agents, which Maintain tries again at every
+// heartbeat until each row is released, gone with its thread, or another
 // instance's. Meanwhile the row is not renewed (only the rows of agents at
 // work are), so should the owner die or stay cut off, the row's lease runs
 // out and the sweep of a live instance settles the agent from the log.
@@ -80,8 +81,10 @@ func (m *Runs) rowOf(t *BackgroundTask) int64 {
 
 // letGoAgent lets go of row, the row of t, an agent that ended here, once
 // the log holds its agent-completed: it releases the row, or finds it gone
-// with its thread or taken by another instance. It reports whether it is
-// done with the row; if not, the caller tries again later.
+// with its thread or taken by another instance. An agent whose events the
+// writer could not store is first settled from the log, once the log
+// answers and shows its run finished. It reports whether it is done with
+// the row; if not, the caller tries again later.
 func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) bool {
 	if m.agentsDB == nil {
 		return true
@@ -94,6 +97,9 @@ func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) boo
 	m.mu.Lock()
 	t.claimed = false
 	m.mu.Unlock()
+	if t.unstored.Load() {
+		return m.settleUnstored(ctx, t, row)
+	}
 	if row == 0 {
 		return true
 	}
@@ -103,4 +109,33 @@ func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) boo
 		return false
 	}
 	return true
+}
+
+// settleUnstored settles from the log an agent whose events the writer
+// could not store, under the token of its row (0 when it holds none; see
+// settleAgent), once its run's ending is there: the writer keeps a failed
+// run's ending until the log answers, and a working orchestrator ends its
+// run itself. It reports whether the log now has the agent completed, or
+// needs it not, and the row is let go of.
+func (m *Runs) settleUnstored(ctx context.Context, t *BackgroundTask, row int64) bool {
+	if m.index == nil {
+		return true // no log to read: nothing more can be done here
+	}
+	if m.writer.keepsEndings(t.ThreadID) {
+		return false
+	}
+	if r := m.Active(t.ThreadID); r != nil && r.ID == t.RunID {
+		return false
+	}
+	outcome, err := m.settleAgent(ctx, t.ref(), row, unstoredAgent)
+	if err != nil {
+		m.log.Debug("could not settle a background agent whose events were not stored", "thread", t.ThreadID,
+			"agent", t.AgentID, "err", err)
+		return false
+	}
+	if outcome == agentSettled {
+		m.log.Info("settled a background agent whose events could not be stored", "thread", t.ThreadID, "run", t.RunID,
+			"agent", t.AgentID)
+	}
+	return outcome != agentWaits
 }

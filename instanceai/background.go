@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // BackgroundRunning is the status the status endpoint reports for a
@@ -36,6 +37,9 @@ type BackgroundTask struct {
 	// finish and none from then on (see Run.unshareClaimLocked). Set and
 	// changed under Runs.mu and its run's lock.
 	fence *fence
+	// unstored is set when the writer could not store the agent's events
+	// (see failAgents): its agent-completed may not be in the log.
+	unstored atomic.Bool
 }
 
 func (t *BackgroundTask) ref() AgentRef {
@@ -168,7 +172,7 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	if !letGo {
 		m.ended.add(endedAgent{task: agent.task, row: row})
 		m.log.Warn("a background agent's row stays until the database lets it go; trying again at every heartbeat",
-			"thread", r.ThreadID, "run", r.ID, "agent", agent.ID)
+			"thread", r.ThreadID, "run", r.ID, "agent", agent.ID, "unstored", agent.task.unstored.Load())
 	}
 }
 

@@ -114,7 +114,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, nil
 		}
 	}
-	holder := newFence(ref.RunID, "", fence)
+	holder := newSettlement(ref.RunID, "", fence)
 	var under int64
 	if m.fenced {
 		under = fence

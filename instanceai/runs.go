@@ -835,8 +835,10 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 }
 
 // Fail ends a run whose events could not be stored; the writer has already
-// published its error and run-finish live.
+// published its error and run-finish live. Its background agents stop too
+// (see failAgents).
 func (m *Runs) Fail(threadID, runID string, err error) {
+	m.failAgents(threadID, runID, "", err)
 	r := m.Active(threadID)
 	if r == nil || r.ID != runID {
 		return

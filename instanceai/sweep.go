@@ -183,7 +183,7 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 		}
 	}
 	events = append(events, interruptedAgent(ref.RunID, ref.AgentID, role, w.userID, why.agent, now))
-	holder := newFence(ref.RunID, ref.AgentID, fence)
+	holder := newSettlement(ref.RunID, ref.AgentID, fence)
 	for _, ev := range events {
 		if err := ev.Validate(); err != nil {
 			return 0, fmt.Errorf("agent %s: %w", ref.AgentID, err)

@@ -41,6 +41,12 @@ type WriterConfig struct {
 	// OnRunFailed is told about runs whose events could not be stored after
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
+	// OnAgentFailed is told about each background agent whose own events
+	// (written under a claim of its own, see failAgentsOnly) could not be
+	// stored after the retry budget, when the run has no other event in
+	// the batch: the agent alone fails, its later events are dropped, and
+	// the registry stops it and settles it from the log.
+	OnAgentFailed func(threadID, runID, agentID string, err error)
 	// OnRunGone is told about each run an append refused with ErrNotFound:
 	// the thread was deleted, or taken by another user, under the run. The
 	// registry stops such a run at once; nothing more of it is written.
@@ -334,7 +340,8 @@ type threadDrain struct {
 	nextOrder  int
 	failedRuns map[string]bool
 	// stale are the claims whose events are dropped: the log refused
-	// their token, or the registry found them taken (dropFence).
+	// their token, the registry found them taken (dropFence), or their
+	// background agent's events could not be stored (failAgentsOnly).
 	stale map[*fence]bool
 	// endings are the error and run-finish of runs failed by a storage
 	// outage, with their runs' token holders: published live when the run
@@ -537,7 +544,7 @@ func (b *batchBuilder) push(ev Event, stored bool, f *fence) {
 // add applies the coalescing rules of the protocol to one event, written
 // under f's token.
 func (d *threadDrain) add(b *batchBuilder, ev *Event, f *fence) {
-	if d.failedRuns[ev.RunID] || d.stale[f] {
+	if (d.failedRuns[ev.RunID] && !f.settlement()) || d.stale[f] {
 		return
 	}
 	switch ev.Type {
@@ -951,7 +958,9 @@ func (d *threadDrain) gone(items []batchItem) {
 
 // fail gives up on a batch: every run it touched ends with a visible error
 // and run-finish{error}, published live at once, and later events of those
-// runs are dropped. The two events are kept and stored, exactly as
+// runs are dropped (a run touched only by background agents that write
+// under claims of their own fails those agents alone: failAgentsOnly).
+// The two events are kept and stored, exactly as
 // published, once the log answers again (storeEndings), so the log ends the
 // run as its clients saw it end.
 func (d *threadDrain) fail(items []batchItem, err error) {
@@ -980,6 +989,9 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	}
 	for _, it := range items {
 		runID := it.ev.RunID
+		if d.failAgentsOnly(items, runID, err) {
+			continue
+		}
 		if !d.dropRun(runID) {
 			continue
 		}
