@@ -126,6 +126,13 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	if err != nil {
 		return false, err
 	}
+	// An agent still at work on a cut-off instance writes under its own
+	// row's token until the claim above: what it wrote since the first
+	// read (its agent-completed, say) is read now, so that the settlement
+	// does not complete the agent a second time.
+	if rows, err = m.index.RunEvents(ctx, ref.ThreadID, ref.RunID); err != nil {
+		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
+	}
 	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
 		// Claimed by a process that died, or was cut off, before its
 		// run-start was stored: its client may hold the run's id (a chat is
