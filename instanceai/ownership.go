@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -196,65 +195,6 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	return true, nil
 }
 
-// fenceAgents claims the rows of the run's background agents that the log
-// shows at work (spawned, not completed), before the run's settlement
-// completes them: an instance that still runs one (cut off from the
-// database past its lease) then holds a stale token for it, and nothing
-// it writes lands after the settlement. It returns the rows it claimed,
-// with their tokens, to release once the settlement is stored.
-func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
-	if m.agentsDB == nil {
-		return nil, nil
-	}
-	w := openWorkOf(rows)
-	taken := map[AgentRef]int64{}
-	agents := slices.Collect(maps.Keys(w.spawned))
-	// And the rows of agents the log does not show: their agent-spawned
-	// was still on its way when the run was taken, and their own events
-	// would land after the settlement's run-finish. (A row made after the
-	// take is refused: see AgentClaims.ClaimAgent.)
-	claimed, err := m.agentsDB.RunAgents(ctx, ref.ThreadID, ref.RunID)
-	if err != nil {
-		return taken, fmt.Errorf("list the agents of run %s: %w", ref.RunID, err)
-	}
-	for _, c := range claimed {
-		if _, ok := w.spawned[c.AgentID]; !ok {
-			agents = append(agents, c.AgentID)
-		}
-	}
-	for _, agent := range agents {
-		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
-		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease, runFence)
-		if errors.Is(err, ErrNotFound) {
-			return taken, nil // the thread is gone: nothing to settle
-		}
-		if err != nil {
-			return taken, fmt.Errorf("claim agent %s of run %s: %w", agent, ref.RunID, err)
-		}
-		taken[a] = token
-	}
-	return taken, nil
-}
-
-// releaseAgents releases the agents' rows that a settlement took (see
-// fenceAgents), once what the thread has queued is stored.
-func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
-	if len(agents) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	defer cancel()
-	if err := m.writer.Sync(ctx, threadID); err != nil {
-		m.log.Warn("releasing settled agents' rows before their settlement is stored", "thread", threadID, "err", err)
-	}
-	for agent, token := range agents {
-		err := m.agentsDB.ReleaseAgent(ctx, agent, token)
-		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
-			m.log.Error("could not release a settled agent's row", "thread", threadID, "agent", agent.AgentID, "err", err)
-		}
-	}
-}
-
 // Maintain keeps this instance's claims alive and settles the runs of dead
 // instances: every interval it renews the leases of the runs and
 // background agents it holds, tries again to let go of the rows of its
@@ -429,83 +369,6 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.active[r.ThreadID] == r
-}
-
-// renewAgents renews the leases of this instance's background agents at
-// work, and of no other row it owns (an agent that ended without letting
-// go of its row, a settlement's take): those run out, for the sweep. An
-// agent whose row no longer holds its token was settled by another
-// instance, which believed us dead: it stops without writing anything more.
-func (m *Runs) renewAgents(ctx context.Context) bool {
-	if m.agentsDB == nil {
-		return true
-	}
-	before, fences := m.liveAgentFences()
-	if len(fences) == 0 {
-		return true
-	}
-	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease, fences)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn("could not renew background agent leases", "err", err)
-		}
-		return false
-	}
-	m.mu.Lock()
-	var lost []*BackgroundTask
-	for _, t := range before {
-		// An agent released meanwhile holds no row on purpose.
-		if t.claimed && !slices.ContainsFunc(held, func(c AgentClaim) bool { return c.AgentRef == t.ref() && c.Fence == t.fence.token() }) {
-			lost = append(lost, t)
-		}
-	}
-	var asked []*BackgroundTask
-	var reasons []string
-	for _, c := range held {
-		if c.CancelReason == "" {
-			continue
-		}
-		for _, t := range m.background[c.ThreadID] {
-			if t.AgentID == c.AgentID && t.fence.token() == c.Fence {
-				asked, reasons = append(asked, t), append(reasons, c.CancelReason)
-			}
-		}
-	}
-	m.mu.Unlock()
-	for _, t := range lost {
-		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
-	}
-	for i, t := range asked {
-		t.cancel(cancelled{reasons[i]})
-	}
-	return true
-}
-
-// liveAgentFences returns this process's background agents that hold a row
-// and the tokens of those rows, the ones its heartbeat renews.
-func (m *Runs) liveAgentFences() ([]*BackgroundTask, []int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var tasks []*BackgroundTask
-	var fences []int64
-	for _, ts := range m.background {
-		for _, t := range ts {
-			if t.claimed {
-				tasks = append(tasks, t)
-				fences = append(fences, t.fence.token())
-			}
-		}
-	}
-	return tasks, fences
-}
-
-// stopTaken stops a background agent whose claim another instance took,
-// writing nothing more of it; why says how this process found out.
-func (m *Runs) stopTaken(t *BackgroundTask, why string) {
-	m.log.Warn("another instance settled this background agent; stopping it without writing",
-		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
-	t.cancel(errLeaseLost)
-	m.writer.dropFence(t.ThreadID, t.fence)
 }
 
 // abandon stops a live run another instance took over, writing nothing
