@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // BackgroundRunning is the status the status endpoint reports for a
@@ -36,6 +37,9 @@ type BackgroundTask struct {
 	// finish and none from then on (see Run.unshareClaimLocked). Set and
 	// changed under Runs.mu and its run's lock.
 	fence *fence
+	// unstored is set when the writer could not store the agent's events
+	// (see failAgents): its agent-completed may not be in the log.
+	unstored atomic.Bool
 }
 
 func (t *BackgroundTask) ref() AgentRef {
@@ -150,8 +154,17 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	r.mu.Unlock()
 	agent.task.cancel(nil)
 	defer close(agent.task.done)
+	// The row goes once the agent-completed is stored. A first try is made
+	// while the agent still counts as working here (a deletion of the
+	// thread waits for it); if the database does not let it happen now,
+	// the heartbeat tries again (see letGoAgent).
+	letGo := lost
+	var row int64
 	if !lost {
-		m.releaseAgent(agent.task)
+		row = m.rowOf(agent.task)
+		lctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		letGo = m.letGoAgent(lctx, agent.task, row)
+		cancel()
 	}
 
 	m.mu.Lock()
@@ -165,6 +178,11 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 		m.background[r.ThreadID] = tasks
 	}
 	m.mu.Unlock()
+	if !letGo {
+		m.ended.add(endedAgent{task: agent.task, row: row})
+		m.log.Warn("a background agent's row stays until the database lets it go; trying again at every heartbeat",
+			"thread", r.ThreadID, "run", r.ID, "agent", agent.ID, "unstored", agent.task.unstored.Load())
+	}
 }
 
 // claimAgent records in the claims that this instance runs the agent, so
@@ -240,36 +258,6 @@ func (m *Runs) finishedHere(ctx context.Context, r *Run) bool {
 		return false
 	}
 	return !r.fence.lost.Load()
-}
-
-// releaseAgent deletes the agent's row once its agent-completed is in the
-// log: deleted sooner, a crash in between would leave the agent open with
-// nothing to tell the sweep.
-func (m *Runs) releaseAgent(t *BackgroundTask) {
-	if m.agentsDB == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	defer cancel()
-	if err := m.writer.Sync(ctx, t.ThreadID); err != nil {
-		m.log.Warn("a background agent's row stays until the sweep: its agent-completed was not stored in time",
-			"thread", t.ThreadID, "agent", t.AgentID, "err", err)
-		return
-	}
-	// Unmarked before the row goes, so that a heartbeat that no longer
-	// finds the row knows it was released, not taken.
-	m.mu.Lock()
-	claimed := t.claimed
-	t.claimed = false
-	m.mu.Unlock()
-	if !claimed {
-		return
-	}
-	// A row taken meanwhile is the taker's to release.
-	err := m.agentsDB.ReleaseAgent(ctx, t.ref(), t.fence.token())
-	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
-		m.log.Error("could not release a background agent's row", "thread", t.ThreadID, "agent", t.AgentID, "err", err)
-	}
 }
 
 // ThreadStatus is what GET /threads/:id/status reports.

@@ -152,9 +152,13 @@ type AgentClaims interface {
 	RunAgents(ctx context.Context, threadID, runID string) ([]AgentClaim, error)
 	// ReleaseAgent deletes the agent's row.
 	ReleaseAgent(ctx context.Context, ref AgentRef, fence int64) error
-	// RenewAgents extends the leases of owner's rows to now+ttl and returns
-	// those rows, with their tokens.
-	RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]AgentClaim, error)
+	// RenewAgents extends to now+ttl the leases of owner's rows that hold
+	// one of fences, the tokens of the agents owner still runs, and
+	// returns those rows, with their tokens. A row owner holds under no
+	// token of fences is left alone: its agent ended without letting go of
+	// it (the release did not reach the database), so its lease runs out
+	// and the sweep settles it. No fences renews nothing.
+	RenewAgents(ctx context.Context, owner string, ttl time.Duration, fences []int64) ([]AgentClaim, error)
 	// ExpiredAgents returns the rows whose lease ran out.
 	ExpiredAgents(ctx context.Context) ([]AgentClaim, error)
 	// TakeAgent gives an expired row to owner for ttl, with a fresh token:
@@ -374,13 +378,13 @@ func (l *LocalClaims) ReleaseAgent(_ context.Context, ref AgentRef, fence int64)
 }
 
 // RenewAgents implements AgentClaims.
-func (l *LocalClaims) RenewAgents(_ context.Context, owner string, ttl time.Duration) ([]AgentClaim, error) {
+func (l *LocalClaims) RenewAgents(_ context.Context, owner string, ttl time.Duration, fences []int64) ([]AgentClaim, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []AgentClaim
 	until := l.now().Add(ttl)
 	for ref, row := range l.agents {
-		if row.Owner == owner {
+		if row.Owner == owner && slices.Contains(fences, row.Fence) {
 			row.LeaseExpires = until
 			l.agents[ref] = row
 			out = append(out, row)

@@ -107,6 +107,7 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	// A run whose events the store refused for good is ended by its
 	// registry: the writer reports it, the registry is built after it.
 	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
+	wcfg.OnAgentFailed = func(threadID, runID, agentID string, err error) { c.Runs.AgentFailed(threadID, runID, agentID, err) }
 	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
 	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.Runs.Fenced(threadID, runID, agentID) }
 	// Deltas go out live only while the other instances can hear them:

@@ -34,6 +34,11 @@ type fence struct {
 	// tracing is off): the writer's appends of its events are its
 	// children.
 	span trace.SpanContext
+	// settles marks a settlement's holder: what it writes is made from
+	// the log once the run's own writers stopped, so a failure of the
+	// run's earlier events, which drops whatever they still queue, does
+	// not drop it (see threadDrain.add).
+	settles bool
 }
 
 func newFence(runID, agentID string, token int64) *fence {
@@ -41,6 +46,16 @@ func newFence(runID, agentID string, token int64) *fence {
 	f.v.Store(token)
 	return f
 }
+
+// newSettlement is newFence for a settlement (see fence.settles).
+func newSettlement(runID, agentID string, token int64) *fence {
+	f := newFence(runID, agentID, token)
+	f.settles = true
+	return f
+}
+
+// settlement reports whether f is a settlement's holder.
+func (f *fence) settlement() bool { return f != nil && f.settles }
 
 // token is the current token; 0 for no holder.
 func (f *fence) token() int64 {

@@ -722,7 +722,11 @@ func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
 	})
 	// The helper was claimed after the run's last renewal, so its own
 	// lease runs out later: no sweep of expired agents takes its row yet.
-	if rows, err := store.RenewAgents(ctx, "inst-a", time.Minute); err != nil || len(rows) != 1 {
+	agents, err := store.RunAgents(ctx, "th", run.ID)
+	if err != nil || len(agents) != 1 {
+		t.Fatalf("RunAgents = %+v, %v", agents, err)
+	}
+	if rows, err := store.RenewAgents(ctx, "inst-a", time.Minute, []int64{agents[0].Fence}); err != nil || len(rows) != 1 {
 		t.Fatalf("RenewAgents = %+v, %v", rows, err)
 	}
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -112,18 +113,24 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, nil
 		}
 	}
-	holder := newFence(ref.RunID, "", fence)
+	holder := newSettlement(ref.RunID, "", fence)
 	var under int64
 	if m.fenced {
 		under = fence
 	}
 	agents, err := m.fenceAgents(ctx, ref, rows, under)
 	// Whatever happens from here, the rows go once what was queued is
-	// stored: kept, they would be renewed by this instance's heartbeat
-	// for no agent.
+	// stored: kept, they would be left to run out for no agent.
 	defer m.releaseAgents(ref.ThreadID, agents)
 	if err != nil {
 		return false, err
+	}
+	// An agent still at work on a cut-off instance writes under its own
+	// row's token until the claim above: what it wrote since the first
+	// read (its agent-completed, say) is read now, so that the settlement
+	// does not complete the agent a second time.
+	if rows, err = m.index.RunEvents(ctx, ref.ThreadID, ref.RunID); err != nil {
+		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
 	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
 		// Claimed by a process that died, or was cut off, before its
@@ -188,72 +195,21 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	return true, nil
 }
 
-// fenceAgents claims the rows of the run's background agents that the log
-// shows at work (spawned, not completed), before the run's settlement
-// completes them: an instance that still runs one (cut off from the
-// database past its lease) then holds a stale token for it, and nothing
-// it writes lands after the settlement. It returns the rows it claimed,
-// with their tokens, to release once the settlement is stored.
-func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
-	if m.agentsDB == nil {
-		return nil, nil
-	}
-	w := openWorkOf(rows)
-	taken := map[AgentRef]int64{}
-	agents := slices.Collect(maps.Keys(w.spawned))
-	// And the rows of agents the log does not show: their agent-spawned
-	// was still on its way when the run was taken, and their own events
-	// would land after the settlement's run-finish. (A row made after the
-	// take is refused: see AgentClaims.ClaimAgent.)
-	claimed, err := m.agentsDB.RunAgents(ctx, ref.ThreadID, ref.RunID)
-	if err != nil {
-		return taken, fmt.Errorf("list the agents of run %s: %w", ref.RunID, err)
-	}
-	for _, c := range claimed {
-		if _, ok := w.spawned[c.AgentID]; !ok {
-			agents = append(agents, c.AgentID)
-		}
-	}
-	for _, agent := range agents {
-		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
-		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease, runFence)
-		if errors.Is(err, ErrNotFound) {
-			return taken, nil // the thread is gone: nothing to settle
-		}
-		if err != nil {
-			return taken, fmt.Errorf("claim agent %s of run %s: %w", agent, ref.RunID, err)
-		}
-		taken[a] = token
-	}
-	return taken, nil
-}
-
-// releaseAgents releases the agents' rows that a settlement took (see
-// fenceAgents), once what the thread has queued is stored.
-func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
-	if len(agents) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	defer cancel()
-	if err := m.writer.Sync(ctx, threadID); err != nil {
-		m.log.Warn("releasing settled agents' rows before their settlement is stored", "thread", threadID, "err", err)
-	}
-	for agent, token := range agents {
-		err := m.agentsDB.ReleaseAgent(ctx, agent, token)
-		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
-			m.log.Error("could not release a settled agent's row", "thread", threadID, "agent", agent.AgentID, "err", err)
-		}
-	}
-}
-
 // Maintain keeps this instance's claims alive and settles the runs of dead
-// instances: every interval it renews the leases of the runs it holds and
-// sweeps the runs whose lease expired. It returns when ctx ends.
+// instances: every interval it renews the leases of the runs and
+// background agents it holds, tries again to let go of the rows of its
+// agents that ended (see letGoAgent), and sweeps the runs whose lease
+// expired. It returns when ctx ends.
 func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 	m.holdLiveFrom(time.Now())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	// The ended agents are tried beside the heartbeat, one pass at a time:
+	// a try waits for a writer or a database that may not answer, which
+	// must not hold up the renewal of the leases.
+	var ended sync.WaitGroup
+	defer ended.Wait()
+	var trying atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,6 +217,12 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 		}
 		m.heartbeat(ctx)
+		if trying.CompareAndSwap(false, true) {
+			ended.Go(func() {
+				defer trying.Store(false)
+				m.letGoEnded(ctx)
+			})
+		}
 		if _, err := m.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("sweep of expired runs failed; retrying at the next heartbeat", "err", err)
 		}
@@ -407,69 +369,6 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.active[r.ThreadID] == r
-}
-
-// renewAgents renews the leases of this instance's background agents. An
-// agent whose row no longer holds its token was settled by another
-// instance, which believed us dead: it stops without writing anything more.
-func (m *Runs) renewAgents(ctx context.Context) bool {
-	if m.agentsDB == nil {
-		return true
-	}
-	m.mu.Lock()
-	var before []*BackgroundTask
-	for _, ts := range m.background {
-		for _, t := range ts {
-			if t.claimed {
-				before = append(before, t)
-			}
-		}
-	}
-	m.mu.Unlock()
-	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.Warn("could not renew background agent leases", "err", err)
-		}
-		return false
-	}
-	m.mu.Lock()
-	var lost []*BackgroundTask
-	for _, t := range before {
-		// An agent released meanwhile holds no row on purpose.
-		if t.claimed && !slices.ContainsFunc(held, func(c AgentClaim) bool { return c.AgentRef == t.ref() && c.Fence == t.fence.token() }) {
-			lost = append(lost, t)
-		}
-	}
-	var asked []*BackgroundTask
-	var reasons []string
-	for _, c := range held {
-		if c.CancelReason == "" {
-			continue
-		}
-		for _, t := range m.background[c.ThreadID] {
-			if t.AgentID == c.AgentID && t.fence.token() == c.Fence {
-				asked, reasons = append(asked, t), append(reasons, c.CancelReason)
-			}
-		}
-	}
-	m.mu.Unlock()
-	for _, t := range lost {
-		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
-	}
-	for i, t := range asked {
-		t.cancel(cancelled{reasons[i]})
-	}
-	return true
-}
-
-// stopTaken stops a background agent whose claim another instance took,
-// writing nothing more of it; why says how this process found out.
-func (m *Runs) stopTaken(t *BackgroundTask, why string) {
-	m.log.Warn("another instance settled this background agent; stopping it without writing",
-		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
-	t.cancel(errLeaseLost)
-	m.writer.dropFence(t.ThreadID, t.fence)
 }
 
 // abandon stops a live run another instance took over, writing nothing

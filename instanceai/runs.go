@@ -195,6 +195,7 @@ type Runs struct {
 	mu         sync.Mutex
 	active     map[string]*Run              // by thread id
 	background map[string][]*BackgroundTask // running tasks by thread id
+	ended      endedAgents                  // ended tasks whose rows are still held (see letGoAgent)
 	waiters    map[string]chan Answer       // open confirmations by request id
 	// strays are rows this instance owns with no live run behind them, by
 	// how many heartbeats in a row they were seen so (see Maintain).
@@ -839,8 +840,10 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 }
 
 // Fail ends a run whose events could not be stored; the writer has already
-// published its error and run-finish live.
+// published its error and run-finish live. Its background agents stop too
+// (see failAgents).
 func (m *Runs) Fail(threadID, runID string, err error) {
+	m.failAgents(threadID, runID, "", err)
 	r := m.Active(threadID)
 	if r == nil || r.ID != runID {
 		return

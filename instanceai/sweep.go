@@ -67,14 +67,16 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 
 // sweepAgents settles the background agents whose instance is gone: an
 // agent that works on after its run's run-finish holds a row of its own
-// (see AgentClaims), which its instance's heartbeat renews. Each row whose
-// lease ran out, that no agent of this process is behind, is taken (one
-// instance wins it) and its agent, if the log has it spawned and not
-// completed, gets tool-interrupted for each of its calls without an
-// outcome and agent-completed{status:"error"}, as a crashed run's agents
-// do. An agent of a run without a run-finish is left to that run's
-// settlement, which completes it with the run. It returns how many agents
-// it settled, after their events are stored.
+// (see AgentClaims), which its instance's heartbeat renews while the agent
+// works. Each row whose lease ran out, that no agent of this process is
+// behind, is taken (one instance wins it) and its agent, if the log has it
+// spawned and not completed, gets tool-interrupted for each of its calls
+// without an outcome and agent-completed{status:"error"}, as a crashed
+// run's agents do (see settleAgent); so is the row of an agent that ended
+// without its owner letting go of it (see letGoAgent). An agent of a run
+// without a run-finish is left to that run's settlement, which completes
+// it with the run: its row, taken and not renewed, runs out again. It
+// returns how many agents it settled, after their events are stored.
 func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 	if m.agentsDB == nil || m.index == nil {
 		return 0, nil
@@ -107,75 +109,119 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 		if !won {
 			continue
 		}
-		settled, err := m.settleAgent(ctx, row.AgentRef, token)
+		outcome, err := m.settleAgent(ctx, row.AgentRef, token, crashedAgent)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
 		}
-		if settled {
+		if outcome == agentSettled {
+			m.log.Info("settled a background agent whose process is gone", "thread", row.ThreadID, "run", row.RunID, "agent", row.AgentID)
 			n++
 		}
 	}
 	return n, nil
 }
 
-// settleAgent settles one background agent this instance has taken the
-// row of, with token fence, and releases the row once the settlement is
-// stored. It reports whether it wrote anything.
-func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64) (bool, error) {
-	release := func() error {
+// agentOutcome is what settleAgent came to.
+type agentOutcome int
+
+const (
+	// agentSettled: its settlement is in the log, and its row released.
+	agentSettled agentOutcome = iota + 1
+	// agentNeedsNone: the log has its agent-completed already, or never
+	// had it spawned (or its thread is gone); its row is released.
+	agentNeedsNone
+	// agentWaits: its run has not finished in the log, and the run's own
+	// ending or settlement completes it; nothing was written, the row
+	// stays.
+	agentWaits
+	// agentTaken: the log refused the settlement, whose token another
+	// instance's take made stale; that instance settles it.
+	agentTaken
+)
+
+// settleWhy is what the events that settle an agent from the log say
+// happened to it: the error of its agent-completed and of the
+// tool-interrupted of each of its open calls.
+type settleWhy struct{ agent, tool string }
+
+// crashedAgent settles the work of a process that is gone (n8n's wording).
+var crashedAgent = settleWhy{agent: "interrupted by a process restart", tool: interruptedToolError}
+
+// settleAgent settles one background agent from the log, under token fence
+// (that of its row, which the caller holds; 0 for an agent that holds no
+// row): if the log has the agent spawned and not completed, and its run
+// finished, its open calls get tool-interrupted and the agent
+// agent-completed{status:"error"}, saying why, as a crashed run's agents
+// do. The row is released (when fence is not 0) once the log holds the
+// agent's agent-completed, whoever wrote it: the log is read again after
+// the settlement, which an outage may have kept out of it (then the error
+// says so, and the row stays for a later try).
+func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why settleWhy) (agentOutcome, error) {
+	release := func(outcome agentOutcome) (agentOutcome, error) {
+		if fence == 0 {
+			return outcome, nil
+		}
 		err := m.agentsDB.ReleaseAgent(ctx, ref, fence)
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
-			return err
+			return 0, err
 		}
-		return nil
+		return outcome, nil
 	}
 	rows, err := m.index.RunEvents(ctx, ref.ThreadID, ref.RunID)
 	if errors.Is(err, ErrNotFound) {
-		return false, release() // the thread is gone, and its rows with it
+		return release(agentNeedsNone) // the thread is gone, and its rows with it
 	}
 	if err != nil {
-		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
+		return 0, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
 	w := openWorkOf(rows)
 	role, open := w.spawned[ref.AgentID]
 	if !open {
-		// Completed already (by its own instance before it died, or by the
-		// settlement of its run), or never spawned in the log.
-		return false, release()
+		// Completed already (by its own instance, by the settlement of its
+		// run, or by an earlier try), or never spawned in the log.
+		return release(agentNeedsNone)
 	}
 	if !w.finished {
-		return false, nil // the run's own settlement completes it
+		return agentWaits, nil // the run's own ending or settlement completes it
 	}
 	now := m.now().UnixMilli()
 	events, pieces, err := m.openText(ctx, RunRef{ThreadID: ref.ThreadID, RunID: ref.RunID}, rows, ref.AgentID)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	for _, c := range w.open {
 		if c.agent == ref.AgentID {
-			events = append(events, interruptedCall(ref.RunID, c, w.userID, now))
+			events = append(events, interruptedCall(ref.RunID, c, w.userID, why.tool, now))
 		}
 	}
-	events = append(events, interruptedAgent(ref.RunID, ref.AgentID, role, w.userID, now))
-	holder := newFence(ref.RunID, ref.AgentID, fence)
+	events = append(events, interruptedAgent(ref.RunID, ref.AgentID, role, w.userID, why.agent, now))
+	holder := newSettlement(ref.RunID, ref.AgentID, fence)
 	for _, ev := range events {
 		if err := ev.Validate(); err != nil {
-			return false, fmt.Errorf("agent %s: %w", ref.AgentID, err)
+			return 0, fmt.Errorf("agent %s: %w", ref.AgentID, err)
 		}
 		if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	if err := m.writer.Sync(ctx, ref.ThreadID); err != nil {
-		return false, err
+		return 0, err
+	}
+	if holder.lost.Load() {
+		return agentTaken, nil
+	}
+	if rows, err = m.index.RunEvents(ctx, ref.ThreadID, ref.RunID); err != nil {
+		return 0, fmt.Errorf("read run %s: %w", ref.RunID, err)
+	}
+	if _, open := openWorkOf(rows).spawned[ref.AgentID]; open {
+		return 0, fmt.Errorf("the settlement of agent %s of run %s was not stored", ref.AgentID, ref.RunID)
 	}
 	if pieces {
 		if err := m.dropPieces(ctx, RunRef{ThreadID: ref.ThreadID, RunID: ref.RunID}, ref.AgentID); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
-	m.log.Info("settled a background agent whose process is gone", "thread", ref.ThreadID, "run", ref.RunID, "agent", ref.AgentID)
-	return true, release()
+	return release(agentSettled)
 }
 
 // loggedFinish reports whether the log holds the run's run-finish (a
@@ -328,14 +374,14 @@ func openWorkOf(rows []StoredEvent) openWork {
 	return w
 }
 
-func interruptedCall(runID string, c openCall, userID string, now int64) Event {
+func interruptedCall(runID string, c openCall, userID, why string, now int64) Event {
 	return Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agent, UserID: userID, TS: now,
-		Payload: &ToolError{ToolCallID: c.id, Error: interruptedToolError}}
+		Payload: &ToolError{ToolCallID: c.id, Error: why}}
 }
 
-func interruptedAgent(runID, agentID, role, userID string, now int64) Event {
+func interruptedAgent(runID, agentID, role, userID, why string, now int64) Event {
 	return Event{Type: TypeAgentCompleted, RunID: runID, AgentID: agentID, UserID: userID, TS: now,
-		Payload: &AgentCompleted{Role: role, Status: RunError, Error: "interrupted by a process restart"}}
+		Payload: &AgentCompleted{Role: role, Status: RunError, Error: why}}
 }
 
 // settleInterrupted returns the events that close an interrupted run.
@@ -343,11 +389,11 @@ func settleInterrupted(runID string, rows []StoredEvent, now int64) []Event {
 	w := openWorkOf(rows)
 	var out []Event
 	for _, c := range w.open {
-		out = append(out, interruptedCall(runID, c, w.userID, now))
+		out = append(out, interruptedCall(runID, c, w.userID, crashedAgent.tool, now))
 	}
 	for _, a := range w.agents {
 		if role, ok := w.spawned[a]; ok {
-			out = append(out, interruptedAgent(runID, a, role, w.userID, now))
+			out = append(out, interruptedAgent(runID, a, role, w.userID, crashedAgent.agent, now))
 		}
 	}
 	out = append(out, Event{Type: TypeRunFinish, RunID: runID, AgentID: OrchestratorAgentID(runID), UserID: w.userID, TS: now,

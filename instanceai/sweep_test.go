@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,7 +318,7 @@ func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
 	a.core.Cancel("busy")
 	a.waitIdle("busy")
 	waitUntil(t, "the completed agent's row is released", func() bool {
-		refs, err := store.RenewAgents(ctx, "inst-a", time.Minute)
+		refs, err := store.RunAgents(ctx, "busy", busy.ID)
 		return err == nil && len(refs) == 0
 	})
 }
@@ -350,7 +351,7 @@ func TestSweepLeavesTheAgentOfARunTheLogHasNotSeenFinish(t *testing.T) {
 	if n, err := b.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
 		t.Fatalf("Sweep by inst-b = %d, %v; want nothing settled", n, err)
 	}
-	held, err := store.RenewAgents(ctx, "inst-a", time.Minute)
+	held, err := store.RenewAgents(ctx, "inst-a", time.Minute, []int64{token})
 	if err != nil || len(held) != 1 || held[0].AgentRef != ref || held[0].Fence != token {
 		t.Fatalf("inst-a's agent rows = %+v, %v; want its row, with its token %d, left to it", held, err, token)
 	}
@@ -394,7 +395,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	if after := len(a.rows("th")); after != before {
 		t.Fatalf("the agent wrote %d events after its row was taken", after-before)
 	}
-	if refs, err := store.RenewAgents(ctx, "inst-b", time.Minute); err != nil || len(refs) != 1 || refs[0].AgentRef != ref {
+	if refs, err := store.RunAgents(ctx, "th", ref.RunID); err != nil || len(refs) != 1 || refs[0].AgentRef != ref || refs[0].Owner != "inst-b" {
 		t.Fatalf("the taker's row = %+v, %v; want it left to the taker", refs, err)
 	}
 }
@@ -457,4 +458,71 @@ func TestSweepHandsOverAWaitingRunItsDeadOwnerStillHeld(t *testing.T) {
 			t.Fatalf("the cancelled run's confirmation is %s", c.Status)
 		}
 	}
+}
+
+// completesAtListing is a memory store on which a cut-off instance's
+// background agent completes itself, under its own row's token, at the
+// moment a settlement of its run lists the run's agents: after the
+// settlement read the run, before it claims the agents' rows.
+type completesAtListing struct {
+	*memory.Store
+	once     sync.Once
+	complete func()
+}
+
+func (s *completesAtListing) RunAgents(ctx context.Context, threadID, runID string) ([]instanceai.AgentClaim, error) {
+	s.once.Do(s.complete)
+	return s.Store.RunAgents(ctx, threadID, runID)
+}
+
+// A run's settlement completes the run's agents that are still open, and
+// no other: an agent of the run that completed itself on its cut-off
+// instance between the settlement's read of the run and its claims of the
+// agents' rows keeps its own agent-completed, the only one in the log.
+func TestASettlementDoesNotCompleteAnAgentThatCompletedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	if _, _, err := store.EnsureThread(ctx, instanceai.Thread{ID: "t", OwnerID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	orch := instanceai.OrchestratorAgentID("run_cut")
+	appendRun(t, store, "t", "run_cut", []instanceai.Event{
+		{Type: instanceai.TypeRunStart, AgentID: orch, Payload: &instanceai.RunStart{MessageID: "m"}},
+		{Type: instanceai.TypeAgentSpawned, AgentID: "agent_cut", Payload: &instanceai.AgentSpawned{ParentID: orch, Role: "helper", Tools: []string{}}},
+	})
+	row, err := store.ClaimThread(ctx, "t", "run_cut", "inst-cut", -time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := instanceai.AgentRef{ThreadID: "t", RunID: "run_cut", AgentID: "agent_cut"}
+	agentFence, err := store.ClaimAgent(ctx, ref, "inst-cut", time.Minute, row.Fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	completion := instanceai.Event{Type: instanceai.TypeAgentCompleted, RunID: "run_cut", AgentID: "agent_cut", UserID: "u", TS: 1,
+		Payload: &instanceai.AgentCompleted{Role: "helper", Status: instanceai.RunCompleted, Result: "done"}}
+	wrapped := &completesAtListing{Store: store, complete: func() {
+		data, err := json.Marshal(&completion)
+		if err == nil {
+			_, err = store.AppendFenced(ctx, "t", []instanceai.Event{completion}, [][]byte{data}, []int64{agentFence})
+		}
+		if err != nil {
+			t.Errorf("the agent's own agent-completed: %v", err)
+		}
+	}}
+	idle := instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil })
+	b := instanceai.NewCore(wrapped, idle, instanceai.CoreConfig{Instance: "inst-b"})
+	t.Cleanup(func() { _ = b.Shutdown(ctx) })
+	if n, err := b.Runs.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
+	}
+	if err := b.Writer.Sync(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	l := &lifecycle{t: t, store: store, agents: map[string]string{"agent_cut": "helper"}}
+	l.expectLog("t", "run_cut",
+		"run-start @orch",
+		"agent-spawned:helper @helper",
+		"agent-completed:helper:completed:done: @helper",
+		"run-finish:interrupted:crash_interrupted @orch")
 }

@@ -41,6 +41,12 @@ type WriterConfig struct {
 	// OnRunFailed is told about runs whose events could not be stored after
 	// the retry budget, so the run registry can stop them.
 	OnRunFailed func(threadID, runID string, err error)
+	// OnAgentFailed is told about each background agent whose own events
+	// (written under a claim of its own, see failAgentsOnly) could not be
+	// stored after the retry budget, when the run has no other event in
+	// the batch: the agent alone fails, its later events are dropped, and
+	// the registry stops it and settles it from the log.
+	OnAgentFailed func(threadID, runID, agentID string, err error)
 	// OnRunGone is told about each run an append refused with ErrNotFound:
 	// the thread was deleted, or taken by another user, under the run. The
 	// registry stops such a run at once; nothing more of it is written.
@@ -411,7 +417,8 @@ type threadDrain struct {
 	// storage failure (see fail), or their thread gone.
 	failedRuns map[string]error
 	// stale are the claims whose events are dropped: the log refused
-	// their token, or the registry found them taken (dropFence).
+	// their token, the registry found them taken (dropFence), or their
+	// background agent's events could not be stored (failAgentsOnly).
 	stale map[*fence]bool
 	// endings are the error and run-finish of runs failed by a storage
 	// outage, with their runs' token holders: published live when the run
@@ -732,7 +739,7 @@ func (d *threadDrain) forgetPaused(match func(segKey) bool) {
 // dropped rather than stored (nil: it is not): its run failed, or its
 // claim was taken.
 func (d *threadDrain) refusal(runID string, f *fence) error {
-	if err := d.failedRuns[runID]; err != nil {
+	if err := d.failedRuns[runID]; err != nil && !f.settlement() {
 		return err
 	}
 	if d.stale[f] {
@@ -1150,7 +1157,9 @@ func (d *threadDrain) gone(items []batchItem) {
 
 // fail gives up on a batch: every run it touched ends with a visible error
 // and run-finish{error}, published live at once, and later events of those
-// runs are dropped. The two events are kept and stored, exactly as
+// runs are dropped (a run touched only by background agents that write
+// under claims of their own fails those agents alone: failAgentsOnly).
+// The two events are kept and stored, exactly as
 // published, once the log answers again (storeEndings), so the log ends the
 // run as its clients saw it end.
 func (d *threadDrain) fail(items []batchItem, err error) {
@@ -1183,6 +1192,9 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	}
 	for _, it := range items {
 		runID := it.ev.RunID
+		if d.failAgentsOnly(items, runID, err) {
+			continue
+		}
 		if !d.dropRun(runID, why) {
 			continue
 		}

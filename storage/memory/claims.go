@@ -134,11 +134,11 @@ func (s *Store) ReleaseAgent(ctx context.Context, ref instanceai.AgentRef, fence
 }
 
 // RenewAgents implements instanceai.AgentClaims.
-func (s *Store) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentClaim, error) {
+func (s *Store) RenewAgents(ctx context.Context, owner string, ttl time.Duration, fences []int64) ([]instanceai.AgentClaim, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	return s.claims.RenewAgents(ctx, owner, ttl)
+	return s.claims.RenewAgents(ctx, owner, ttl, fences)
 }
 
 // ExpiredAgents implements instanceai.AgentClaims.

@@ -44,7 +44,7 @@ func testCancelRequests(t *testing.T, s instanceai.Store) {
 	if err != nil || len(runs) != 1 || runs[0].CancelReason != instanceai.ReasonUserCancelled || runs[0].Fence != row.Fence {
 		t.Fatalf("the run's owner renews %+v, %v; want the row with the request", runs, err)
 	}
-	agents, err := s.RenewAgents(ctx, "inst-b", time.Minute)
+	agents, err := s.RenewAgents(ctx, "inst-b", time.Minute, []int64{agentFence})
 	if err != nil || len(agents) != 1 || agents[0].CancelReason != instanceai.ReasonUserCancelled {
 		t.Fatalf("the agent's owner renews %+v, %v; want the row with the request", agents, err)
 	}

@@ -301,7 +301,7 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 		t.Fatalf("%d TakeAgent calls won an expired row (token %d), want 1 with a token after %d", wins.Load(), taken.Load(), f2)
 	}
 	// Renewal touches the owner's rows only, and gives them a live lease.
-	if rows, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(rows) != 1 || rows[0].AgentRef != a2 ||
+	if rows, err := s.RenewAgents(ctx, "inst_a", time.Minute, []int64{f1, f2}); err != nil || len(rows) != 1 || rows[0].AgentRef != a2 ||
 		rows[0].Owner != "inst_a" || rows[0].Fence != f2 {
 		t.Fatalf("RenewAgents of inst_a = %+v, %v; want agent_2 with token %d", rows, err, f2)
 	}
@@ -316,10 +316,8 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 		t.Fatal(err)
 	}
 	// Whichever instance won agent_1, its row is gone now.
-	for i := range 4 {
-		if refs, err := s.RenewAgents(ctx, fmt.Sprint("inst_", i), time.Minute); err != nil || len(refs) != 0 {
-			t.Fatalf("RenewAgents of inst_%d after release = %+v, %v", i, refs, err)
-		}
+	if rows, err := s.RunAgents(ctx, "t1", "run_a"); err != nil || len(rows) != 1 || rows[0].AgentRef != a2 {
+		t.Fatalf("RunAgents after the release = %+v, %v; want agent_2 alone", rows, err)
 	}
 	// The thread's deletion takes its rows.
 	if _, err := s.ClaimAgent(ctx, a1, "inst_a", -time.Second, 0); err != nil {
@@ -331,8 +329,57 @@ func testAgentClaims(t *testing.T, s instanceai.Store) {
 	if expired, err := s.ExpiredAgents(ctx); err != nil || len(expired) != 0 {
 		t.Fatalf("ExpiredAgents after the thread's deletion = %+v, %v", expired, err)
 	}
-	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute); err != nil || len(refs) != 0 {
+	if refs, err := s.RenewAgents(ctx, "inst_a", time.Minute, []int64{f2}); err != nil || len(refs) != 0 {
 		t.Fatalf("RenewAgents after the thread's deletion = %+v, %v", refs, err)
+	}
+}
+
+// testAgentRenewalByToken: an owner renews only the rows whose tokens it
+// names, those of the agents it still runs. A row it holds under any
+// other token (an agent that ended without letting go of it) keeps the
+// lease it had, runs out, and is the sweep's to take; no token renews
+// nothing. A long list renews every row it names.
+func testAgentRenewalByToken(t *testing.T, s instanceai.Store) {
+	ctx := context.Background()
+	ensure(t, s, "t", "owner")
+	working := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "agent_working"}
+	ended := instanceai.AgentRef{ThreadID: "t", RunID: "r", AgentID: "agent_ended"}
+	fw, err := s.ClaimAgent(ctx, working, "inst_a", -time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe, err := s.ClaimAgent(ctx, ended, "inst_a", -time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := s.RenewAgents(ctx, "inst_a", time.Minute, nil); err != nil || len(rows) != 0 {
+		t.Fatalf("RenewAgents without tokens = %+v, %v; want nothing renewed", rows, err)
+	}
+	if rows, err := s.RenewAgents(ctx, "inst_b", time.Minute, []int64{fw, fe}); err != nil || len(rows) != 0 {
+		t.Fatalf("RenewAgents by another owner = %+v, %v; want nothing renewed", rows, err)
+	}
+	// Many tokens, the live one among them at the end: more than one
+	// statement may carry them.
+	var tokens []int64
+	for i := range 1200 {
+		tokens = append(tokens, fw+fe+int64(i)+1)
+	}
+	tokens = append(tokens, fw)
+	rows, err := s.RenewAgents(ctx, "inst_a", time.Minute, tokens)
+	if err != nil || len(rows) != 1 || rows[0].AgentRef != working || rows[0].Fence != fw || !rows[0].LeaseExpires.After(time.Now()) {
+		t.Fatalf("RenewAgents of the working agent's token = %+v, %v; want its row alone, with a live lease", rows, err)
+	}
+	expired, err := s.ExpiredAgents(ctx)
+	if err != nil || len(expired) != 1 || expired[0].AgentRef != ended || expired[0].Fence != fe {
+		t.Fatalf("ExpiredAgents = %+v, %v; want the ended agent's row, left to run out", expired, err)
+	}
+	taken, won, err := s.TakeAgent(ctx, ended, "inst_b", time.Minute)
+	if err != nil || !won || taken <= fe {
+		t.Fatalf("TakeAgent of the ended agent's row = %d, %v, %v", taken, won, err)
+	}
+	// The old owner, naming its old token, renews nothing of it.
+	if rows, err := s.RenewAgents(ctx, "inst_a", time.Minute, []int64{fe, fw}); err != nil || len(rows) != 1 || rows[0].AgentRef != working {
+		t.Fatalf("RenewAgents after the take = %+v, %v; want the working agent's row alone", rows, err)
 	}
 }
 

@@ -73,6 +73,7 @@ func Run(t *testing.T, open Opener) {
 		{"FencedConfirmations", testFencedConfirmations},
 		{"AgentClaims", testAgentClaims},
 		{"AgentClaimsUnderRun", testAgentClaimsUnderRun},
+		{"AgentRenewalByToken", testAgentRenewalByToken},
 		{"ReadersSeeCommitOrder", testReadersSeeCommitOrder},
 		{"ConcurrentAppendsToDifferentThreads", testConcurrentThreads},
 		{"CloseIsIdempotent", testCloseIdempotent},

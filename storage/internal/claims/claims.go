@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
@@ -378,27 +379,47 @@ func scanAgent(row interface{ Scan(...any) error }) (instanceai.AgentClaim, erro
 	return c, err
 }
 
-// RenewAgents implements instanceai.AgentClaims.
-func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration) ([]instanceai.AgentClaim, error) {
+// renewChunk bounds the tokens one renewal statement lists, well within
+// both databases' limits on a statement's parameters.
+const renewChunk = 500
+
+// RenewAgents implements instanceai.AgentClaims. The rows are matched by
+// token as well as owner, so that a row the owner holds for no live agent
+// is not kept alive.
+func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration, fences []int64) ([]instanceai.AgentClaim, error) {
+	var out []instanceai.AgentClaim
+	for chunk := range slices.Chunk(fences, renewChunk) {
+		rows, err := t.renewAgents(ctx, owner, ttl, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
+func (t *Table) renewAgents(ctx context.Context, owner string, ttl time.Duration, fences []int64) ([]instanceai.AgentClaim, error) {
 	exp, expArg := t.d.Expiry(ttl)
+	args := []any{expArg, owner}
+	for _, f := range fences {
+		args = append(args, f)
+	}
+	in := strings.Repeat(", ?", len(fences))[2:]
 	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE background_agents SET lease_expires = `+exp+`
-		WHERE owner_id = ? RETURNING `+agentColumns), expArg, owner)
+		WHERE owner_id = ? AND fence IN (`+in+`) RETURNING `+agentColumns), args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []instanceai.AgentClaim
 	for rows.Next() {
 		c, err := scanAgent(rows)
 		if err != nil {
-			return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+			return nil, err
 		}
 		out = append(out, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // ExpiredAgents implements instanceai.AgentClaims.
