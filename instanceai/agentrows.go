@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 )
@@ -232,9 +231,9 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 	if m.agentsDB == nil {
 		return nil, nil
 	}
-	w := openWorkOf(rows)
+	w := openWorkOf(ref.RunID, rows)
 	taken := map[AgentRef]int64{}
-	agents := slices.Collect(maps.Keys(w.spawned))
+	agents := w.rules.spawnedWorking()
 	// And the rows of agents the log does not show: their agent-spawned
 	// was still on its way when the run was taken, and their own events
 	// would land after the settlement's run-finish. (A row made after the
@@ -244,7 +243,7 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 		return taken, fmt.Errorf("list the agents of run %s: %w", ref.RunID, err)
 	}
 	for _, c := range claimed {
-		if _, ok := w.spawned[c.AgentID]; !ok {
+		if _, ok := w.working(c.AgentID); !ok {
 			agents = append(agents, c.AgentID)
 		}
 	}

@@ -69,6 +69,8 @@ func (e *RuleError) Error() string {
 // agentState is what the run knows of one of its agents.
 type agentState struct {
 	parent, role string
+	// order is its place among the run's spawns.
+	order int
 	// completed is set by the agent's agent-completed.
 	completed bool
 	// background marks an agent started by Run.Spawn: it outlives the
@@ -214,7 +216,7 @@ func (k *runRules) apply(ev *Event, background bool) (closed liveCall, ok bool) 
 			if parent == "" {
 				parent = k.orchestrator
 			}
-			k.agents[ev.AgentID] = &agentState{parent: parent, role: p.Role, background: background}
+			k.agents[ev.AgentID] = &agentState{parent: parent, role: p.Role, order: len(k.agents), background: background}
 		}
 	case *AgentCompleted:
 		if a := k.agents[ev.AgentID]; a != nil {
@@ -270,10 +272,21 @@ func (k *runRules) unfinished() []string {
 		}
 	}
 	visit(k.orchestrator)
-	// Map order is random: the log's order of the completions should not
-	// be. Children still come before their parents after the sort, since
-	// a stable order of siblings is all it changes.
-	return stableChildrenFirst(out, k.agents)
+	return childrenFirst(out, k.agents)
+}
+
+// spawnedWorking lists every spawned agent that has not completed,
+// children first: what a settlement of the run from its log completes,
+// whatever the log holds (one written before the door checked parents
+// may hold an agent whose parent is no agent of the run).
+func (k *runRules) spawnedWorking() []string {
+	var out []string
+	for id, a := range k.agents {
+		if !a.completed {
+			out = append(out, id)
+		}
+	}
+	return childrenFirst(out, k.agents)
 }
 
 // descendants lists the working agents below id, children before
@@ -290,13 +303,13 @@ func (k *runRules) descendants(id string) []string {
 		}
 	}
 	visit(id)
-	return stableChildrenFirst(out, k.agents)
+	return childrenFirst(out, k.agents)
 }
 
-// stableChildrenFirst orders agent ids by depth, deepest first, then by
-// id: every child before its parent, in an order that does not depend on
-// map iteration.
-func stableChildrenFirst(ids []string, agents map[string]*agentState) []string {
+// childrenFirst orders agent ids by depth, deepest first, then in the
+// order they were spawned: every child before its parent, in an order
+// that does not depend on map iteration.
+func childrenFirst(ids []string, agents map[string]*agentState) []string {
 	depth := func(id string) int {
 		d := 0
 		for a := agents[id]; a != nil && d <= len(agents); a = agents[a.parent] {
@@ -308,13 +321,7 @@ func stableChildrenFirst(ids []string, agents map[string]*agentState) []string {
 		if da, db := depth(a), depth(b); da != db {
 			return db - da
 		}
-		if a < b {
-			return -1
-		}
-		if a > b {
-			return 1
-		}
-		return 0
+		return agents[a].order - agents[b].order
 	})
 	return ids
 }

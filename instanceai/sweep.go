@@ -174,8 +174,8 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 	if err != nil {
 		return 0, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
-	w := openWorkOf(rows)
-	role, open := w.spawned[ref.AgentID]
+	w := openWorkOf(ref.RunID, rows)
+	role, open := w.working(ref.AgentID)
 	if !open {
 		// Completed already (by its own instance, by the settlement of its
 		// run, or by an earlier try), or never spawned in the log.
@@ -189,8 +189,8 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 	if err != nil {
 		return 0, err
 	}
-	for _, c := range w.open {
-		if c.agent == ref.AgentID {
+	for _, c := range w.rules.calls {
+		if c.agentID == ref.AgentID {
 			events = append(events, interruptedCall(ref.RunID, c, w.userID, why.tool, now))
 		}
 	}
@@ -213,7 +213,7 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 	if rows, err = m.index.RunEvents(ctx, ref.ThreadID, ref.RunID); err != nil {
 		return 0, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
-	if _, open := openWorkOf(rows).spawned[ref.AgentID]; open {
+	if _, open := openWorkOf(ref.RunID, rows).working(ref.AgentID); open {
 		return 0, fmt.Errorf("the settlement of agent %s of run %s was not stored", ref.AgentID, ref.RunID)
 	}
 	if pieces {
@@ -234,7 +234,7 @@ func (m *Runs) loggedFinish(ctx context.Context, ref RunRef) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
-	return openWorkOf(rows).finished, nil
+	return openWorkOf(ref.RunID, rows).finished, nil
 }
 
 // isLiveAgent reports whether the agent works in this process.
@@ -329,53 +329,41 @@ func (m *Runs) isLive(ref RunRef) bool {
 	return false
 }
 
-// openCall is a tool call without an outcome in the log.
-type openCall struct{ id, agent string }
-
-// openWork is what a run's events leave open: its tool calls without an
-// outcome, in call order, and its spawned agents that never completed
-// (agent id to role, and the ids in spawn order), with the run's user and
-// whether its run-finish is there.
+// openWork is what a run's events leave open, folded by the rules the
+// run's door keeps (runRules): its tool calls without an outcome, in call
+// order, and its spawned agents that never completed, with the run's user
+// and whether its run-finish is there.
 type openWork struct {
 	userID   string
-	open     []openCall
-	spawned  map[string]string
-	agents   []string
+	rules    *runRules
 	finished bool
 }
 
-func openWorkOf(rows []StoredEvent) openWork {
-	w := openWork{spawned: map[string]string{}}
+func openWorkOf(runID string, rows []StoredEvent) openWork {
+	w := openWork{rules: newRunRules(OrchestratorAgentID(runID))}
+	w.rules.restore(rows)
 	for _, row := range rows {
-		ev := row.Event
-		if ev.UserID != "" {
-			w.userID = ev.UserID
+		if row.Event.UserID != "" {
+			w.userID = row.Event.UserID
 		}
-		switch p := ev.Payload.(type) {
-		case *ToolInputStart, *ToolCall:
-			id := toolCallID(p)
-			if !slices.ContainsFunc(w.open, func(c openCall) bool { return c.id == id }) {
-				w.open = append(w.open, openCall{id, ev.AgentID})
-			}
-		case *ToolResult, *ToolError:
-			id := toolCallID(p)
-			if i := slices.IndexFunc(w.open, func(c openCall) bool { return c.id == id }); i >= 0 {
-				w.open = slices.Delete(w.open, i, i+1)
-			}
-		case *AgentSpawned:
-			w.spawned[ev.AgentID] = p.Role
-			w.agents = append(w.agents, ev.AgentID)
-		case *AgentCompleted:
-			delete(w.spawned, ev.AgentID)
-		case *RunFinish:
+		if row.Event.Type == TypeRunFinish {
 			w.finished = true
 		}
 	}
 	return w
 }
 
-func interruptedCall(runID string, c openCall, userID, why string, now int64) Event {
-	return Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agent, UserID: userID, TS: now,
+// working returns the role of a spawned agent that has not completed.
+func (w openWork) working(agentID string) (role string, ok bool) {
+	a := w.rules.agents[agentID]
+	if a == nil || a.completed {
+		return "", false
+	}
+	return a.role, true
+}
+
+func interruptedCall(runID string, c liveCall, userID, why string, now int64) Event {
+	return Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agentID, UserID: userID, TS: now,
 		Payload: &ToolError{ToolCallID: c.id, Error: why}}
 }
 
@@ -386,33 +374,18 @@ func interruptedAgent(runID, agentID, role, userID, why string, now int64) Event
 
 // settleInterrupted returns the events that close an interrupted run.
 func settleInterrupted(runID string, rows []StoredEvent, now int64) []Event {
-	w := openWorkOf(rows)
+	w := openWorkOf(runID, rows)
 	var out []Event
-	for _, c := range w.open {
+	for _, c := range w.rules.calls {
 		out = append(out, interruptedCall(runID, c, w.userID, crashedAgent.tool, now))
 	}
-	for _, a := range w.agents {
-		if role, ok := w.spawned[a]; ok {
-			out = append(out, interruptedAgent(runID, a, role, w.userID, crashedAgent.agent, now))
-		}
+	for _, a := range w.rules.spawnedWorking() {
+		role, _ := w.working(a)
+		out = append(out, interruptedAgent(runID, a, role, w.userID, crashedAgent.agent, now))
 	}
 	out = append(out, Event{Type: TypeRunFinish, RunID: runID, AgentID: OrchestratorAgentID(runID), UserID: w.userID, TS: now,
 		Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}})
 	return out
-}
-
-func toolCallID(p Payload) string {
-	switch p := p.(type) {
-	case *ToolInputStart:
-		return p.ToolCallID
-	case *ToolCall:
-		return p.ToolCallID
-	case *ToolResult:
-		return p.ToolCallID
-	case *ToolError:
-		return p.ToolCallID
-	}
-	return ""
 }
 
 // openText returns the blocks of the run's segments (agent's only, when
