@@ -269,3 +269,41 @@ func TestCheckpointFailuresPause(t *testing.T) {
 		t.Fatalf("no line says checkpoints resumed:\n%s", logs.String())
 	}
 }
+
+// Pieces stored before segments had a bound may hold more text than a
+// block may: the settlement stores what the bound allows, never a block
+// over it.
+func TestSweepCutsCheckpointedTextAtTheSegmentBound(t *testing.T) {
+	st := checkpointStores[0]
+	ctx := context.Background()
+	store := openCheckpointStore(t, st.spec(t))
+	cs := store.(instanceai.CheckpointStore)
+	orch := instanceai.OrchestratorAgentID("r")
+	if _, err := store.Append(ctx, "t", []instanceai.Event{{Type: instanceai.TypeRunStart, RunID: "r", AgentID: orch, UserID: "u", TS: 1,
+		Payload: &instanceai.RunStart{MessageID: "m"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range []string{"Hello, ", "world"} {
+		if err := cs.AddCheckpoint(ctx, "t", instanceai.Checkpoint{RunID: "r", AgentID: orch, Kind: instanceai.TypeTextDelta,
+			ResponseID: "new", Since: 1, Piece: i, Text: text, UserID: "u", TS: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.ClaimThread(ctx, "t", "r", "inst-dead", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the dead instance's lease runs out
+	core := instanceai.NewCore(store, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }),
+		instanceai.CoreConfig{Instance: "inst-b", Limits: instanceai.Limits{MaxSegmentBytes: 9, MaxEventBytes: 128 << 10}})
+	defer core.Writer.Close(ctx)
+	if n, err := core.Runs.Sweep(ctx, store); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1 run settled", n, err)
+	}
+	rows, err := store.ReadAfter(ctx, "t", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[1].Event.Type != instanceai.TypeTextBlock || rows[1].Event.Payload.(*instanceai.Text).Text != "Hello, wo" {
+		t.Fatalf("log after the sweep: %+v; want run-start, the block cut at 9 bytes, run-finish", types(rows))
+	}
+}

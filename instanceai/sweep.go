@@ -413,6 +413,13 @@ func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, age
 		open, after := m.liveText(ref.ThreadID, ref.RunID)
 		blocks = withLiveText(blocks, rows, open, after, agent)
 	}
+	for i := range blocks {
+		// Pieces stored before segments were bounded may hold more than a
+		// block may: the settlement keeps what the bound allows.
+		if t := blocks[i].Payload.(*Text).Text; escapedLen(t) > m.limits.MaxSegmentBytes {
+			blocks[i].Payload = &Text{Text: cutEscaped(t, m.limits.MaxSegmentBytes)}
+		}
+	}
 	return blocks, len(pieces) > 0, nil
 }
 
