@@ -3,8 +3,10 @@ package instanceai
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Checkpoint is a piece of the text of a coalescing segment that is still
@@ -132,4 +134,126 @@ func kindRank(kind EventType) int {
 		return 0
 	}
 	return 1
+}
+
+// pieceTimeout bounds one checkpoint statement, so that a database that
+// hangs holds up the thread's drain (and its live deltas, which need no
+// database) no longer than this; after a failure, pieces wait
+// pieceBackoff, doubling up to maxPieceBackoff, so an outage costs the
+// stream one such stall per pause, and the log one line.
+const (
+	pieceTimeout    = time.Second
+	maxPieceBackoff = 10 * time.Second
+)
+
+// checkpoint stores, as a piece, the text of each open segment that the
+// checkpoint rules say has waited enough. A piece that cannot be stored is
+// tried again at the next pass: until then a crash loses that text, as it
+// always did before pieces. A piece is written under its segment's claim:
+// refused for a stale token, it stops the claim as a refused append does.
+func (d *threadDrain) checkpoint(now time.Time) {
+	if d.w.pieces == nil || now.Before(d.pieceRetry) {
+		return
+	}
+	cfg := &d.w.cfg
+	for _, s := range d.segs {
+		pending := len(s.text) - s.stored
+		if pending == 0 {
+			continue
+		}
+		if s.waiting.IsZero() {
+			s.waiting = now
+		}
+		if (cfg.CheckpointBytes <= 0 || pending < cfg.CheckpointBytes) &&
+			(cfg.CheckpointInterval <= 0 || now.Sub(s.waiting) < cfg.CheckpointInterval) {
+			continue
+		}
+		if s.pieces == 0 {
+			if d.committed == 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+				next, err := d.w.log.NextSeq(ctx, d.threadID)
+				cancel()
+				if err != nil {
+					d.pieceFailed(now, err)
+					return
+				}
+				d.committed = next - 1
+			}
+			s.since = d.committed
+		}
+		var token int64
+		if d.w.fencedLog() != nil {
+			token = s.fence.token()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+		err := d.w.pieces.AddCheckpoint(ctx, d.threadID, Checkpoint{
+			RunID: s.key.runID, AgentID: s.key.agentID, Kind: s.key.kind, ResponseID: s.responseID,
+			UserID: s.userID, TS: s.firstTS, Since: s.since, Piece: s.pieces, Text: string(s.text[s.stored:]),
+			Fence: token,
+		})
+		cancel()
+		if errors.Is(err, ErrStaleFence) {
+			// Unless a retake moved the token on meanwhile (the piece then
+			// goes at the next pass), the claim is another instance's.
+			if s.fence.settled() == token {
+				d.w.cfg.Logger.Info("dropping events the log refused: another instance took their claim",
+					"thread", d.threadID, "run", s.key.runID, "tokens", []int64{token})
+				d.stopStale(s.fence)
+			}
+			continue
+		}
+		if err != nil {
+			d.pieceFailed(now, err)
+			return
+		}
+		if d.pieceBackoff > 0 {
+			d.w.cfg.Logger.Info("checkpoints of open text are stored again", "thread", d.threadID)
+			d.pieceBackoff = 0
+		}
+		s.stored, s.pieces, s.waiting = len(s.text), s.pieces+1, time.Time{}
+	}
+}
+
+// pieceFailed pauses the thread's checkpoints after one could not be
+// stored, and logs the first failure of a series; a thread that was
+// deleted (its runs are stopped through their appends) is no news.
+func (d *threadDrain) pieceFailed(now time.Time, err error) {
+	if errors.Is(err, ErrNotFound) {
+		return
+	}
+	if d.pieceBackoff == 0 {
+		d.pieceBackoff = d.w.cfg.MaxBackoff
+		d.w.cfg.Logger.Warn("storing a checkpoint of open text failed; until one is stored, a crash loses the text since the last",
+			"thread", d.threadID, "retry_in", d.pieceBackoff, "err", err)
+	} else {
+		d.pieceBackoff = min(2*d.pieceBackoff, maxPieceBackoff)
+	}
+	d.pieceRetry = now.Add(d.pieceBackoff)
+}
+
+// dropPieces deletes the pieces of the segments this pass closed, now that
+// their blocks are stored. The segments of runs whose batch failed keep
+// theirs until the runs' endings are stored (see storeEndings).
+func (d *threadDrain) dropPieces() {
+	for _, s := range d.closing {
+		if d.failedRuns[s.key.runID] != nil {
+			continue
+		}
+		d.deletePieces(func(ctx context.Context) error {
+			return d.w.pieces.DeleteCheckpoints(ctx, d.threadID, s.key.runID, s.key.agentID, s.key.kind, s.since)
+		})
+	}
+	clear(d.closing)
+	d.closing = d.closing[:0]
+}
+
+// deletePieces runs one deletion of pieces. One that fails leaves pieces
+// of a segment whose block is stored, which a settlement recognises (see
+// Checkpoint.Since) and deletes with its run's.
+func (d *threadDrain) deletePieces(del func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+	defer cancel()
+	if err := del(ctx); err != nil && !errors.Is(err, ErrNotFound) {
+		d.w.cfg.Logger.Warn("deleting the checkpoints of closed text failed", "thread", d.threadID, "err", err)
+	}
 }
