@@ -59,9 +59,12 @@ import (
 // outlives both, until its own agent-completed is queued.
 func (r *Run) Emit(ev Event) error { return r.emit(ev, false) }
 
-// emit is Emit; background marks the agent-spawned of an agent that
-// Spawn runs, which completes itself.
-func (r *Run) emit(ev Event, background bool) error {
+// Stamp returns ev as the run stores it: the run's id, and where the
+// producer left them out, the orchestrator as its agent and as an
+// agent-spawned's parent, the run's user and the time. A surface that
+// checks an event before handing it to Emit (to answer which one of a
+// batch is invalid) checks the stamped event, as Emit will.
+func (r *Run) Stamp(ev Event) Event {
 	ev.RunID = r.ID
 	if ev.AgentID == "" {
 		ev.AgentID = r.AgentID
@@ -77,6 +80,13 @@ func (r *Run) emit(ev Event, background bool) error {
 		spawn.ParentID = r.AgentID
 		ev.Payload = &spawn
 	}
+	return ev
+}
+
+// emit is Emit; background marks the agent-spawned of an agent that
+// Spawn runs, which completes itself.
+func (r *Run) emit(ev Event, background bool) error {
+	ev = r.Stamp(ev)
 	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("invalid %s event: %w", ev.Type, err)
 	}

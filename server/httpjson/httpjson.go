@@ -73,6 +73,18 @@ func NewError(status int, code, field, format string, args ...any) *Error {
 	return e
 }
 
+// With adds details to the error's (beside details.field, which it keeps)
+// and returns it.
+func (e *Error) With(details map[string]any) *Error {
+	if e.Detail.Details == nil {
+		e.Detail.Details = make(map[string]any, len(details))
+	}
+	for k, v := range details {
+		e.Detail.Details[k] = v
+	}
+	return e
+}
+
 // WriteError sends err: an *Error as it is, the core's errors as FromCore
 // maps them, and anything else as a 500 that does not leak internals (and
 // is logged).
@@ -132,13 +144,11 @@ func FromCore(err error) *Error {
 	case errors.As(err, &badRun):
 		return NewError(http.StatusBadRequest, "invalid_field", fieldFor("runId"), "%s", badRun.Error())
 	case errors.As(err, &rule):
-		e = NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, fieldFor(rule.Field), "%s", rule.Error())
-		e.Detail.Details = map[string]any{"rule": rule.Rule, "eventType": rule.Type}
-		return e
+		return NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, fieldFor(rule.Field), "%s", rule.Error()).
+			With(map[string]any{"rule": rule.Rule, "eventType": rule.Type})
 	case errors.As(err, &limit):
-		e = NewError(http.StatusRequestEntityTooLarge, limit.Code, fieldFor(""), "%s", limit.Error())
-		e.Detail.Details = map[string]any{"limit": limit.Limit, "eventType": limit.Type}
-		return e
+		return NewError(http.StatusRequestEntityTooLarge, limit.Code, fieldFor(""), "%s", limit.Error()).
+			With(map[string]any{"limit": limit.Limit, "eventType": limit.Type})
 	case errors.As(err, &unstored):
 		// The events were not stored: the run ended, or is another
 		// instance's now. Its fate is the code; retrying here cannot

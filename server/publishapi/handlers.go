@@ -320,13 +320,11 @@ func refusedAt(err error, where string) error {
 	var limit *instanceai.LimitError
 	switch {
 	case errors.As(err, &rule):
-		e := httpjson.NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, where+"."+rule.Field, "%s: %v", where, err)
-		e.Detail.Details = map[string]any{"rule": rule.Rule, "eventType": rule.Type}
-		return e
+		return httpjson.NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, where+"."+rule.Field, "%s: %v", where, err).
+			With(map[string]any{"rule": rule.Rule, "eventType": rule.Type})
 	case errors.As(err, &limit):
-		e := httpjson.NewError(http.StatusRequestEntityTooLarge, limit.Code, where, "%s: %v", where, err)
-		e.Detail.Details = map[string]any{"limit": limit.Limit, "eventType": limit.Type}
-		return e
+		return httpjson.NewError(http.StatusRequestEntityTooLarge, limit.Code, where, "%s: %v", where, err).
+			With(map[string]any{"limit": limit.Limit, "eventType": limit.Type})
 	}
 	return err
 }
@@ -360,10 +358,8 @@ func (p *producer) decode(raw []byte) (instanceai.Event, error) {
 		return ev, fmt.Errorf("a producer does not append %s events: %s", ev.Type, why)
 	}
 	// The run, its user and the time are Threadline's to stamp.
-	ev.RunID, ev.UserID, ev.TS = p.run.ID, p.run.UserID, time.Now().UnixMilli()
-	if ev.AgentID == "" {
-		ev.AgentID = p.run.AgentID
-	}
+	ev.UserID, ev.TS = "", 0
+	ev = p.run.Stamp(ev)
 	return ev, ev.Validate()
 }
 
