@@ -1000,9 +1000,11 @@ type Run struct {
 	begun       bool
 	stopPending string
 	// rules are what the run's door checks events against (its agents
-	// and open tool calls); meter measures its open segments.
+	// and open tool calls); meter measures its open segments, names
+	// names those that came without a responseId.
 	rules *runRules
 	meter segmentMeter
+	names segmentNamer
 	// live background agents, with the token holders their events are
 	// written under: their events are accepted after the orchestrator's
 	// run-finish, until their agent-completed.
