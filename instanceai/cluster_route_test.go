@@ -2,13 +2,9 @@ package instanceai
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,55 +221,6 @@ func TestClusterBroadcastReachesEveryInstance(t *testing.T) {
 	waitFor(t, "b's hub hearing a thread nobody there serves", func() bool { return hubB.Committed("nobody-subscribes") == 1 })
 }
 
-// busPayload is the bus message from origin carrying frames of thread.
-func busPayload(t *testing.T, origin, thread string, frames ...Frame) []byte {
-	t.Helper()
-	m := busMessage{Origin: origin, Thread: thread}
-	for i := range frames {
-		m.Frames = append(m.Frames, busFrameOf(&frames[i], frames[i].Data))
-	}
-	p, err := json.Marshal(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// The messages that arrived together go to the hub as one batch per
-// thread, each thread's frames in order; a resync notice between them is
-// a barrier, and a message this instance sent itself is dropped unread.
-func TestClusterReceiveBatchesPerThread(t *testing.T) {
-	c := NewCluster(&scriptedBus{}, NewHub(64), ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
-	var published []string
-	c.toHub = func(thread string, frames []Frame) {
-		var seqs []int64
-		for _, f := range frames {
-			seqs = append(seqs, f.Seq)
-		}
-		published = append(published, fmt.Sprint(thread, seqs))
-	}
-	resync, err := json.Marshal(&busMessage{Origin: "other", Thread: "b", Resync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.receive([][]byte{
-		busPayload(t, "other", "a", toolFrame(t, 1)),
-		busPayload(t, "other", "b", toolFrame(t, 1)),
-		busPayload(t, "other", "a", toolFrame(t, 2), toolFrame(t, 3)),
-		resync,
-		busPayload(t, "other", "a", toolFrame(t, 4)),
-	})
-	if got := fmt.Sprint(published); got != "[a[1 2 3] b[1] a[4]]" {
-		t.Errorf("published %s, want [a[1 2 3] b[1] a[4]]", got)
-	}
-	c.deliver(busPayload(t, "me", "a", toolFrame(t, 5)))
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	if len(c.inbound) != 0 {
-		t.Errorf("its own message was queued: %d", len(c.inbound))
-	}
-}
-
 // A hub heard a run from its start when its run-start was published live
 // there; a run-start it only read from the log (a head check's catch-up)
 // does not count, nor one of a thread whose state was started afresh.
@@ -302,65 +249,5 @@ func TestHubHeardRun(t *testing.T) {
 	hub.Forget("t")
 	if hub.HeardRun("t", "after") {
 		t.Fatal("a forgotten thread's run still counts as heard")
-	}
-}
-
-// A reconnection of the bus listener forgets the runs heard before it.
-func TestClusterReconnectionForgetsHeardRuns(t *testing.T) {
-	hub := NewHub(8)
-	c := NewCluster(&scriptedBus{}, hub, ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
-	hub.Watch("t")
-	hub.Publish("t", []Frame{mustFrame(t, 1, &Event{Type: TypeRunStart, RunID: "r", AgentID: "a", Payload: &RunStart{MessageID: "m"}})})
-	c.state(true, nil)
-	hub.Publish("t", []Frame{mustFrame(t, 2, &Event{Type: TypeRunStart, RunID: "r2", AgentID: "a", Payload: &RunStart{MessageID: "m"}})})
-	c.state(true, nil) // still up: nothing was missed
-	if hub.HeardRun("t", "r") || !hub.HeardRun("t", "r2") {
-		t.Fatalf("heard r %v, r2 %v after connecting; want false, true", hub.HeardRun("t", "r"), hub.HeardRun("t", "r2"))
-	}
-	c.state(false, errors.New("gone"))
-	c.state(true, nil)
-	if hub.HeardRun("t", "r2") {
-		t.Fatal("a run heard before the listener reconnected still counts as heard")
-	}
-}
-
-// While deltas are held (a process paused past its leases), the sender
-// drops the queued deltas and keeps every other frame.
-func TestClusterHoldsQueuedDeltas(t *testing.T) {
-	bus := &scriptedBus{}
-	hub := NewHub(8)
-	c := NewCluster(bus, hub, ClusterConfig{Instance: "me", Logger: slog.New(slog.DiscardHandler)})
-	var held atomic.Bool
-	c.HoldDeltas(held.Load)
-	delta := mustFrame(t, 0, &Event{Type: TypeTextDelta, RunID: "r", AgentID: "a", ResponseID: "s", Payload: &Text{Text: "late"}})
-	held.Store(true)
-	c.Publish("t", []Frame{delta, toolFrame(t, 1)})
-	c.Publish("u", []Frame{delta})
-	if _, snap := hub.Subscribe("u"); len(snap.Open) != 1 {
-		t.Fatalf("before the sender ran, a subscriber of u is handed %+v, want the open segment", snap.Open)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.sendLoop(ctx) }()
-	waitFor(t, "the tool call sent", func() bool { return len(bus.sent()) == 1 })
-	// The dropped delta's segment is withheld: no later subscriber here
-	// and no settlement written here gets its text.
-	if _, snap := hub.Subscribe("u"); len(snap.Open) != 0 {
-		t.Fatalf("a subscriber of u is handed %+v, text the bus never carried", snap.Open)
-	}
-	if open, _ := hub.LiveText("u", "r"); len(open) != 0 {
-		t.Fatalf("a settlement here would write %+v, text the bus never carried", open)
-	}
-	held.Store(false)
-	c.Publish("u", []Frame{delta})
-	waitFor(t, "the delta sent once held no more", func() bool { return len(bus.sent()) == 2 })
-	cancel()
-	<-done
-	sent := bus.sent()
-	if m := sent[0]; m.Thread != "t" || len(m.Frames) != 1 || m.Frames[0].Seq != 1 {
-		t.Fatalf("sent while held: %+v, want only t's tool call", m)
-	}
-	if m := sent[1]; m.Thread != "u" || len(m.Frames) != 1 || m.Frames[0].Seq != 0 {
-		t.Fatalf("sent after: %+v, want u's delta", m)
 	}
 }
