@@ -110,7 +110,7 @@ func (l rowsLog) ReadAfter(_ context.Context, _ string, after int64, limit int) 
 
 func admitIDs(t *testing.T, log EventLog) (got []Delivery, ids []int64, last int64) {
 	t.Helper()
-	f := &Feed{last: 3, log: log, threadID: "t"}
+	f := &Feed{last: 3, log: threadLog{log: log, threadID: "t"}}
 	block := mustFrame(t, 5, textEv(TypeTextBlock, "r", "a", "x", "hi"))
 	delta := mustFrame(t, 0, textEv(TypeTextDelta, "r", "a", "x", "hi"))
 	// Two batches, as two publishes queue them: the rules run across them.
