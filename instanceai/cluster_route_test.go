@@ -220,34 +220,3 @@ func TestClusterBroadcastReachesEveryInstance(t *testing.T) {
 	a.Publish("nobody-subscribes", []Frame{toolFrame(t, 1)})
 	waitFor(t, "b's hub hearing a thread nobody there serves", func() bool { return hubB.Committed("nobody-subscribes") == 1 })
 }
-
-// A hub heard a run from its start when its run-start was published live
-// there; a run-start it only read from the log (a head check's catch-up)
-// does not count, nor one of a thread whose state was started afresh.
-func TestHubHeardRun(t *testing.T) {
-	hub := NewHub(8)
-	start := func(seq int64, run string) Frame {
-		return mustFrame(t, seq, &Event{Type: TypeRunStart, RunID: run, AgentID: "a", Payload: &RunStart{MessageID: "m"}})
-	}
-	hub.Publish("t", []Frame{start(1, "unwatched")})
-	hub.Watch("t")
-	hub.Publish("t", []Frame{start(2, "live")})
-	hub.CaughtUp("t", []Frame{start(3, "caught-up")}, 3)
-	for run, want := range map[string]bool{"unwatched": false, "live": true, "caught-up": false} {
-		if got := hub.HeardRun("t", run); got != want {
-			t.Fatalf("run %s heard %v, want %v", run, got, want)
-		}
-	}
-	if hub.HeardRun("other", "live") {
-		t.Fatal("a run counts as heard on another thread")
-	}
-	hub.Unhear()
-	if hub.HeardRun("t", "live") {
-		t.Fatal("a run heard before a bus outage still counts as heard")
-	}
-	hub.Publish("t", []Frame{start(4, "after")})
-	hub.Forget("t")
-	if hub.HeardRun("t", "after") {
-		t.Fatal("a forgotten thread's run still counts as heard")
-	}
-}
