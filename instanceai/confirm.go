@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -54,6 +55,50 @@ func (e *ConfirmationExpiredError) Error() string {
 	return fmt.Sprintf("confirmation %q expired at %s: it can only be denied", e.RequestID, e.At)
 }
 
+// confirmWaiters are the runs of this process that wait for a person's
+// answer, by request id: each answer goes to its run's channel.
+type confirmWaiters struct {
+	mu        sync.Mutex
+	byRequest map[string]chan Answer
+}
+
+func newConfirmWaiters() confirmWaiters {
+	return confirmWaiters{byRequest: map[string]chan Answer{}}
+}
+
+// add opens a wait for the request's answer.
+func (w *confirmWaiters) add(requestID string) chan Answer {
+	wait := make(chan Answer, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byRequest[requestID] = wait
+	return wait
+}
+
+func (w *confirmWaiters) remove(requestID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.byRequest, requestID)
+}
+
+// get returns the wait for the request's answer, nil when none is open.
+func (w *confirmWaiters) get(requestID string) chan Answer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byRequest[requestID]
+}
+
+// requestIDs returns the requests waited for.
+func (w *confirmWaiters) requestIDs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.byRequest))
+	for id := range w.byRequest {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Confirm publishes a confirmation-request for a tool call and suspends the
 // caller until a person answers or ctx ends. The request is stored first,
 // so it survives a restart and the status endpoint reports the run as
@@ -77,15 +122,8 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	if err != nil {
 		return Answer{}, err
 	}
-	wait := make(chan Answer, 1)
-	m.mu.Lock()
-	m.waiters[req.RequestID] = wait
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.waiters, req.RequestID)
-		m.mu.Unlock()
-	}()
+	wait := m.waiters.add(req.RequestID)
+	defer m.waiters.remove(req.RequestID)
 	if err := m.confirms.AddConfirmation(ctx, Confirmation{
 		RequestID: req.RequestID, ThreadID: r.ThreadID, RunID: r.ID, AgentID: agentID, ToolCallID: req.ToolCallID,
 		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(), Fence: m.fenceOf(r, agentID),
@@ -104,18 +142,18 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	// the sweep settles, and never a run that waits for a request nobody
 	// was sent.
 	r.mu.Lock()
-	r.suspended++
-	first := r.suspended == 1
-	r.awaiting = append(r.awaiting, req.RequestID)
+	r.waiting.suspended++
+	first := r.waiting.suspended == 1
+	r.waiting.awaiting = append(r.waiting.awaiting, req.RequestID)
 	r.mu.Unlock()
 	if first {
 		m.markSuspended(r, true)
 	}
 	defer func() {
 		r.mu.Lock()
-		r.suspended--
-		last := r.suspended == 0
-		r.awaiting = slices.DeleteFunc(r.awaiting, func(id string) bool { return id == req.RequestID })
+		r.waiting.suspended--
+		last := r.waiting.suspended == 0
+		r.waiting.awaiting = slices.DeleteFunc(r.waiting.awaiting, func(id string) bool { return id == req.RequestID })
 		r.mu.Unlock()
 		if last && ctx.Err() == nil {
 			m.markSuspended(r, false)
@@ -131,11 +169,11 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	// below, which waits for the log: a shutdown in between would close a
 	// question a client may already hold.
 	r.mu.Lock()
-	r.asked++
+	r.waiting.asked++
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.asked--
+		r.waiting.asked--
 		r.mu.Unlock()
 	}()
 	if first {
@@ -162,7 +200,7 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 // a live background agent's claim's, else the run's; none when the
 // registry's claims are not the store's.
 func (m *Runs) fenceOf(r *Run, agentID string) int64 {
-	if !m.fenced {
+	if !m.leases.fenced {
 		return 0
 	}
 	r.mu.Lock()
@@ -196,7 +234,7 @@ func (m *Runs) closeConfirmation(requestID string) {
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	m.claimWarn(r, m.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
+	m.claimWarn(r, m.leases.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
 }
 
 // disownWaiting hands a suspended run the agent can resume to no process
@@ -218,15 +256,15 @@ func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
 	sctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	r.mu.Lock()
-	waiting := r.suspended > 0
+	waiting := r.waiting.suspended > 0
 	r.mu.Unlock()
 	if !waiting {
 		return
 	}
-	err := m.claims.DisownRun(sctx, r.ThreadID, r.ID, r.fence.token())
+	err := m.leases.claims.DisownRun(sctx, r.ThreadID, r.ID, r.fence.token())
 	if err == nil {
 		r.mu.Lock()
-		r.disowned = true
+		r.waiting.disowned = true
 		r.mu.Unlock()
 	}
 	m.claimWarn(r, err)
@@ -250,7 +288,7 @@ func (m *Runs) claimWarn(r *Run, err error) {
 // abandoned here and retake reports false.
 func (r *Run) retake() bool {
 	r.mu.Lock()
-	disowned := r.disowned
+	disowned := r.waiting.disowned
 	r.mu.Unlock()
 	if !disowned {
 		return true
@@ -259,11 +297,11 @@ func (r *Run) retake() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	r.fence.mu.Lock()
-	token, won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	token, won, err := m.leases.takeRun(ctx, r.ThreadID, r.ID)
 	if won {
 		r.fence.v.Store(token)
 		r.mu.Lock()
-		r.disowned = false
+		r.waiting.disowned = false
 		r.mu.Unlock()
 	}
 	r.fence.mu.Unlock()
@@ -321,13 +359,13 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 // answer records a pending confirmation's answer and hands it to its run.
 func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOutcome, error) {
 	requestID := c.RequestID
-	m.mu.Lock()
-	wait := m.waiters[requestID]
-	live := m.active[c.ThreadID] != nil && m.active[c.ThreadID].ID == c.RunID
-	m.mu.Unlock()
+	m.table.mu.Lock()
+	wait := m.waiters.get(requestID)
+	live := m.table.isLocked(c.ThreadID, c.RunID)
+	m.table.mu.Unlock()
 	remote, free := false, false
 	if wait == nil && !live {
-		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		row, err := m.leases.claims.ActiveRun(ctx, c.ThreadID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return "", err
 		}
@@ -372,7 +410,7 @@ func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOu
 		// A process that still waits for it in memory wakes, fails to
 		// retake the run and lets go of it.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
-		token, won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
+		token, won, err := m.leases.takeRun(ctx, c.ThreadID, c.RunID)
 		if err != nil {
 			return "", err
 		}
@@ -394,7 +432,7 @@ func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		row, err := m.leases.claims.ActiveRun(ctx, c.ThreadID)
 		if errors.Is(err, ErrNotFound) || (err == nil && (row.RunID != c.RunID || !row.Suspended)) {
 			return Applied
 		}
@@ -411,13 +449,7 @@ func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome
 // another instance reaches its run by the bus at once, or by this, the
 // heartbeat's look, at the latest.
 func (m *Runs) deliverStoredAnswers() {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.waiters))
-	for id := range m.waiters {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range m.waiters.requestIDs() {
 		m.deliverAnswer(id)
 	}
 }
@@ -436,18 +468,18 @@ func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, er
 	if err != nil {
 		return nil, err
 	}
-	row, rowErr := m.claims.ActiveRun(ctx, threadID)
+	row, rowErr := m.leases.claims.ActiveRun(ctx, threadID)
 	if rowErr != nil && !errors.Is(rowErr, ErrNotFound) {
 		return nil, rowErr
 	}
 	resumes := m.agentResumes()
 	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
 	var out []Confirmation
 	for _, c := range pending {
-		_, waiting := m.waiters[c.RequestID]
-		live := m.active[threadID] != nil && m.active[threadID].ID == c.RunID
+		waiting := m.waiters.get(c.RequestID) != nil
+		live := m.table.isLocked(threadID, c.RunID)
 		elsewhere := !live && rowErr == nil && row.RunID == c.RunID && row.Suspended && (!row.Free(now) || resumes)
 		if waiting || elsewhere {
 			out = append(out, c)
@@ -461,12 +493,10 @@ func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, er
 // instead of being recorded for a run that will never use it.
 func (m *Runs) closeAwaited(r *Run) {
 	r.mu.Lock()
-	ids := slices.Clone(r.awaiting)
+	ids := slices.Clone(r.waiting.awaiting)
 	r.mu.Unlock()
 	for _, id := range ids {
-		m.mu.Lock()
-		delete(m.waiters, id)
-		m.mu.Unlock()
+		m.waiters.remove(id)
 		m.closeConfirmation(id)
 	}
 }

@@ -19,11 +19,6 @@ const remoteCancelWait = 5 * time.Second
 // claimTimeout bounds one claims-table statement made outside a request.
 const claimTimeout = 10 * time.Second
 
-// strayBeats is how many heartbeats in a row a row this instance owns may
-// have no live run behind it before it is disowned for the sweep: one beat
-// can fall between a run-finish being queued and its commit.
-const strayBeats = 2
-
 // errLeaseLost cancels a run whose claim another instance took: that
 // instance settled it, so nothing more of it may be written from here.
 var errLeaseLost = errors.New("run was taken over by another instance")
@@ -35,7 +30,7 @@ func (m *Runs) claim(r *Run) (*Run, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		row, err := m.claims.ClaimThread(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+		row, err := m.leases.claimThread(ctx, r.ThreadID, r.ID)
 		if err == nil {
 			r.fence.v.Store(row.Fence)
 			return nil, nil
@@ -43,7 +38,7 @@ func (m *Runs) claim(r *Run) (*Run, error) {
 		if !errors.Is(err, ErrRunActive) {
 			return nil, fmt.Errorf("claim thread %q: %w", r.ThreadID, err)
 		}
-		if attempt == 0 && row.Owner == m.instance {
+		if attempt == 0 && row.Owner == m.leases.instance {
 			// A run of this process whose run-finish is queued but not yet
 			// stored: its row goes with that commit.
 			if err := m.writer.Sync(ctx, r.ThreadID); err != nil {
@@ -60,7 +55,7 @@ func (m *Runs) claim(r *Run) (*Run, error) {
 func (m *Runs) releaseClaim(threadID, runID string, fence int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	err := m.claims.ReleaseRun(ctx, threadID, runID, fence)
+	err := m.leases.claims.ReleaseRun(ctx, threadID, runID, fence)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 		m.log.Error("could not release a finished run's claim", "thread", threadID, "run", runID, "err", err)
 	}
@@ -77,7 +72,7 @@ func (m *Runs) runFinished(threadID, runID string, fence int64) {
 // its waiting call settled when it was suspended on a confirmation,
 // interrupted like a crashed run otherwise.
 func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) error {
-	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 	if err != nil || !won {
 		return err
 	}
@@ -115,7 +110,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	}
 	holder := newSettlement(ref.RunID, "", fence)
 	var under int64
-	if m.fenced {
+	if m.leases.fenced {
 		under = fence
 	}
 	agents, err := m.fenceAgents(ctx, ref, rows, under)
@@ -201,7 +196,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 // agents that ended (see letGoAgent), and sweeps the runs whose lease
 // expired. It returns when ctx ends.
 func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
-	m.holdLiveFrom(time.Now())
+	m.leases.renewedFrom(time.Now())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	// The ended agents are tried beside the heartbeat, one pass at a time:
@@ -229,36 +224,23 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// heldRow is a run's row as one claim of it: its run and its token.
-type heldRow struct {
-	RunRef
-	fence int64
-}
-
 // heartbeat renews this instance's leases. A live run whose row no longer
 // holds its token was taken by another instance, which believed us dead:
 // it is abandoned without writing anything more. A row we own with no live
 // run behind it (its run failed to store its finish) is disowned, so that
 // the sweep settles it.
 func (m *Runs) heartbeat(ctx context.Context) {
-	hctx, cancel := context.WithTimeout(ctx, m.lease/2)
+	hctx, cancel := context.WithTimeout(ctx, m.leases.ttl/2)
 	defer cancel()
 	start := time.Now()
 	agentsRenewed := m.renewAgents(hctx)
 	m.deliverStoredAnswers()
 	// Only runs whose claim was stored before the renewal can be judged
 	// by it: a run claimed while it ran is simply not in its answer.
-	m.mu.Lock()
-	before := make([]*Run, 0, len(m.active))
-	for _, r := range m.active {
-		if r.claimed {
-			before = append(before, r)
-		}
-	}
-	m.mu.Unlock()
-	held, err := m.claims.RenewRuns(hctx, m.instance, m.lease)
+	before := m.table.claimedRuns()
+	held, err := m.leases.renewRuns(hctx)
 	if err == nil && agentsRenewed {
-		m.holdLiveFrom(start)
+		m.leases.renewedFrom(start)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -266,9 +248,9 @@ func (m *Runs) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	holds := make(map[heldRow]bool, len(held))
+	holds := make(map[heldClaim]bool, len(held))
 	for _, row := range held {
-		holds[heldRow{RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Fence}] = true
+		holds[heldClaim{RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Fence}] = true
 	}
 	// A run not renewed under its token may have been taken, or may only
 	// look so: it was disowned to wait for a person (its row then has no
@@ -278,31 +260,15 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	var suspects []*Run
 	for _, r := range before {
 		r.mu.Lock()
-		disowned := r.disowned
+		disowned := r.waiting.disowned
 		r.mu.Unlock()
-		if !disowned && !holds[heldRow{RunRef{ThreadID: r.ThreadID, RunID: r.ID}, r.fence.token()}] {
+		if !disowned && !holds[heldClaim{RunRef{ThreadID: r.ThreadID, RunID: r.ID}, r.fence.token()}] {
 			suspects = append(suspects, r)
 		}
 	}
-	m.mu.Lock()
-	var strays []heldRow
-	for row := range m.strays {
-		if !holds[row] {
-			delete(m.strays, row)
-		}
-	}
-	for row := range holds {
-		if r := m.active[row.ThreadID]; r != nil && r.ID == row.RunID {
-			delete(m.strays, row)
-			continue
-		}
-		m.strays[row]++
-		if m.strays[row] >= strayBeats {
-			delete(m.strays, row)
-			strays = append(strays, row)
-		}
-	}
-	m.mu.Unlock()
+	m.table.mu.Lock()
+	orphaned := m.leases.orphans.count(holds, func(row heldClaim) bool { return m.table.isLocked(row.ThreadID, row.RunID) })
+	m.table.mu.Unlock()
 	for _, r := range suspects {
 		if m.taken(hctx, r) {
 			m.abandon(r, "its row holds another instance's claim (its lease ran out here)")
@@ -319,7 +285,7 @@ func (m *Runs) heartbeat(ctx context.Context) {
 			r.stop(row.CancelReason)
 		}
 	}
-	for _, row := range strays {
+	for _, row := range orphaned {
 		m.letGo(hctx, row)
 	}
 }
@@ -328,7 +294,7 @@ func (m *Runs) heartbeat(ctx context.Context) {
 // whose run ended (its release failed when the database did not answer)
 // is released; any other is disowned, and the sweep settles it, or the
 // answer its run waits for resumes it.
-func (m *Runs) letGo(ctx context.Context, row heldRow) {
+func (m *Runs) letGo(ctx context.Context, row heldClaim) {
 	// The run may only be slow to store its run-finish, or wait for the
 	// database to take the ending its outage kept: judged at a later beat
 	// once the writer has nothing of the thread.
@@ -345,7 +311,7 @@ func (m *Runs) letGo(ctx context.Context, row heldRow) {
 			return
 		}
 	}
-	if err := m.claims.DisownRun(ctx, row.ThreadID, row.RunID, row.fence); err != nil && !errors.Is(err, ErrStaleFence) {
+	if err := m.leases.claims.DisownRun(ctx, row.ThreadID, row.RunID, row.fence); err != nil && !errors.Is(err, ErrStaleFence) {
 		m.log.Warn("could not disown a run without a process", "thread", row.ThreadID, "run", row.RunID, "err", err)
 	}
 }
@@ -357,7 +323,7 @@ func (m *Runs) letGo(ctx context.Context, row heldRow) {
 // own row goes once its run-finish is stored).
 func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	r.fence.mu.Lock()
-	row, err := m.claims.ActiveRun(ctx, r.ThreadID)
+	row, err := m.leases.claims.ActiveRun(ctx, r.ThreadID)
 	token := r.fence.v.Load()
 	r.fence.mu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -366,9 +332,7 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	if err == nil && row.RunID == r.ID && row.Fence == token {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.active[r.ThreadID] == r
+	return m.table.holds(r)
 }
 
 // abandon stops a live run another instance took over, writing nothing
@@ -376,18 +340,10 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 // (those that could not claim a row of their own); why says how this
 // process found out. A run no longer live is left alone.
 func (m *Runs) abandon(r *Run, why string) {
-	m.mu.Lock()
-	live := m.active[r.ThreadID] == r
-	if live {
-		delete(m.active, r.ThreadID)
-	}
-	var tasks []*BackgroundTask
-	for _, t := range m.background[r.ThreadID] {
-		if t.RunID == r.ID && t.fence == r.fence {
-			tasks = append(tasks, t)
-		}
-	}
-	m.mu.Unlock()
+	m.table.mu.Lock()
+	live := m.table.removeLocked(r)
+	tasks := m.background.matching(r.ThreadID, func(t *BackgroundTask) bool { return t.RunID == r.ID && t.fence == r.fence })
+	m.table.mu.Unlock()
 	if !live {
 		return
 	}
@@ -410,15 +366,11 @@ func (m *Runs) abandon(r *Run, why string) {
 // nothing live to stop.
 func (m *Runs) Fenced(threadID, runID, agentID string) {
 	const why = "the database refused its events for a stale fencing token (its lease ran out here)"
-	m.mu.Lock()
-	r := m.active[threadID]
+	r, tasks := m.workOf(threadID, func(t *BackgroundTask) bool { return t.RunID == runID && t.AgentID == agentID })
 	var task *BackgroundTask
-	for _, t := range m.background[threadID] {
-		if t.RunID == runID && t.AgentID == agentID {
-			task = t
-		}
+	if len(tasks) > 0 {
+		task = tasks[len(tasks)-1]
 	}
-	m.mu.Unlock()
 	switch {
 	case agentID == "" && r != nil && r.ID == runID:
 		m.abandon(r, why)
@@ -436,7 +388,7 @@ func (m *Runs) Fenced(threadID, runID, agentID string) {
 // confirmation was answered while its process was gone: then it resumes
 // here. It returns the number of runs settled or resumed.
 func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
-	rows, err := m.claims.ExpiredRuns(ctx)
+	rows, err := m.leases.claims.ExpiredRuns(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list expired runs: %w", err)
 	}
@@ -474,7 +426,7 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
 			continue
 		}
-		token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+		token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 		if err != nil {
 			return n, err
 		}
@@ -517,7 +469,7 @@ func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (resumed, wait
 	if err := json.Unmarshal(c.Answer, &a); err != nil {
 		return false, true, fmt.Errorf("stored answer of %s: %w", requestID, err)
 	}
-	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 	if err != nil || !won {
 		return false, true, err
 	}
@@ -577,9 +529,7 @@ func (m *Runs) HandleControl(c Control) {
 // deliverAnswer hands an answer stored by another instance to the run of
 // this process that waits for it.
 func (m *Runs) deliverAnswer(requestID string) {
-	m.mu.Lock()
-	wait := m.waiters[requestID]
-	m.mu.Unlock()
+	wait := m.waiters.get(requestID)
 	if wait == nil || m.confirms == nil {
 		return
 	}
@@ -604,31 +554,13 @@ func (m *Runs) deliverAnswer(requestID string) {
 	}
 }
 
-// liveMargin is the part of a lease before its end from which an instance
-// that could not renew it publishes no more text live: what it published
-// before has that long to reach the other instances' hubs, whose live text
-// a settlement after the lease's end writes as blocks.
-func (m *Runs) liveMargin() time.Duration { return m.lease / 5 }
-
-// holdLiveFrom records a renewal of every lease of this instance begun at
-// start: until start+lease-margin, whatever another instance's settlement
-// writes comes after the leases ran out, so text may go out live.
-func (m *Runs) holdLiveFrom(start time.Time) {
-	if m.fenced {
-		m.liveUntil.Store(start.Add(m.lease - m.liveMargin()).UnixNano())
-	}
-}
-
 // LiveHeld reports whether this instance's leases may have run out (it
 // could not renew them for most of a lease: its database link is down or
 // it was paused), so that another instance may settle its runs from what
 // it heard of their text: the writer then publishes their deltas to no one
 // (the text still reaches the log in its block, and clients with it). It
 // is false until the heartbeat runs, and without a store's claims.
-func (m *Runs) LiveHeld() bool {
-	until := m.liveUntil.Load()
-	return until != 0 && time.Now().UnixNano() > until
-}
+func (m *Runs) LiveHeld() bool { return m.leases.mayHaveRunOut() }
 
 // handOver takes a suspended run whose owner died while it still held it,
 // and leaves it suspended and owned by no process, as its owner would have
@@ -638,10 +570,10 @@ func (m *Runs) handOver(ctx context.Context, row ActiveRun) error {
 	if row.CancelReason != "" {
 		return m.settleFree(ctx, row, row.CancelReason)
 	}
-	token, won, err := m.claims.TakeRun(ctx, row.ThreadID, row.RunID, m.instance, m.lease)
+	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 	if err != nil || !won {
 		return err
 	}
-	return errors.Join(m.claims.SuspendRun(ctx, row.ThreadID, row.RunID, token, true),
-		m.claims.DisownRun(ctx, row.ThreadID, row.RunID, token))
+	return errors.Join(m.leases.claims.SuspendRun(ctx, row.ThreadID, row.RunID, token, true),
+		m.leases.claims.DisownRun(ctx, row.ThreadID, row.RunID, token))
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -156,57 +155,30 @@ type noControl struct{}
 func (noControl) SendControl(Control) {}
 
 // Runs is the registry of active runs: one per thread, cancel, shutdown.
+// Its parts keep their own state under their own locks: the runs active
+// here (table), this instance's claims and their fencing (leases), the
+// runs waiting for a person's answer (waiters), and the background agents
+// (background).
 type Runs struct {
 	writer   *Writer
 	agent    Agent
 	confirms ConfirmationStore
+	expired  func(c *Confirmation, now time.Time) (string, bool)
 	log      *slog.Logger
 	now      func() time.Time
-	expired  func(c *Confirmation, now time.Time) (string, bool)
 	limits   Limits
 	obs      Observer
-	claims   RunClaims
-	agentsDB AgentClaims // nil when Claims keeps no agent rows
 	index    RunIndex
-	// liveUntil is when, in Unix nanoseconds, this instance's text stops
-	// going out live unless its leases are renewed (0: no limit); see
-	// LiveHeld.
-	liveUntil atomic.Int64
-	// peers, when set, lists the live instances (the store's registry):
-	// see leaveToPeer.
-	peers func(ctx context.Context) ([]Instance, error)
-	// born is when this process's registry began: runs whose owner last
-	// renewed their lease before it may have streamed text its hub never
-	// heard.
-	born time.Time
-	// heard, when set, says whether this instance heard the run's live
-	// frames from its start (the bus routes by thread): see leaveToPeer.
-	heard func(threadID, runID string) bool
-	// liveText, when set, gives the text this instance's hub passed on of
-	// a run's open segments (see openText).
-	liveText func(threadID, runID string) ([]Event, []int64)
-	// fenced is set when the claims are the store's, so that writes carry
-	// their tokens (see RunsConfig.Claims).
-	fenced   bool
-	instance string
-	lease    time.Duration
+	threads  ThreadReader
 	control  Controller
 
-	mu         sync.Mutex
-	active     map[string]*Run              // by thread id
-	background map[string][]*BackgroundTask // running tasks by thread id
-	ended      endedAgents                  // ended tasks whose rows are still held (see letGoAgent)
-	waiters    map[string]chan Answer       // open confirmations by request id
-	// strays are rows this instance owns with no live run behind them, by
-	// how many heartbeats in a row they were seen so (see Maintain).
-	strays map[heldRow]int
-	// deleting counts the deletions under way per thread: a run does not
-	// start on a thread while one is (see beginDelete).
-	deleting map[string]int
-	threads  ThreadReader
-	// draining refuses new runs (see Drain).
-	draining bool
-	wg       sync.WaitGroup
+	table      runTable
+	leases     leases
+	waiters    confirmWaiters
+	background backgroundAgents
+	// running counts the goroutines of runs and background agents, for
+	// Shutdown to wait for.
+	running sync.WaitGroup
 }
 
 // NewRuns returns a registry that runs agent and writes through writer.
@@ -244,17 +216,18 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
 	}
 	cfg.Limits.defaults()
-	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, log: cfg.Logger, now: cfg.Now, obs: cfg.Observer, fenced: fenced,
-		claims: cfg.Claims, index: cfg.Index, instance: cfg.Instance, lease: cfg.Lease, control: cfg.Control,
-		active: map[string]*Run{}, background: map[string][]*BackgroundTask{}, waiters: map[string]chan Answer{},
-		strays: map[heldRow]int{}, deleting: map[string]int{}, threads: cfg.Threads, expired: cfg.Expired, limits: cfg.Limits, born: time.Now()}
-	m.agentsDB, _ = cfg.Claims.(AgentClaims)
+	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, expired: cfg.Expired, log: cfg.Logger, now: cfg.Now,
+		limits: cfg.Limits, obs: cfg.Observer, index: cfg.Index, threads: cfg.Threads, control: cfg.Control,
+		table: newRunTable(), waiters: newConfirmWaiters(), background: newBackgroundAgents()}
+	m.leases.claims, m.leases.fenced = cfg.Claims, fenced
+	m.leases.agentRows, _ = cfg.Claims.(AgentClaims)
+	m.leases.instance, m.leases.ttl, m.leases.startedAt = cfg.Instance, cfg.Lease, time.Now()
 	writer.onRunFinished(m.runFinished)
 	return m
 }
 
 // Instance returns this process's instance id.
-func (m *Runs) Instance() string { return m.instance }
+func (m *Runs) Instance() string { return m.leases.instance }
 
 // StartRequest is what starts a run.
 type StartRequest struct {
@@ -400,6 +373,31 @@ func (m *Runs) Start(req StartRequest) (*Run, error) { return m.start(req, nil) 
 // between the run-start and the agent's first event, never after the
 // run-finish of an agent that is quick.
 func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
+	r, err := m.register(req)
+	if err != nil {
+		return r, err
+	}
+	if holder, err := m.claimFor(r); err != nil {
+		return holder, err
+	}
+	if err := m.begin(r); err != nil {
+		return nil, err
+	}
+	if prelude != nil {
+		prelude(r)
+	}
+	agent := m.agent
+	if req.Work != nil {
+		agent = req.Work
+	}
+	go m.execute(r, func(ctx context.Context) error { return agent.Run(ctx, r) })
+	return r, nil
+}
+
+// register checks the request and makes its run the thread's active run
+// here, unless the thread has one (returned, with ErrRunActive), a drain
+// began, or a deletion of the thread is under way.
+func (m *Runs) register(req StartRequest) (*Run, error) {
 	if req.RunID != "" && !ValidThreadID(req.RunID) {
 		return nil, &InvalidRunIDError{RunID: req.RunID}
 	}
@@ -408,63 +406,67 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 			return nil, err
 		}
 	}
-	m.mu.Lock()
-	if r := m.active[req.ThreadID]; r != nil {
-		m.mu.Unlock()
-		return r, &RunActiveError{ThreadID: req.ThreadID, RunID: r.ID}
-	}
-	if m.draining {
-		m.mu.Unlock()
-		return nil, ErrDraining
-	}
-	if m.deleting[req.ThreadID] > 0 {
-		m.mu.Unlock()
-		return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	id := req.RunID
-	if id == "" {
-		id = NewID("run_")
-	}
-	// The run outlives its request, so its context is not the request's;
-	// its span still continues the request's trace.
-	agentName := req.agentLabel()
-	if agentName == "" {
-		agentName = "default"
-	}
-	ctx, span := tracing.Start(trace.ContextWithSpanContext(ctx, req.Trace), "run",
-		attribute.String("thread.id", req.ThreadID), attribute.String("run.id", id), attribute.String("agent", agentName))
-	r := &Run{
-		ID: id, StartRequest: req, span: span,
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), fence: newFence(id, "", 0),
-		rules: newRunRules(OrchestratorAgentID(id)),
-	}
-	r.fence.span = span.SpanContext()
-	r.AgentID = OrchestratorAgentID(r.ID)
-	m.active[req.ThreadID] = r
-	m.wg.Add(1)
-	m.mu.Unlock()
+	return m.table.admit(req.ThreadID, func() *Run {
+		id := req.RunID
+		if id == "" {
+			id = NewID("run_")
+		}
+		// The run outlives its request, so its context is not the
+		// request's; its span still continues the request's trace.
+		ctx, cancel := context.WithCancelCause(context.Background())
+		agentName := req.agentLabel()
+		if agentName == "" {
+			agentName = "default"
+		}
+		ctx, span := tracing.Start(trace.ContextWithSpanContext(ctx, req.Trace), "run",
+			attribute.String("thread.id", req.ThreadID), attribute.String("run.id", id), attribute.String("agent", agentName))
+		r := &Run{
+			ID: id, StartRequest: req, AgentID: OrchestratorAgentID(id), span: span,
+			runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), fence: newFence(id, "", 0),
+			doorState: doorState{started: time.Now(), rules: newRunRules(OrchestratorAgentID(id))},
+		}
+		r.fence.span = span.SpanContext()
+		m.running.Add(1)
+		return r
+	})
+}
 
-	if holder, err := m.claim(r); err != nil {
-		m.release(r)
-		m.wg.Done()
-		cancel(err)
-		endSpan(span, "not_started", true)
+// endUnbegun ends a registered run that did not begin, once it left the
+// table: its context and span end with err.
+func (m *Runs) endUnbegun(r *Run, err error) {
+	m.running.Done()
+	r.cancel(err)
+	endSpan(r.span, "not_started", true)
+}
+
+// claimFor claims the thread's row for a registered run. When another run
+// holds the thread, it returns that run and ErrRunActive; on any error the
+// run leaves the table.
+func (m *Runs) claimFor(r *Run) (*Run, error) {
+	holder, err := m.claim(r)
+	if err != nil {
+		m.table.remove(r)
+		m.endUnbegun(r, err)
 		if errors.Is(err, ErrNotFound) {
-			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
+			return nil, &ThreadNotFoundError{ThreadID: r.ThreadID}
 		}
 		return holder, err
 	}
-	m.mu.Lock()
-	r.claimed = true
-	m.mu.Unlock()
+	m.table.markClaimed(r)
+	return nil, nil
+}
+
+// begin queues what opens a claimed run: the client's tool result it
+// continues from, if any, then its run-start. A run that cannot begin is
+// unregistered and its row released; one stopped while it started
+// finishes at once.
+func (m *Runs) begin(r *Run) error {
+	req := r.StartRequest
 	// abort undoes a start that failed before its run-start was queued.
 	abort := func(err error) {
-		m.release(r)
+		m.table.remove(r)
 		m.releaseClaim(r.ThreadID, r.ID, r.fence.token())
-		m.wg.Done()
-		cancel(err)
-		endSpan(span, "not_started", true)
+		m.endUnbegun(r, err)
 	}
 	// The caller found the thread before Start, but a deletion may have
 	// run in between, and another user may have created a thread with the
@@ -472,7 +474,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 	// from here on cancels it; one that ended before is seen here.
 	if err := m.checkThread(req); err != nil {
 		abort(err)
-		return nil, err
+		return err
 	}
 
 	if tr := req.ToolResult; tr != nil {
@@ -487,7 +489,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		}
 		if err != nil {
 			abort(err)
-			return nil, fmt.Errorf("store the client's tool result: %w", err)
+			return fmt.Errorf("store the client's tool result: %w", err)
 		}
 	}
 
@@ -496,19 +498,19 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		// A deletion that began after the check cancelled the run before
 		// its run-start: the thread is gone, or about to be (and may have
 		// been created again since, by the same user's next chat).
-		if m.hitByDelete(r) {
-			return nil, &ThreadNotFoundError{ThreadID: req.ThreadID}
+		if m.table.deletedWhileRegistered(r) {
+			return &ThreadNotFoundError{ThreadID: req.ThreadID}
 		}
 		if cerr := m.checkThread(req); errors.Is(cerr, ErrNotFound) {
-			return nil, cerr
+			return cerr
 		}
 		if errors.Is(err, ErrRunFinished) {
 			// Stopped before it began: its claim was lost (the store did
 			// not answer the renewal in time). Nothing of it was written;
 			// the client may simply try again.
-			return nil, fmt.Errorf("start run: %w", ErrStartLost)
+			return fmt.Errorf("start run: %w", ErrStartLost)
 		}
-		return nil, fmt.Errorf("start run: %w", err)
+		return fmt.Errorf("start run: %w", err)
 	}
 	m.log.Info("run started", "thread", req.ThreadID, "run", r.ID, "user", req.UserID)
 	if ro, ok := m.obs.(RunObserver); ok {
@@ -522,15 +524,7 @@ func (m *Runs) start(req StartRequest, prelude func(*Run)) (*Run, error) {
 		// run-finish, and the agent sees its context cancelled.
 		r.stop(stopped)
 	}
-	if prelude != nil {
-		prelude(r)
-	}
-	agent := m.agent
-	if req.Work != nil {
-		agent = req.Work
-	}
-	go m.execute(r, func(ctx context.Context) error { return agent.Run(ctx, r) })
-	return r, nil
+	return nil
 }
 
 // checkThread reports a thread that is gone, or that another user owns
@@ -556,27 +550,15 @@ func (m *Runs) checkThread(req StartRequest) error {
 // run registers between the deletion's cancel and the store's delete,
 // where it would outlive its thread.
 func (m *Runs) beginDelete(threadID string) (end func()) {
-	m.mu.Lock()
-	m.deleting[threadID]++
-	if r := m.active[threadID]; r != nil {
-		r.deleted = true
-	}
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.deleting[threadID]--; m.deleting[threadID] <= 0 {
-			delete(m.deleting, threadID)
-		}
-	}
+	return m.table.beginDelete(threadID)
 }
 
-// hitByDelete reports whether a deletion of r's thread began while r was
-// registered.
-func (m *Runs) hitByDelete(r *Run) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return r.deleted
+// workOf returns, at one moment, the thread's active run here and its
+// background agents here that match.
+func (m *Runs) workOf(threadID string, match func(*BackgroundTask) bool) (*Run, []*BackgroundTask) {
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
+	return m.table.byThread[threadID], m.background.matching(threadID, match)
 }
 
 // Gone stops a run whose events the log refused as not found: its thread
@@ -585,15 +567,7 @@ func (m *Runs) hitByDelete(r *Run) bool {
 // background agents stop at once and write nothing more; the writer drops
 // what they still queue.
 func (m *Runs) Gone(threadID, runID string) {
-	m.mu.Lock()
-	var tasks []*BackgroundTask
-	for _, t := range m.background[threadID] {
-		if t.RunID == runID {
-			tasks = append(tasks, t)
-		}
-	}
-	r := m.active[threadID]
-	m.mu.Unlock()
+	r, tasks := m.workOf(threadID, func(t *BackgroundTask) bool { return t.RunID == runID })
 	for _, t := range tasks {
 		t.cancel(errThreadGone)
 	}
@@ -606,24 +580,16 @@ func (m *Runs) Gone(threadID, runID string) {
 	r.mu.Lock()
 	r.finished = true
 	r.mu.Unlock()
-	m.release(r)
+	m.table.remove(r)
 	m.releaseClaim(threadID, runID, r.fence.token())
 	r.cancel(errThreadGone)
 }
 
 // Active returns the thread's active run, if any.
-func (m *Runs) Active(threadID string) *Run {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.active[threadID]
-}
+func (m *Runs) Active(threadID string) *Run { return m.table.get(threadID) }
 
 // Count returns the number of active runs.
-func (m *Runs) Count() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.active)
-}
+func (m *Runs) Count() int { return m.table.count() }
 
 // ControlOutcome says what a request that steers a run (a cancel, an
 // answer) came to.
@@ -657,7 +623,7 @@ const (
 func (m *Runs) Cancel(threadID, reason string) (*Run, ControlOutcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), remoteCancelWait)
 	defer cancel()
-	asked, askErr := m.claims.RequestCancel(ctx, threadID, reason)
+	asked, askErr := m.leases.claims.RequestCancel(ctx, threadID, reason)
 	m.control.SendControl(Control{Kind: ControlCancel, ThreadID: threadID, Reason: reason})
 	local := m.cancelLocal(threadID, reason)
 	stoppedHere := local != nil || m.hasBackground(threadID)
@@ -673,7 +639,7 @@ func (m *Runs) Cancel(threadID, reason string) (*Run, ControlOutcome, error) {
 		return nil, Applied, nil // nothing runs
 	}
 	if local == nil {
-		row, err := m.claims.ActiveRun(ctx, threadID)
+		row, err := m.leases.claims.ActiveRun(ctx, threadID)
 		switch {
 		case err == nil:
 			ref = &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: threadID}}
@@ -694,9 +660,7 @@ func (m *Runs) Cancel(threadID, reason string) (*Run, ControlOutcome, error) {
 
 // hasBackground reports whether background agents of the thread work here.
 func (m *Runs) hasBackground(threadID string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.background[threadID]) > 0
+	return m.background.any(threadID, func(*BackgroundTask) bool { return true })
 }
 
 // waitCancelled waits until no row of the thread carries a cancel request
@@ -705,7 +669,7 @@ func (m *Runs) waitCancelled(ctx context.Context, threadID string) bool {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		pending, err := m.claims.CancelPending(ctx, threadID)
+		pending, err := m.leases.claims.CancelPending(ctx, threadID)
 		if err == nil && !pending {
 			return true
 		}
@@ -722,10 +686,7 @@ func (m *Runs) waitCancelled(ctx context.Context, threadID string) bool {
 // cancelLocal stops what this process runs of the thread: its background
 // agents and its active run. It returns the run it stopped, if any.
 func (m *Runs) cancelLocal(threadID, reason string) *Run {
-	m.mu.Lock()
-	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
-	m.mu.Unlock()
-	for _, t := range tasks {
+	for _, t := range m.background.ofThread(threadID) {
 		t.cancel(cancelled{reason})
 	}
 	r := m.Active(threadID)
@@ -745,13 +706,11 @@ const drainPoll = 50 * time.Millisecond
 // background agents do. It returns how many are still working. A rolling
 // restart drains each instance, so runs finish instead of being cancelled.
 func (m *Runs) Drain(ctx context.Context) int {
-	m.mu.Lock()
-	m.draining = true
-	m.mu.Unlock()
+	m.table.drain()
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for {
-		n := m.working()
+		n := m.atWork()
 		if n == 0 {
 			return 0
 		}
@@ -764,29 +723,25 @@ func (m *Runs) Drain(ctx context.Context) int {
 }
 
 // Draining reports whether Drain began.
-func (m *Runs) Draining() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.draining
+func (m *Runs) Draining() bool { return m.table.isDraining() }
+
+// allWork returns, at one moment, the runs and the background agents at
+// work here.
+func (m *Runs) allWork() ([]*Run, []*BackgroundTask) {
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
+	return m.table.allLocked(), m.background.all()
 }
 
-// working counts the runs and background agents still at work here.
-func (m *Runs) working() int {
-	m.mu.Lock()
-	runs := make([]*Run, 0, len(m.active))
-	for _, r := range m.active {
-		runs = append(runs, r)
-	}
-	n := 0
-	for _, ts := range m.background {
-		n += len(ts)
-	}
-	m.mu.Unlock()
-	// A run's own lock is taken with the registry's released, as
-	// everywhere else.
+// atWork counts the runs and background agents still at work here.
+func (m *Runs) atWork() int {
+	runs, tasks := m.allWork()
+	n := len(tasks)
+	// A run's own lock is taken with the table's released, as everywhere
+	// else.
 	for _, r := range runs {
 		r.mu.Lock()
-		if r.asked == 0 {
+		if r.waiting.asked == 0 {
 			n++
 		}
 		r.mu.Unlock()
@@ -797,16 +752,7 @@ func (m *Runs) working() int {
 // Shutdown cancels every active run (reason service_shutdown) and waits for
 // their agents to return, or ctx to end.
 func (m *Runs) Shutdown(ctx context.Context) error {
-	m.mu.Lock()
-	runs := make([]*Run, 0, len(m.active))
-	for _, r := range m.active {
-		runs = append(runs, r)
-	}
-	var tasks []*BackgroundTask
-	for _, ts := range m.background {
-		tasks = append(tasks, ts...)
-	}
-	m.mu.Unlock()
+	runs, tasks := m.allWork()
 	for _, t := range tasks {
 		t.cancel(cancelled{ReasonServiceShutdown})
 	}
@@ -815,14 +761,14 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 		// A run that waits for a person whose request is out; one that
 		// stored its suspension but has not queued the request yet is
 		// stopped like a working one: nobody could answer it.
-		waiting := r.asked > 0
+		waiting := r.waiting.asked > 0
 		r.mu.Unlock()
 		if waiting && m.agentResumes() {
 			// Waiting for a person: keep it suspended, owned by no process,
 			// for whichever instance gets the answer.
 			r.cancel(errSuspendedAtShutdown)
-			m.release(r)
-			if err := m.claims.DisownRun(context.Background(), r.ThreadID, r.ID, r.fence.token()); err != nil {
+			m.table.remove(r)
+			if err := m.leases.claims.DisownRun(context.Background(), r.ThreadID, r.ID, r.fence.token()); err != nil {
 				m.log.Error("could not hand over a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 			}
 			continue
@@ -830,7 +776,7 @@ func (m *Runs) Shutdown(ctx context.Context) error {
 		r.stop(ReasonServiceShutdown)
 	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() { m.running.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -853,7 +799,7 @@ func (m *Runs) Fail(threadID, runID string, err error) {
 	was := r.finished
 	r.finished = true
 	r.mu.Unlock()
-	m.release(r)
+	m.table.remove(r)
 	// The writer queued its run-finish{error, storage_unavailable}.
 	if ro, ok := m.obs.(RunObserver); ok && !was {
 		ro.RunFinished(r.agentLabel(), RunError)
@@ -896,16 +842,8 @@ func (r *Run) stop(reason string) {
 	r.finish(RunCancelled, reason)
 }
 
-func (m *Runs) release(r *Run) {
-	m.mu.Lock()
-	if m.active[r.ThreadID] == r {
-		delete(m.active, r.ThreadID)
-	}
-	m.mu.Unlock()
-}
-
 func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
-	defer m.wg.Done()
+	defer m.running.Done()
 	defer close(r.done)
 	// A run left suspended or taken over ends here without a run-finish;
 	// a finished run's span has ended already, and ending it again does
@@ -980,25 +918,28 @@ type Run struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{}
-	// claimed is set (under Runs.mu) once the run holds its thread's row:
-	// from then on the heartbeat expects to renew it.
-	claimed bool
-	// disowned is set while the run waits for a person with its row
-	// owned by no process (see markSuspended).
-	disowned bool
-	// deleted is set (under Runs.mu) when a deletion of the thread begins
-	// while the run is registered.
-	deleted bool
 	// fence holds the token of the run's claim (0 until it is claimed),
 	// which its events are written under.
 	fence *fence
+	// marks are the run table's, under its lock.
+	marks tableMarks
 
-	mu       sync.Mutex
-	finished bool // the orchestrator's run-finish is queued
-	// begun is set once the run-start is queued; a stop before that is
-	// stopPending's, which Start carries out right after it.
-	begun       bool
+	mu sync.Mutex
+	// stopPending is a stop asked before the run-start was queued, which
+	// Start carries out right after it.
 	stopPending string
+	doorState
+	waiting personWait
+	usage   []TokenUsage
+	// span runs from the run's start to its run-finish.
+	span trace.Span
+}
+
+// doorState is what the run's door (its Emit) keeps, under the run's lock.
+type doorState struct {
+	finished bool // the orchestrator's run-finish is queued
+	// begun is set once the run-start is queued.
+	begun bool
 	// rules are what the run's door checks events against (its agents
 	// and open tool calls); meter measures its open segments.
 	rules *runRules
@@ -1007,16 +948,21 @@ type Run struct {
 	// written under: their events are accepted after the orchestrator's
 	// run-finish, until their agent-completed.
 	liveAgents map[string]*fence
-	suspended  int      // confirmations being waited for
-	awaiting   []string // their request ids
+	started    time.Time // for the time-to-first-text measurement
+	sawText    bool
+}
+
+// personWait is what the run knows of the confirmations it waits for,
+// under the run's lock.
+type personWait struct {
+	suspended int      // confirmations being waited for
+	awaiting  []string // their request ids
 	// asked counts those whose confirmation-request is queued: a client
 	// can answer them.
-	asked   int
-	usage   []TokenUsage
-	started time.Time // for the time-to-first-text measurement
-	// span runs from the run's start to its run-finish.
-	span    trace.Span
-	sawText bool
+	asked int
+	// disowned is set while the run waits for a person with its row
+	// owned by no process (see Runs.disownWhileWaiting).
+	disowned bool
 }
 
 // Sync waits until everything queued for the run's thread so far is in the
@@ -1087,14 +1033,12 @@ func (r *Run) finishLocked(status, reason string) bool {
 	if ro, ok := m.obs.(RunObserver); ok {
 		ro.RunFinished(r.agentLabel(), status)
 	}
-	m.mu.Lock()
+	m.table.mu.Lock()
 	r.enqueueLocked(Event{Type: TypeRunFinish, AgentID: r.AgentID, TS: now,
 		Payload: &RunFinish{Status: status, Reason: reason, Usage: slices.Clone(r.usage)}}, r.fence)
-	if m.active[r.ThreadID] == r {
-		delete(m.active, r.ThreadID)
-	}
+	m.table.removeLocked(r)
 	r.unshareClaimLocked()
-	m.mu.Unlock()
+	m.table.mu.Unlock()
 	r.finished = true
 	return true
 }
@@ -1113,17 +1057,8 @@ func (r *Run) afterFinish(status, reason string) {
 // stored, and their later events, refused under its token, would be lost.
 // What they queued before commits with or before the run-finish, under the
 // run's token. Nothing is left to fence them with from here. r.mu and
-// Runs.mu are held.
-func (r *Run) unshareClaimLocked() {
-	for _, t := range r.runs.background[r.ThreadID] {
-		if t.RunID == r.ID && t.fence == r.fence && !t.refused {
-			t.fence = newFence(r.ID, t.AgentID, 0)
-			if r.liveAgents[t.AgentID] != nil {
-				r.liveAgents[t.AgentID] = t.fence
-			}
-		}
-	}
-}
+// the run table's lock are held.
+func (r *Run) unshareClaimLocked() { r.runs.background.unshareClaim(r) }
 
 // endSpan ends a run's span with its status. A failure's reason is not
 // recorded: it may quote the upstream's answer, which may quote the

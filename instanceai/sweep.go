@@ -78,10 +78,10 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 // it with the run: its row, taken and not renewed, runs out again. It
 // returns how many agents it settled, after their events are stored.
 func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
-	if m.agentsDB == nil || m.index == nil {
+	if m.leases.agentRows == nil || m.index == nil {
 		return 0, nil
 	}
-	rows, err := m.agentsDB.ExpiredAgents(ctx)
+	rows, err := m.leases.agentRows.ExpiredAgents(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: list expired background agents: %w", err)
 	}
@@ -102,7 +102,7 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 		if !finished {
 			continue
 		}
-		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
+		token, won, err := m.leases.takeAgentRow(ctx, row.AgentRef)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
 		}
@@ -161,7 +161,7 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 		if fence == 0 {
 			return outcome, nil
 		}
-		err := m.agentsDB.ReleaseAgent(ctx, ref, fence)
+		err := m.leases.agentRows.ReleaseAgent(ctx, ref, fence)
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 			return 0, err
 		}
@@ -239,14 +239,7 @@ func (m *Runs) loggedFinish(ctx context.Context, ref RunRef) (bool, error) {
 
 // isLiveAgent reports whether the agent works in this process.
 func (m *Runs) isLiveAgent(ref AgentRef) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, t := range m.background[ref.ThreadID] {
-		if t.AgentID == ref.AgentID {
-			return true
-		}
-	}
-	return false
+	return m.background.any(ref.ThreadID, func(t *BackgroundTask) bool { return t.AgentID == ref.AgentID })
 }
 
 // claimForSweep decides whether an unfinished run is dead and, if so, makes
@@ -254,7 +247,7 @@ func (m *Runs) isLiveAgent(ref AgentRef) bool {
 // It returns the token of the claim it took, 0 for a run that holds no
 // row.
 func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine bool, err error) {
-	row, err := m.claims.ActiveRun(ctx, ref.ThreadID)
+	row, err := m.leases.claims.ActiveRun(ctx, ref.ThreadID)
 	switch {
 	case err == nil && row.RunID == ref.RunID:
 		if row.Suspended && m.agentResumes() {
@@ -266,7 +259,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
 			return 0, false, nil
 		}
-		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+		return m.leases.takeRun(ctx, ref.ThreadID, ref.RunID)
 	case err == nil:
 		// The thread's row is another run's, so this one holds nothing: no
 		// process can be running it.
@@ -275,7 +268,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		return 0, false, err
 	}
 	// No row at all: a run written before runs were claimed. Claim it now.
-	row, err = m.claims.ClaimThread(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+	row, err = m.leases.claimThread(ctx, ref.ThreadID, ref.RunID)
 	if err != nil {
 		if errors.Is(err, ErrRunActive) {
 			return 0, false, nil
@@ -287,8 +280,8 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if c, err := m.pendingOf(ctx, ref); err != nil {
 			return 0, false, err
 		} else if c != nil {
-			err := errors.Join(m.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, row.Fence, true),
-				m.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, row.Fence))
+			err := errors.Join(m.leases.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, row.Fence, true),
+				m.leases.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, row.Fence))
 			return 0, false, err
 		}
 	}
@@ -316,17 +309,8 @@ func (m *Runs) pendingOf(ctx context.Context, ref RunRef) (*Confirmation, error)
 }
 
 func (m *Runs) isLive(ref RunRef) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if r := m.active[ref.ThreadID]; r != nil && r.ID == ref.RunID {
-		return true
-	}
-	for _, t := range m.background[ref.ThreadID] {
-		if t.RunID == ref.RunID {
-			return true
-		}
-	}
-	return false
+	r, tasks := m.workOf(ref.ThreadID, func(t *BackgroundTask) bool { return t.RunID == ref.RunID })
+	return (r != nil && r.ID == ref.RunID) || len(tasks) > 0
 }
 
 // openWork is what a run's events leave open, folded by the rules the
@@ -409,8 +393,8 @@ func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, age
 		}
 		blocks = openSegmentBlocks(rows, pieces, agent)
 	}
-	if m.liveText != nil {
-		open, after := m.liveText(ref.ThreadID, ref.RunID)
+	if m.leases.hubText != nil {
+		open, after := m.leases.hubText(ref.ThreadID, ref.RunID)
 		blocks = withLiveText(blocks, rows, open, after, agent)
 	}
 	for i := range blocks {
@@ -473,10 +457,10 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 // holdsLiveText reports whether the hub holds text of the run that is in
 // no block yet, each segment of it whole from its start (see Hub.LiveText).
 func (m *Runs) holdsLiveText(ref RunRef) bool {
-	if m.liveText == nil {
+	if m.leases.hubText == nil {
 		return false
 	}
-	open, _ := m.liveText(ref.ThreadID, ref.RunID)
+	open, _ := m.leases.hubText(ref.ThreadID, ref.RunID)
 	return len(open) > 0
 }
 
@@ -495,26 +479,26 @@ func (m *Runs) holdsLiveText(ref RunRef) bool {
 // the run and holds none of its text): after that it settles the work
 // anyway.
 func (m *Runs) leaveToPeer(ctx context.Context, ref RunRef, owner string, expires time.Time) bool {
-	lastRenewal := expires.Add(-m.lease)
-	unheard := m.heard != nil && !m.heard(ref.ThreadID, ref.RunID)
-	wait := m.lease
+	lastRenewal := expires.Add(-m.leases.ttl)
+	unheard := m.leases.heardRun != nil && !m.leases.heardRun(ref.ThreadID, ref.RunID)
+	wait := m.leases.ttl
 	if unheard && !m.holdsLiveText(ref) {
 		// One that holds none of the run's text waits a lease longer
 		// than one that began to follow the thread after the run started
 		// but heard a segment of it whole: that one settles first.
-		wait = 2 * m.lease
+		wait = 2 * m.leases.ttl
 	}
-	if m.peers == nil || m.now().After(expires.Add(wait)) {
+	if m.leases.peers == nil || m.now().After(expires.Add(wait)) {
 		return false
 	}
-	if !unheard && !m.born.After(lastRenewal) {
+	if !unheard && !m.leases.startedAt.After(lastRenewal) {
 		return false
 	}
-	live, err := m.peers(ctx)
+	live, err := m.leases.peers(ctx)
 	if err != nil {
 		return false // settle now rather than not at all
 	}
 	return slices.ContainsFunc(live, func(o Instance) bool {
-		return o.ID != m.instance && o.ID != owner && (unheard || o.StartedAt.Before(lastRenewal))
+		return o.ID != m.leases.instance && o.ID != owner && (unheard || o.StartedAt.Before(lastRenewal))
 	})
 }
