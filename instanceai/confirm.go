@@ -55,45 +55,48 @@ func (e *ConfirmationExpiredError) Error() string {
 	return fmt.Sprintf("confirmation %q expired at %s: it can only be denied", e.RequestID, e.At)
 }
 
-// confirmWaiters are the runs of this process that wait for a person's
-// answer, by request id: each answer goes to its run's channel.
-type confirmWaiters struct {
-	mu        sync.Mutex
-	byRequest map[string]chan Answer
+// confirmations are the confirmation requests of the runs: where they
+// are stored, when an answer comes too late, and the runs of this process
+// that wait for an answer, by request id (each answer goes to its run's
+// channel).
+type confirmations struct {
+	store ConfirmationStore // nil: agents cannot ask for approval
+	// expired reports whether a pending confirmation may now only be
+	// denied (see RunsConfig.Expired); nil: none expire.
+	expired func(c *Confirmation, now time.Time) (at string, expired bool)
+
+	mu      sync.Mutex
+	waiters map[string]chan Answer
 }
 
-func newConfirmWaiters() confirmWaiters {
-	return confirmWaiters{byRequest: map[string]chan Answer{}}
-}
-
-// add opens a wait for the request's answer.
-func (w *confirmWaiters) add(requestID string) chan Answer {
+// await opens a wait for the request's answer.
+func (c *confirmations) await(requestID string) chan Answer {
 	wait := make(chan Answer, 1)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.byRequest[requestID] = wait
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiters[requestID] = wait
 	return wait
 }
 
-func (w *confirmWaiters) remove(requestID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.byRequest, requestID)
+func (c *confirmations) stopWaiting(requestID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waiters, requestID)
 }
 
-// get returns the wait for the request's answer, nil when none is open.
-func (w *confirmWaiters) get(requestID string) chan Answer {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.byRequest[requestID]
+// waiter returns the wait for the request's answer, nil when none is open.
+func (c *confirmations) waiter(requestID string) chan Answer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiters[requestID]
 }
 
-// requestIDs returns the requests waited for.
-func (w *confirmWaiters) requestIDs() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ids := make([]string, 0, len(w.byRequest))
-	for id := range w.byRequest {
+// awaited returns the requests waited for here.
+func (c *confirmations) awaited() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.waiters))
+	for id := range c.waiters {
 		ids = append(ids, id)
 	}
 	return ids
@@ -105,7 +108,7 @@ func (w *confirmWaiters) requestIDs() []string {
 // suspended meanwhile. agentID "" means the orchestrator.
 func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationRequest) (Answer, error) {
 	m := r.runs
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return Answer{}, errors.New("confirmations need a confirmation store")
 	}
 	if req.RequestID == "" {
@@ -122,9 +125,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	if err != nil {
 		return Answer{}, err
 	}
-	wait := m.waiters.add(req.RequestID)
-	defer m.waiters.remove(req.RequestID)
-	if err := m.confirms.AddConfirmation(ctx, Confirmation{
+	wait := m.confirmations.await(req.RequestID)
+	defer m.confirmations.stopWaiting(req.RequestID)
+	if err := m.confirmations.store.AddConfirmation(ctx, Confirmation{
 		RequestID: req.RequestID, ThreadID: r.ThreadID, RunID: r.ID, AgentID: agentID, ToolCallID: req.ToolCallID,
 		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(), Fence: m.fenceOf(r, agentID),
 	}); err != nil {
@@ -222,7 +225,7 @@ func (r *Run) liveAgentID(agentID string) string {
 // closeConfirmation marks an unanswered confirmation as cancelled, so that
 // it is not reported as pending once its run is gone.
 func (m *Runs) closeConfirmation(requestID string) {
-	err := m.confirms.AnswerConfirmation(context.Background(), requestID, ConfirmationCancelled, nil)
+	err := m.confirmations.store.AnswerConfirmation(context.Background(), requestID, ConfirmationCancelled, nil)
 	if err != nil && !errors.Is(err, ErrAlreadyAnswered) {
 		m.log.Warn("could not close confirmation", "request", requestID, "err", err)
 	}
@@ -329,10 +332,10 @@ func (r *Run) retake() bool {
 // takes it at its next lease renewal at the latest (Accepted): it waits a
 // few seconds for a run of another instance to go on.
 func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (string, ControlOutcome, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return "", "", ErrNotFound
 	}
-	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	c, err := m.confirmations.store.GetConfirmation(ctx, requestID)
 	if err != nil {
 		return "", "", err
 	}
@@ -347,8 +350,8 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	default:
 		return c.RunID, "", ErrAlreadyAnswered
 	}
-	if a.Approved && m.expired != nil {
-		if at, gone := m.expired(&c, m.now()); gone {
+	if a.Approved && m.confirmations.expired != nil {
+		if at, gone := m.confirmations.expired(&c, m.now()); gone {
 			return c.RunID, "", &ConfirmationExpiredError{RequestID: requestID, At: at}
 		}
 	}
@@ -360,7 +363,7 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOutcome, error) {
 	requestID := c.RequestID
 	m.table.mu.Lock()
-	wait := m.waiters.get(requestID)
+	wait := m.confirmations.waiter(requestID)
 	live := m.table.isLocked(c.ThreadID, c.RunID)
 	m.table.mu.Unlock()
 	remote, free := false, false
@@ -386,10 +389,10 @@ func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOu
 	if err != nil {
 		return "", err
 	}
-	if err := m.confirms.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
+	if err := m.confirmations.store.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
 		if errors.Is(err, ErrAlreadyAnswered) {
 			// Closed or answered since it was read: say which.
-			if now, gerr := m.confirms.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
+			if now, gerr := m.confirmations.store.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
 				return "", ErrConfirmationClosed
 			}
 		}
@@ -449,7 +452,7 @@ func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome
 // another instance reaches its run by the bus at once, or by this, the
 // heartbeat's look, at the latest.
 func (m *Runs) deliverStoredAnswers() {
-	for _, id := range m.waiters.requestIDs() {
+	for _, id := range m.confirmations.awaited() {
 		m.deliverAnswer(id)
 	}
 }
@@ -458,10 +461,10 @@ func (m *Runs) deliverStoredAnswers() {
 // in this process, on another live instance, or suspended with no process
 // when the agent can resume it. Oldest first.
 func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return nil, nil
 	}
-	pending, err := m.confirms.PendingConfirmations(ctx, threadID)
+	pending, err := m.confirmations.store.PendingConfirmations(ctx, threadID)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
@@ -478,7 +481,7 @@ func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, er
 	defer m.table.mu.Unlock()
 	var out []Confirmation
 	for _, c := range pending {
-		waiting := m.waiters.get(c.RequestID) != nil
+		waiting := m.confirmations.waiter(c.RequestID) != nil
 		live := m.table.isLocked(threadID, c.RunID)
 		elsewhere := !live && rowErr == nil && row.RunID == c.RunID && row.Suspended && (!row.Free(now) || resumes)
 		if waiting || elsewhere {
@@ -496,7 +499,7 @@ func (m *Runs) closeAwaited(r *Run) {
 	ids := slices.Clone(r.waiting.awaiting)
 	r.mu.Unlock()
 	for _, id := range ids {
-		m.waiters.remove(id)
+		m.confirmations.stopWaiting(id)
 		m.closeConfirmation(id)
 	}
 }

@@ -76,8 +76,8 @@ func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) err
 	if err != nil || !won {
 		return err
 	}
-	if row.Suspended && m.confirms != nil {
-		pending, err := m.confirms.PendingConfirmations(ctx, row.ThreadID)
+	if row.Suspended && m.confirmations.store != nil {
+		pending, err := m.confirmations.store.PendingConfirmations(ctx, row.ThreadID)
 		if err != nil {
 			return err
 		}
@@ -171,10 +171,10 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, err
 		}
 	}
-	if m.confirms != nil {
+	if m.confirmations.store != nil {
 		// Those the store holds pending, whether or not their request
 		// reached the log (a process may die in between).
-		pending, err := m.confirms.PendingConfirmations(ctx, ref.ThreadID)
+		pending, err := m.confirmations.store.PendingConfirmations(ctx, ref.ThreadID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			// The settlement is queued already; an answer to one of them
 			// is refused once the run-finish is stored anyway.
@@ -461,7 +461,7 @@ func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (resumed, wait
 	if requestID == "" {
 		return false, false, nil
 	}
-	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	c, err := m.confirmations.store.GetConfirmation(ctx, requestID)
 	if err != nil || (c.Status != ConfirmationApproved && c.Status != ConfirmationDenied) {
 		return false, true, nil
 	}
@@ -529,13 +529,13 @@ func (m *Runs) HandleControl(c Control) {
 // deliverAnswer hands an answer stored by another instance to the run of
 // this process that waits for it.
 func (m *Runs) deliverAnswer(requestID string) {
-	wait := m.waiters.get(requestID)
-	if wait == nil || m.confirms == nil {
+	wait := m.confirmations.waiter(requestID)
+	if wait == nil || m.confirmations.store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	c, err := m.confirmations.store.GetConfirmation(ctx, requestID)
 	if err != nil {
 		m.log.Error("could not read an answer stored by another instance", "request", requestID, "err", err)
 		return

@@ -157,25 +157,23 @@ func (noControl) SendControl(Control) {}
 // Runs is the registry of active runs: one per thread, cancel, shutdown.
 // Its parts keep their own state under their own locks: the runs active
 // here (table), this instance's claims and their fencing (leases), the
-// runs waiting for a person's answer (waiters), and the background agents
-// (background).
+// confirmation requests and the runs waiting for their answer
+// (confirmations), and the background agents (background).
 type Runs struct {
-	writer   *Writer
-	agent    Agent
-	confirms ConfirmationStore
-	expired  func(c *Confirmation, now time.Time) (string, bool)
-	log      *slog.Logger
-	now      func() time.Time
-	limits   Limits
-	obs      Observer
-	index    RunIndex
-	threads  ThreadReader
-	control  Controller
+	writer  *Writer
+	agent   Agent
+	log     *slog.Logger
+	now     func() time.Time
+	limits  Limits
+	obs     Observer
+	index   RunIndex
+	threads ThreadReader
+	control Controller
 
-	table      runTable
-	leases     leases
-	waiters    confirmWaiters
-	background backgroundAgents
+	table         runTable
+	leases        leases
+	confirmations confirmations
+	background    backgroundAgents
 	// running counts the goroutines of runs and background agents, for
 	// Shutdown to wait for.
 	running sync.WaitGroup
@@ -216,9 +214,9 @@ func NewRuns(writer *Writer, agent Agent, cfg RunsConfig) *Runs {
 		cfg.Threads, _ = cfg.Confirmations.(ThreadReader)
 	}
 	cfg.Limits.defaults()
-	m := &Runs{writer: writer, agent: agent, confirms: cfg.Confirmations, expired: cfg.Expired, log: cfg.Logger, now: cfg.Now,
-		limits: cfg.Limits, obs: cfg.Observer, index: cfg.Index, threads: cfg.Threads, control: cfg.Control,
-		table: newRunTable(), waiters: newConfirmWaiters(), background: newBackgroundAgents()}
+	m := &Runs{writer: writer, agent: agent, log: cfg.Logger, now: cfg.Now, limits: cfg.Limits, obs: cfg.Observer,
+		index: cfg.Index, threads: cfg.Threads, control: cfg.Control, table: newRunTable(), background: newBackgroundAgents(),
+		confirmations: confirmations{store: cfg.Confirmations, expired: cfg.Expired, waiters: map[string]chan Answer{}}}
 	m.leases.claims, m.leases.fenced = cfg.Claims, fenced
 	m.leases.agentRows, _ = cfg.Claims.(AgentClaims)
 	m.leases.instance, m.leases.ttl, m.leases.startedAt = cfg.Instance, cfg.Lease, time.Now()
@@ -890,7 +888,7 @@ func (m *Runs) execute(r *Run, body func(ctx context.Context) error) {
 // across a restart.
 func (m *Runs) agentResumes() bool {
 	_, ok := m.agent.(Resumer)
-	return ok && m.confirms != nil
+	return ok && m.confirmations.store != nil
 }
 
 // callAgent runs the agent, turning a panic into an error.

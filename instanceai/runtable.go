@@ -5,8 +5,8 @@ import "sync"
 // runTable is the runs active in this process, one per thread, with what
 // keeps new ones out: a deletion under way on their thread, or a drain.
 // Its lock also guards each run's tableMarks. Lock order: a run's own
-// lock, then the table's, then the background agents', the confirmation
-// waiters' or the orphaned claims'.
+// lock, then the table's, then the background agents', the
+// confirmations' or the orphaned claims'.
 type runTable struct {
 	mu       sync.Mutex
 	byThread map[string]*Run

@@ -290,10 +290,10 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 
 // pendingOf returns the run's pending confirmation, if any.
 func (m *Runs) pendingOf(ctx context.Context, ref RunRef) (*Confirmation, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return nil, nil
 	}
-	pending, err := m.confirms.PendingConfirmations(ctx, ref.ThreadID)
+	pending, err := m.confirmations.store.PendingConfirmations(ctx, ref.ThreadID)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			err = nil
