@@ -21,7 +21,7 @@ import (
 // Either way the registry stops the agents (their work would be lost) and
 // marks them: once the log answers, their owner settles each from the log,
 // as the sweep settles an agent whose process is gone, before it lets go
-// of the agent's row (see letGoAgent).
+// of the agent's row (see releaseAgentRow).
 
 // failAgentsOnly fails the background agents of run runID whose events are
 // in items, a batch the log refused for good, if they are all the run has

@@ -8,7 +8,7 @@ import (
 
 // Background agents' rows (see AgentClaims): renewed by their instance's
 // heartbeat while the agent works (renewAgents), taken by the settlement
-// of their run (fenceAgents), and let go of once the agent ended.
+// of their run (takeAgentRows), and let go of once the agent ended.
 //
 // A background agent's row goes once its agent-completed is in the log:
 // deleted sooner, a crash in between would leave the agent open with
@@ -25,12 +25,12 @@ import (
 // writes it from the log reads the log first, and writes under the row's
 // token, which a take makes stale.
 
-// letGoEnded tries once more to let go of the row of each agent that ended
-// here; those it cannot let go of yet wait for the next try.
-func (m *Runs) letGoEnded(ctx context.Context) {
+// retryEndedAgentRows tries once more to let go of the row of each agent
+// that ended here; those it cannot let go of yet wait for the next try.
+func (m *Runs) retryEndedAgentRows(ctx context.Context) {
 	for _, a := range m.background.ended.take() {
 		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		done := ctx.Err() == nil && m.letGoAgent(tctx, a.task, a.row)
+		done := ctx.Err() == nil && m.releaseAgentRow(tctx, a.task, a.row)
 		cancel()
 		if !done {
 			m.background.ended.add(a)
@@ -41,16 +41,13 @@ func (m *Runs) letGoEnded(ctx context.Context) {
 	}
 }
 
-// rowOf returns the token of t's row, 0 when it holds none.
-func (m *Runs) rowOf(t *BackgroundTask) int64 { return m.background.rowToken(t) }
-
-// letGoAgent lets go of row, the row of t, an agent that ended here, once
-// the log holds its agent-completed: it releases the row, or finds it gone
-// with its thread or taken by another instance. An agent whose events the
-// writer could not store is first settled from the log, once the log
+// releaseAgentRow lets go of row, the row of t, an agent that ended here,
+// once the log holds its agent-completed: it releases the row, or finds it
+// gone with its thread or taken by another instance. An agent whose events
+// the writer could not store is first settled from the log, once the log
 // answers and shows its run finished. It reports whether it is done with
 // the row; if not, the caller tries again later.
-func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) bool {
+func (m *Runs) releaseAgentRow(ctx context.Context, t *BackgroundTask, row int64) bool {
 	if m.leases.agentRows == nil {
 		return true
 	}
@@ -125,7 +122,7 @@ func (m *Runs) renewAgents(ctx context.Context) bool {
 	}
 	lost, asked, reasons := m.background.judgeRenewal(before, held)
 	for _, t := range lost {
-		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
+		m.stopTakenOverAgent(t, "its row holds another instance's claim (its lease ran out here)")
 	}
 	for i, t := range asked {
 		t.cancel(cancelled{reasons[i]})
@@ -133,22 +130,22 @@ func (m *Runs) renewAgents(ctx context.Context) bool {
 	return true
 }
 
-// stopTaken stops a background agent whose claim another instance took,
-// writing nothing more of it; why says how this process found out.
-func (m *Runs) stopTaken(t *BackgroundTask, why string) {
+// stopTakenOverAgent stops a background agent whose claim another instance
+// took, writing nothing more of it; why says how this process found out.
+func (m *Runs) stopTakenOverAgent(t *BackgroundTask, why string) {
 	m.log.Warn("another instance settled this background agent; stopping it without writing",
 		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
 	t.cancel(errLeaseLost)
 	m.writer.dropFence(t.ThreadID, t.fence)
 }
 
-// fenceAgents claims the rows of the run's background agents that the log
+// takeAgentRows claims the rows of the run's background agents that the log
 // shows at work (spawned, not completed), before the run's settlement
 // completes them: an instance that still runs one (cut off from the
 // database past its lease) then holds a stale token for it, and nothing
 // it writes lands after the settlement. It returns the rows it claimed,
 // with their tokens, to release once the settlement is stored.
-func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
+func (m *Runs) takeAgentRows(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
 	if m.leases.agentRows == nil {
 		return nil, nil
 	}
@@ -182,9 +179,9 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 	return taken, nil
 }
 
-// releaseAgents releases the agents' rows that a settlement took (see
-// fenceAgents), once what the thread has queued is stored.
-func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
+// releaseTakenAgentRows releases the agents' rows that a settlement took
+// (see takeAgentRows), once what the thread has queued is stored.
+func (m *Runs) releaseTakenAgentRows(threadID string, agents map[AgentRef]int64) {
 	if len(agents) == 0 {
 		return
 	}

@@ -357,18 +357,18 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	// The row goes once the agent-completed is stored. A first try is made
 	// while the agent still counts as working here (a deletion of the
 	// thread waits for it); if the database does not let it happen now,
-	// the heartbeat tries again (see letGoAgent).
-	letGo := lost
+	// the heartbeat tries again (see releaseAgentRow).
+	released := lost
 	var row int64
 	if !lost {
-		row = m.rowOf(agent.task)
+		row = m.background.rowToken(agent.task)
 		lctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-		letGo = m.letGoAgent(lctx, agent.task, row)
+		released = m.releaseAgentRow(lctx, agent.task, row)
 		cancel()
 	}
 
 	m.background.remove(agent.task)
-	if !letGo {
+	if !released {
 		m.background.ended.add(endedAgent{task: agent.task, row: row})
 		m.log.Warn("a background agent's row stays until the database lets it go; trying again at every heartbeat",
 			"thread", r.ThreadID, "run", r.ID, "agent", agent.ID, "unstored", agent.task.unstored.Load())

@@ -140,7 +140,7 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
 	// The suspension is stored before the request goes out, and the run
-	// disowned only once the request is in the log (see disownWaiting): a
+	// disowned only once the request is in the log (see disownWhileWaiting): a
 	// process that dies before then leaves a run its lease expires on, which
 	// the sweep settles, and never a run that waits for a request nobody
 	// was sent.
@@ -180,7 +180,7 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		r.mu.Unlock()
 	}()
 	if first {
-		m.disownWaiting(ctx, r)
+		m.disownWhileWaiting(ctx, r)
 	}
 	select {
 	case a := <-wait:
@@ -237,17 +237,18 @@ func (m *Runs) closeConfirmation(requestID string) {
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	m.claimWarn(r, m.leases.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
+	m.logSuspensionUpdate(r, m.leases.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
 }
 
-// disownWaiting hands a suspended run the agent can resume to no process
-// once its confirmation-request is in the log: whichever instance gets the
-// answer (or a cancel) then takes it with a conditional update, even after
-// this process died. The waiting goroutine here must retake it to go on
-// (see retake). Until the request is stored the run stays owned, so that a
-// crash before then is swept like any other: a suspended run with no owner
-// is never swept, and one whose request was lost would wait forever.
-func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
+// disownWhileWaiting hands a suspended run the agent can resume to no
+// process once its confirmation-request is in the log: whichever instance
+// gets the answer (or a cancel) then takes it with a conditional update,
+// even after this process died. The waiting goroutine here must retake it
+// to go on (see retake). Until the request is stored the run stays owned,
+// so that a crash before then is swept like any other: a suspended run with
+// no owner is never swept, and one whose request was lost would wait
+// forever.
+func (m *Runs) disownWhileWaiting(ctx context.Context, r *Run) {
 	if !m.agentResumes() {
 		return
 	}
@@ -270,11 +271,11 @@ func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
 		r.waiting.disowned = true
 		r.mu.Unlock()
 	}
-	m.claimWarn(r, err)
+	m.logSuspensionUpdate(r, err)
 }
 
-// claimWarn logs a failed update of a waiting run's claim.
-func (m *Runs) claimWarn(r *Run, err error) {
+// logSuspensionUpdate logs a failed update of a waiting run's claim.
+func (m *Runs) logSuspensionUpdate(r *Run, err error) {
 	switch {
 	case errors.Is(err, ErrStaleFence):
 		// Taken by another instance: the run's next write is refused, and
@@ -312,7 +313,7 @@ func (r *Run) retake() bool {
 		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 	if !won {
-		m.abandon(r, "another instance took the suspended run before it could go on")
+		m.stopTakenOver(r, "another instance took the suspended run before it could go on")
 		return false
 	}
 	return true

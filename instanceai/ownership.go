@@ -68,10 +68,10 @@ func (m *Runs) runFinished(threadID, runID string, fence int64) {
 	m.releaseClaim(threadID, runID, fence)
 }
 
-// settleFree takes a run no live process holds and ends it: cancelled with
-// its waiting call settled when it was suspended on a confirmation,
+// settleUnheld takes a run no live process holds and ends it: cancelled
+// with its waiting call settled when it was suspended on a confirmation,
 // interrupted like a crashed run otherwise.
-func (m *Runs) settleFree(ctx context.Context, row ActiveRun, reason string) error {
+func (m *Runs) settleUnheld(ctx context.Context, row ActiveRun, reason string) error {
 	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 	if err != nil || !won {
 		return err
@@ -113,10 +113,10 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 	if m.leases.fenced {
 		under = fence
 	}
-	agents, err := m.fenceAgents(ctx, ref, rows, under)
+	agents, err := m.takeAgentRows(ctx, ref, rows, under)
 	// Whatever happens from here, the rows go once what was queued is
 	// stored: kept, they would be left to run out for no agent.
-	defer m.releaseAgents(ref.ThreadID, agents)
+	defer m.releaseTakenAgentRows(ref.ThreadID, agents)
 	if err != nil {
 		return false, err
 	}
@@ -193,7 +193,7 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 // Maintain keeps this instance's claims alive and settles the runs of dead
 // instances: every interval it renews the leases of the runs and
 // background agents it holds, tries again to let go of the rows of its
-// agents that ended (see letGoAgent), and sweeps the runs whose lease
+// agents that ended (see releaseAgentRow), and sweeps the runs whose lease
 // expired. It returns when ctx ends.
 func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 	m.leases.renewedFrom(time.Now())
@@ -215,7 +215,7 @@ func (m *Runs) Maintain(ctx context.Context, interval time.Duration) {
 		if trying.CompareAndSwap(false, true) {
 			ended.Go(func() {
 				defer trying.Store(false)
-				m.letGoEnded(ctx)
+				m.retryEndedAgentRows(ctx)
 			})
 		}
 		if _, err := m.SweepExpired(ctx); err != nil && ctx.Err() == nil {
@@ -270,8 +270,8 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	orphaned := m.leases.orphans.count(holds, func(row heldClaim) bool { return m.table.isLocked(row.ThreadID, row.RunID) })
 	m.table.mu.Unlock()
 	for _, r := range suspects {
-		if m.taken(hctx, r) {
-			m.abandon(r, "its row holds another instance's claim (its lease ran out here)")
+		if m.claimLost(hctx, r) {
+			m.stopTakenOver(r, "its row holds another instance's claim (its lease ran out here)")
 		}
 	}
 	// Cancels asked through another instance, whether or not the bus
@@ -286,15 +286,15 @@ func (m *Runs) heartbeat(ctx context.Context) {
 		}
 	}
 	for _, row := range orphaned {
-		m.letGo(hctx, row)
+		m.releaseOrphan(hctx, row)
 	}
 }
 
-// letGo gives up a row this instance owns with no live run behind it: one
-// whose run ended (its release failed when the database did not answer)
-// is released; any other is disowned, and the sweep settles it, or the
-// answer its run waits for resumes it.
-func (m *Runs) letGo(ctx context.Context, row heldClaim) {
+// releaseOrphan gives up a row this instance owns with no live run behind
+// it: one whose run ended (its release failed when the database did not
+// answer) is released; any other is disowned, and the sweep settles it, or
+// the answer its run waits for resumes it.
+func (m *Runs) releaseOrphan(ctx context.Context, row heldClaim) {
 	// The run may only be slow to store its run-finish, or wait for the
 	// database to take the ending its outage kept: judged at a later beat
 	// once the writer has nothing of the thread.
@@ -316,12 +316,12 @@ func (m *Runs) letGo(ctx context.Context, row heldClaim) {
 	}
 }
 
-// taken reports whether another instance took the claim of r, a live run
-// of this process: the thread's row no longer holds r's token. The token
-// is read once no retake of r is under way. A row that cannot be read is
-// not judged, and neither is a run that left the registry meanwhile (its
+// claimLost reports whether another instance took the claim of r, a live
+// run of this process: the thread's row no longer holds r's token. The
+// token is read once no retake of r is under way. A row that cannot be read
+// is not judged, and neither is a run that left the registry meanwhile (its
 // own row goes once its run-finish is stored).
-func (m *Runs) taken(ctx context.Context, r *Run) bool {
+func (m *Runs) claimLost(ctx context.Context, r *Run) bool {
 	r.fence.mu.Lock()
 	row, err := m.leases.claims.ActiveRun(ctx, r.ThreadID)
 	token := r.fence.v.Load()
@@ -335,11 +335,11 @@ func (m *Runs) taken(ctx context.Context, r *Run) bool {
 	return m.table.holds(r)
 }
 
-// abandon stops a live run another instance took over, writing nothing
-// more of it, and the background agents that write under the run's claim
-// (those that could not claim a row of their own); why says how this
+// stopTakenOver stops a live run another instance took over, writing
+// nothing more of it, and the background agents that write under the run's
+// claim (those that could not claim a row of their own); why says how this
 // process found out. A run no longer live is left alone.
-func (m *Runs) abandon(r *Run, why string) {
+func (m *Runs) stopTakenOver(r *Run, why string) {
 	m.table.mu.Lock()
 	live := m.table.removeLocked(r)
 	tasks := m.background.matching(r.ThreadID, func(t *BackgroundTask) bool { return t.RunID == r.ID && t.fence == r.fence })
@@ -373,9 +373,9 @@ func (m *Runs) Fenced(threadID, runID, agentID string) {
 	}
 	switch {
 	case agentID == "" && r != nil && r.ID == runID:
-		m.abandon(r, why)
+		m.stopTakenOver(r, why)
 	case task != nil:
-		m.stopTaken(task, why)
+		m.stopTakenOverAgent(task, why)
 	default:
 		m.log.Warn("another instance settled this run first; its events from here were dropped",
 			"thread", threadID, "run", runID, "agent", agentID)
@@ -411,7 +411,7 @@ func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
 				// handing the run to no one: do that for it, so that an
 				// answer or a cancel acts on it at once; a cancel asked
 				// meanwhile ends it now.
-				if err := m.handOver(ctx, row); err != nil {
+				if err := m.disownForDeadOwner(ctx, row); err != nil {
 					return n, err
 				}
 			}
@@ -562,13 +562,13 @@ func (m *Runs) deliverAnswer(requestID string) {
 // is false until the heartbeat runs, and without a store's claims.
 func (m *Runs) LiveHeld() bool { return m.leases.mayHaveRunOut() }
 
-// handOver takes a suspended run whose owner died while it still held it,
-// and leaves it suspended and owned by no process, as its owner would have
-// (see disownWaiting); or ends it cancelled when a cancel of it was asked
-// meanwhile.
-func (m *Runs) handOver(ctx context.Context, row ActiveRun) error {
+// disownForDeadOwner takes a suspended run whose owner died while it still
+// held it, and leaves it suspended and owned by no process, as its owner
+// would have (see disownWhileWaiting); or ends it cancelled when a cancel
+// of it was asked meanwhile.
+func (m *Runs) disownForDeadOwner(ctx context.Context, row ActiveRun) error {
 	if row.CancelReason != "" {
-		return m.settleFree(ctx, row, row.CancelReason)
+		return m.settleUnheld(ctx, row, row.CancelReason)
 	}
 	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
 	if err != nil || !won {

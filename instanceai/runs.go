@@ -642,7 +642,7 @@ func (m *Runs) Cancel(threadID, reason string) (*Run, ControlOutcome, error) {
 		case err == nil:
 			ref = &Run{ID: row.RunID, StartRequest: StartRequest{ThreadID: threadID}}
 			if row.Free(m.now()) {
-				if err := m.settleFree(ctx, row, reason); err != nil {
+				if err := m.settleUnheld(ctx, row, reason); err != nil {
 					m.log.Error("could not cancel a run no process holds", "thread", threadID, "run", row.RunID, "err", err)
 				}
 			}

@@ -45,7 +45,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 		// the thread here lost it: one that waited for a person in memory
 		// while another instance took it with its answer, and has not
 		// heard yet (its bus link is down; its heartbeat would tell it).
-		m.abandon(r, "another instance took the thread's row while this run waited")
+		m.stopTakenOver(r, "another instance took the thread's row while this run waited")
 	}
 	var r *Run
 	adopted := m.table.adopt(c.ThreadID, func() *Run {

@@ -73,7 +73,7 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 // spawned and not completed, gets tool-interrupted for each of its calls
 // without an outcome and agent-completed{status:"error"}, as a crashed
 // run's agents do (see settleAgent); so is the row of an agent that ended
-// without its owner letting go of it (see letGoAgent). An agent of a run
+// without its owner letting go of it (see releaseAgentRow). An agent of a run
 // without a run-finish is left to that run's settlement, which completes
 // it with the run: its row, taken and not renewed, runs out again. It
 // returns how many agents it settled, after their events are stored.
@@ -395,7 +395,7 @@ func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, age
 	}
 	if m.leases.hubText != nil {
 		open, after := m.leases.hubText(ref.ThreadID, ref.RunID)
-		blocks = withLiveText(blocks, rows, open, after, agent)
+		blocks = withHubText(blocks, rows, open, after, agent)
 	}
 	for i := range blocks {
 		// Pieces stored before segments were bounded may hold more than a
@@ -407,11 +407,11 @@ func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, age
 	return blocks, len(pieces) > 0, nil
 }
 
-// withLiveText merges the live text of open segments into the blocks
+// withHubText merges the live text of open segments into the blocks
 // made of checkpoint pieces: a live text that extends a block's replaces
 // it; one of a segment without pieces, that no stored block closed since
 // it began, is a block of its own, after the others.
-func withLiveText(blocks []Event, rows []StoredEvent, open []Event, after []int64, agent string) []Event {
+func withHubText(blocks []Event, rows []StoredEvent, open []Event, after []int64, agent string) []Event {
 	for i := range open {
 		live := &open[i]
 		if agent != "" && live.AgentID != agent {
@@ -454,9 +454,9 @@ func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
 	return nil
 }
 
-// holdsLiveText reports whether the hub holds text of the run that is in
+// hubHoldsText reports whether the hub holds text of the run that is in
 // no block yet, each segment of it whole from its start (see Hub.LiveText).
-func (m *Runs) holdsLiveText(ref RunRef) bool {
+func (m *Runs) hubHoldsText(ref RunRef) bool {
 	if m.leases.hubText == nil {
 		return false
 	}
@@ -482,7 +482,7 @@ func (m *Runs) leaveToPeer(ctx context.Context, ref RunRef, owner string, expire
 	lastRenewal := expires.Add(-m.leases.ttl)
 	unheard := m.leases.heardRun != nil && !m.leases.heardRun(ref.ThreadID, ref.RunID)
 	wait := m.leases.ttl
-	if unheard && !m.holdsLiveText(ref) {
+	if unheard && !m.hubHoldsText(ref) {
 		// One that holds none of the run's text waits a lease longer
 		// than one that began to follow the thread after the run started
 		// but heard a segment of it whole: that one settles first.
