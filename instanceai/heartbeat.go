@@ -71,11 +71,28 @@ func (m *Runs) heartbeat(ctx context.Context) {
 	for _, row := range held {
 		holds[heldClaim{RunRef{ThreadID: row.ThreadID, RunID: row.RunID}, row.Fence}] = true
 	}
-	// A run not renewed under its token may have been taken, or may only
-	// look so: it was disowned to wait for a person (its row then has no
-	// owner, and keeps its token until another instance takes it, which
-	// its retake finds out), or it changed hands within this process
-	// while the renewal ran. The suspects' rows are read to tell.
+	suspects := notRenewed(before, holds)
+	m.table.mu.Lock()
+	orphaned := m.leases.orphans.count(holds, func(row heldClaim) bool { return m.table.isLocked(row.ThreadID, row.RunID) })
+	m.table.mu.Unlock()
+	for _, r := range suspects {
+		if m.claimLost(hctx, r) {
+			m.stopTakenOver(r, "its row holds another instance's claim (its lease ran out here)")
+		}
+	}
+	m.stopCancelledElsewhere(held)
+	for _, row := range orphaned {
+		m.releaseOrphan(hctx, row)
+	}
+}
+
+// notRenewed returns the runs of before whose row the renewal, holds, did
+// not renew under their token. Such a run may have been taken, or may only
+// look so: it was disowned to wait for a person (its row then has no
+// owner, and keeps its token until another instance takes it, which its
+// retake finds out), or it changed hands within this process while the
+// renewal ran. The suspects' rows are read to tell.
+func notRenewed(before []*Run, holds map[heldClaim]bool) []*Run {
 	var suspects []*Run
 	for _, r := range before {
 		r.mu.Lock()
@@ -85,16 +102,13 @@ func (m *Runs) heartbeat(ctx context.Context) {
 			suspects = append(suspects, r)
 		}
 	}
-	m.table.mu.Lock()
-	orphaned := m.leases.orphans.count(holds, func(row heldClaim) bool { return m.table.isLocked(row.ThreadID, row.RunID) })
-	m.table.mu.Unlock()
-	for _, r := range suspects {
-		if m.claimLost(hctx, r) {
-			m.stopTakenOver(r, "its row holds another instance's claim (its lease ran out here)")
-		}
-	}
-	// Cancels asked through another instance, whether or not the bus
-	// brought them too.
+	return suspects
+}
+
+// stopCancelledElsewhere stops the runs whose renewed rows, held, carry a
+// cancel asked through another instance, whether or not the bus brought
+// it too.
+func (m *Runs) stopCancelledElsewhere(held []ActiveRun) {
 	for _, row := range held {
 		if row.CancelReason == "" {
 			continue
@@ -103,9 +117,6 @@ func (m *Runs) heartbeat(ctx context.Context) {
 			m.log.Info("stopping a run whose cancel was asked through another instance", "thread", row.ThreadID, "run", row.RunID)
 			r.stop(row.CancelReason)
 		}
-	}
-	for _, row := range orphaned {
-		m.releaseOrphan(hctx, row)
 	}
 }
 

@@ -68,30 +68,9 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 		return false, fmt.Errorf("read run %s: %w", ref.RunID, err)
 	}
 	if !slices.ContainsFunc(rows, func(ev StoredEvent) bool { return ev.Event.Type == TypeRunStart }) {
-		// Claimed by a process that died, or was cut off, before its
-		// run-start was stored: its client may hold the run's id (a chat is
-		// answered once the run-start is queued), so the run is written as
-		// begun and interrupted at once, rather than never heard of again.
-		now := m.now().UnixMilli()
-		var user string
-		if m.threads != nil {
-			t, err := m.threads.GetThread(ctx, ref.ThreadID)
-			if err != nil {
-				return false, fmt.Errorf("read thread %q: %w", ref.ThreadID, err)
-			}
-			user = t.OwnerID
+		if err := m.settleUnbegun(ctx, ref, holder); err != nil {
+			return false, err
 		}
-		for _, ev := range []Event{
-			{Type: TypeRunStart, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
-				Payload: &RunStart{MessageID: NewID("msg_")}},
-			{Type: TypeRunFinish, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
-				Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}},
-		} {
-			if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
-				return false, err
-			}
-		}
-		m.log.Info("settled a run whose process died before its run-start was stored", "thread", ref.ThreadID, "run", ref.RunID)
 		return true, nil
 	}
 	blocks, pieces, err := m.openText(ctx, ref, rows, "")
@@ -111,23 +90,58 @@ func (m *Runs) settleRun(ctx context.Context, ref RunRef, fence int64) (bool, er
 			return false, err
 		}
 	}
-	if m.confirmations.store != nil {
-		// Those the store holds pending, whether or not their request
-		// reached the log (a process may die in between).
-		pending, err := m.confirmations.store.PendingConfirmations(ctx, ref.ThreadID)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			// The settlement is queued already; an answer to one of them
-			// is refused once the run-finish is stored anyway.
-			m.log.Warn("could not close a settled run's confirmations", "thread", ref.ThreadID, "run", ref.RunID, "err", err)
-		}
-		for _, c := range pending {
-			if c.RunID == ref.RunID {
-				m.closeConfirmation(c.RequestID)
-			}
-		}
-	}
+	m.closeSettledConfirmations(ctx, ref)
 	m.log.Info("settled a run whose process is gone", "thread", ref.ThreadID, "run", ref.RunID)
 	return true, nil
+}
+
+// settleUnbegun settles a run claimed by a process that died, or was cut
+// off, before its run-start was stored: its client may hold the run's id
+// (a chat is answered once the run-start is queued), so the run is written
+// under holder as begun and interrupted at once, rather than never heard
+// of again.
+func (m *Runs) settleUnbegun(ctx context.Context, ref RunRef, holder *fence) error {
+	now := m.now().UnixMilli()
+	var user string
+	if m.threads != nil {
+		t, err := m.threads.GetThread(ctx, ref.ThreadID)
+		if err != nil {
+			return fmt.Errorf("read thread %q: %w", ref.ThreadID, err)
+		}
+		user = t.OwnerID
+	}
+	for _, ev := range []Event{
+		{Type: TypeRunStart, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
+			Payload: &RunStart{MessageID: NewID("msg_")}},
+		{Type: TypeRunFinish, RunID: ref.RunID, AgentID: OrchestratorAgentID(ref.RunID), UserID: user, TS: now,
+			Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}},
+	} {
+		if err := m.writer.enqueue(ref.ThreadID, ev, holder); err != nil {
+			return err
+		}
+	}
+	m.log.Info("settled a run whose process died before its run-start was stored", "thread", ref.ThreadID, "run", ref.RunID)
+	return nil
+}
+
+// closeSettledConfirmations closes the confirmations of a settled run
+// that the store holds pending, whether or not their request reached the
+// log (a process may die in between).
+func (m *Runs) closeSettledConfirmations(ctx context.Context, ref RunRef) {
+	if m.confirmations.store == nil {
+		return
+	}
+	pending, err := m.confirmations.store.PendingConfirmations(ctx, ref.ThreadID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		// The settlement is queued already; an answer to one of them is
+		// refused once the run-finish is stored anyway.
+		m.log.Warn("could not close a settled run's confirmations", "thread", ref.ThreadID, "run", ref.RunID, "err", err)
+	}
+	for _, c := range pending {
+		if c.RunID == ref.RunID {
+			m.closeConfirmation(c.RequestID)
+		}
+	}
 }
 
 // interruptedToolError is what a tool call left in flight by a dead process
