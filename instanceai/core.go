@@ -121,15 +121,15 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store,
 		Expired: cfg.Expired, Limits: cfg.Limits})
-	c.Runs.liveText = c.Hub.LiveText
+	c.Runs.leases.hubText = c.Hub.LiveText
 	if c.Cluster != nil {
 		c.Cluster.HoldDeltas(c.Runs.LiveHeld)
 	}
 	if c.registry != nil {
-		c.Runs.peers = c.registry.LiveInstances
+		c.Runs.leases.peers = c.registry.LiveInstances
 	}
 	if c.Cluster != nil && c.Cluster.Routed() {
-		c.Runs.heard = c.Hub.HeardRun
+		c.Runs.leases.heardRun = c.Hub.HeardRun
 	}
 	if c.Cluster != nil {
 		c.Cluster.Attach(c.Runs)

@@ -249,13 +249,9 @@ func (r *Run) overflow(agentID string, err error) {
 	le.Agent = live
 	m.log.Warn("a streamed message went past its bound; stopping it", "thread", r.ThreadID, "run", r.ID, "agent", agentID, "err", err)
 	if live {
-		m.mu.Lock()
-		for _, t := range m.background[r.ThreadID] {
-			if t.RunID == r.ID && t.AgentID == agentID {
-				t.cancel(err)
-			}
+		for _, t := range m.background.matching(r.ThreadID, func(t *BackgroundTask) bool { return t.RunID == r.ID && t.AgentID == agentID }) {
+			t.cancel(err)
 		}
-		m.mu.Unlock()
 		return
 	}
 	// The error and the finish are queued in one hold of the lock, so
