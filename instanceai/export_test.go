@@ -28,15 +28,11 @@ func Drains(w *Writer) int {
 
 // QueuedBytes returns what the thread's queue holds (see awaitRoom).
 func QueuedBytes(w *Writer, threadID string) int {
-	w.mu.Lock()
-	d := w.threads[threadID]
-	w.mu.Unlock()
+	d := w.drain(threadID)
 	if d == nil {
 		return 0
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.queuedBytes
+	return d.queue.queuedBytes()
 }
 
 // EscapedLen and CutEscaped expose the door's measure of a segment's text.
