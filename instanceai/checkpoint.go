@@ -207,7 +207,7 @@ func (d *threadDrain) checkpoint(now time.Time) {
 			s.since = d.head.committed
 		}
 		var token int64
-		if d.w.fencedLog() != nil {
+		if d.w.fences() {
 			token = s.fence.token()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)

@@ -258,8 +258,8 @@ func (d *threadDrain) appendOnce(rows []Event, data [][]byte, holders []*fence) 
 		tokens[i] = h.token()
 		fenced = fenced || tokens[i] != 0
 	}
-	if fa := d.w.fencedLog(); fa != nil && fenced {
-		first, err := fa.AppendFenced(context.Background(), d.threadID, rows, data, tokens)
+	if d.w.fences() && fenced {
+		first, err := d.w.log.AppendFenced(context.Background(), d.threadID, rows, data, tokens)
 		return first, tokens, err
 	}
 	first, err := d.w.log.AppendEncoded(context.Background(), d.threadID, rows, data)

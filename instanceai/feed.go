@@ -405,7 +405,7 @@ func (f *Feed) readPage(ctx context.Context, upTo int64) (out []Delivery, n int,
 	if pr, ok := f.log.(PartReader); ok && f.SkipDecode {
 		rows, err = pr.ReadLightRowsAfter(ctx, f.threadID, f.last, limit, ReplayPageBytes, LargeRowBytes)
 	} else {
-		rows, err = ReadRowsAfter(ctx, f.log, f.threadID, f.last, limit, ReplayPageBytes)
+		rows, err = f.log.ReadRowsAfter(ctx, f.threadID, f.last, limit, ReplayPageBytes)
 	}
 	if err != nil {
 		return nil, 0, false, err
@@ -437,7 +437,7 @@ func rowsBytes(rows []StoredRow) int {
 // a light read left out that it must look into itself (a live
 // connection's block or ending read from the log).
 func ReadRow(ctx context.Context, log EventLog, threadID string, seq int64) ([]byte, error) {
-	rows, err := ReadRowsAfter(ctx, log, threadID, seq-1, 1, 0)
+	rows, err := log.ReadRowsAfter(ctx, threadID, seq-1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -825,7 +825,7 @@ func (f *Feed) noteBefore(ctx context.Context) error {
 		}
 	}
 	for after < f.cursor {
-		rows, err := ReadRowsAfter(ctx, f.log, f.threadID, after, replayPage, ReplayPageBytes)
+		rows, err := f.log.ReadRowsAfter(ctx, f.threadID, after, replayPage, ReplayPageBytes)
 		if err != nil {
 			return err
 		}

@@ -132,10 +132,8 @@ type Writer struct {
 	// each run whose run-finish was just stored, with the fencing token it
 	// was stored under (the run registry frees the thread's claim there).
 	finished func(threadID, runID string, fence int64)
-	// fenced is the log's FencedAppender (nil: it has none), used unless
-	// unfenced is set: the run registry sets it when its claims are not
-	// the log's, whose tokens the log would not know.
-	fenced   FencedAppender
+	// unfenced is set by the run registry when its claims are not the
+	// log's, whose tokens the log would not know: appends then carry none.
 	unfenced atomic.Bool
 
 	mu      sync.Mutex
@@ -150,7 +148,6 @@ type Writer struct {
 func NewWriter(log EventLog, hub Publisher, cfg WriterConfig) *Writer {
 	cfg.defaults()
 	w := &Writer{log: log, hub: hub, cfg: cfg, threads: map[string]*threadDrain{}}
-	w.fenced, _ = log.(FencedAppender)
 	if cs, ok := log.(CheckpointStore); ok && (cfg.CheckpointBytes > 0 || cfg.CheckpointInterval > 0) {
 		w.pieces = cs
 	}
@@ -163,13 +160,8 @@ func (w *Writer) onRunFinished(f func(threadID, runID string, fence int64)) { w.
 // claims, which they can only when the claims are kept by the log itself.
 func (w *Writer) useFences(on bool) { w.unfenced.Store(!on) }
 
-// fencedLog is the log's FencedAppender when appends carry tokens.
-func (w *Writer) fencedLog() FencedAppender {
-	if w.unfenced.Load() {
-		return nil
-	}
-	return w.fenced
-}
+// fences reports whether appends carry the tokens of their claims.
+func (w *Writer) fences() bool { return !w.unfenced.Load() }
 
 // drain returns the thread's drain, nil when it has none.
 func (w *Writer) drain(threadID string) *threadDrain {

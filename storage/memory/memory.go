@@ -118,10 +118,7 @@ type confirmation struct {
 }
 
 var (
-	_ instanceai.Store          = (*Store)(nil)
-	_ instanceai.RowReader      = (*Store)(nil)
-	_ instanceai.PageReader     = (*Store)(nil)
-	_ instanceai.FencedAppender = (*Store)(nil)
+	_ instanceai.Store = (*Store)(nil)
 )
 
 // New returns an empty store.

@@ -48,13 +48,6 @@ type Store struct {
 	one *oneStatement
 }
 
-// Store reads rows undecoded for the native replay, and pages that cost
-// what they return for the history.
-var (
-	_ instanceai.RowReader  = (*Store)(nil)
-	_ instanceai.PageReader = (*Store)(nil)
-)
-
 var _ instanceai.Prober = (*Store)(nil)
 
 var (

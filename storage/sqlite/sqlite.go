@@ -68,13 +68,6 @@ type Store struct {
 	rdb *sql.DB
 }
 
-// Store reads rows undecoded for the native replay, and pages that cost
-// what they return for the history.
-var (
-	_ instanceai.RowReader  = (*Store)(nil)
-	_ instanceai.PageReader = (*Store)(nil)
-)
-
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)

@@ -210,20 +210,13 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		"AppendEncoded": func() error { _, err := s.AppendEncoded(ctx, "t", ev, [][]byte{data}); return err },
 		"ReadAfter":     func() error { _, err := s.ReadAfter(ctx, "t", 0, 0); return err },
 		"NextSeq":       func() error { _, err := s.NextSeq(ctx, "t"); return err },
-		"ReadRowsAfter": func() error {
-			rr, ok := s.(instanceai.RowReader)
-			if !ok {
-				return errors.New("no RowReader: nothing to call")
-			}
-			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0, 0)
+		"ReadRowsAfter": func() error { _, err := s.ReadRowsAfter(ctx, "t", 0, 0, 0); return err },
+		"ReadPage": func() error {
+			_, err := s.ReadPage(ctx, "t", instanceai.PageQuery{MaxBytes: 100})
 			return err
 		},
-		"ReadPage": func() error {
-			pr, ok := s.(instanceai.PageReader)
-			if !ok {
-				return errors.New("no PageReader: nothing to call")
-			}
-			_, err := pr.ReadPage(ctx, "t", instanceai.PageQuery{MaxBytes: 100})
+		"AppendFenced": func() error {
+			_, err := s.AppendFenced(ctx, "t", ev, [][]byte{data}, []int64{claim.Fence})
 			return err
 		},
 		"EnsureThread": func() error {

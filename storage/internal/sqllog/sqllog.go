@@ -186,12 +186,9 @@ type Log struct {
 }
 
 var (
-	_ instanceai.EventLog       = (*Log)(nil)
-	_ instanceai.FencedAppender = (*Log)(nil)
-	_ instanceai.RunIndex       = (*Log)(nil)
-	_ instanceai.RowReader      = (*Log)(nil)
-	_ instanceai.PartReader     = (*Log)(nil)
-	_ instanceai.PageReader     = (*Log)(nil)
+	_ instanceai.EventLog   = (*Log)(nil)
+	_ instanceai.RunIndex   = (*Log)(nil)
+	_ instanceai.PartReader = (*Log)(nil)
 )
 
 // New returns the event log of a database.
