@@ -15,6 +15,18 @@ import (
 // not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrClosed is matched (errors.Is) by every call to a store once its Close
+// has returned.
+var ErrClosed = errors.New("store is closed")
+
+// ErrStorageUnavailable is matched (errors.Is) by every store call that
+// failed because the store could not reach its database (a refused or cut
+// connection, a server shutting down or out of connections), rather than
+// for a fault of the call or of the code: a caller may retry it later.
+// Each store knows its driver's errors and marks them so; nothing above
+// the stores reads a driver's error.
+var ErrStorageUnavailable = errors.New("storage is unavailable")
+
 // StoredEvent is one row of a thread's durable log.
 type StoredEvent struct {
 	Seq   int64
@@ -239,7 +251,9 @@ type ThreadQuery struct {
 // event exactly once. A bounded log (storage/memory) evicts its oldest
 // events: a read then starts at the oldest one kept.
 //
-// After Store.Close, every method fails with an error; none panics.
+// After Store.Close, every method fails with an error matching ErrClosed;
+// none panics. A call that failed because the database could not be reached
+// matches ErrStorageUnavailable.
 type EventLog interface {
 	// Append encodes events as JSON and stores them as AppendEncoded does.
 	// With no events it stores nothing and returns the seq the next
@@ -301,8 +315,7 @@ type Store interface {
 	Migrate(ctx context.Context) error
 	// Close releases the store. It is idempotent: a second call does
 	// nothing and returns nil. Once Close has returned, every other method
-	// fails with an error (which one is the backend's: database/sql reports
-	// "sql: database is closed") and none panics. Close does not wait for
+	// fails with an error that matches ErrClosed, and none panics. Close does not wait for
 	// calls in flight: each of them either completes, as if it had come
 	// first, or fails; an append is never left half done.
 	Close() error

@@ -80,7 +80,7 @@ type Store struct {
 }
 
 // errClosed is what a Store's methods return after Close.
-var errClosed = errors.New("memory: store is closed")
+var errClosed = fmt.Errorf("memory: %w", instanceai.ErrClosed)
 
 // thread is one thread and its window of events.
 type thread struct {

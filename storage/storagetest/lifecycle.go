@@ -185,7 +185,7 @@ func testCloseIdempotent(t *testing.T, s instanceai.Store) {
 }
 
 // testCallsAfterClose: once Close has returned, every method fails with an
-// error, and none panics.
+// error matching instanceai.ErrClosed, and none panics.
 func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
 	ensure(t, s, "t", "owner")
@@ -259,8 +259,8 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 	}
 }
 
-// allFailAfterClose checks that each call fails with an error, and none
-// panics.
+// allFailAfterClose checks that each call fails with an error matching
+// instanceai.ErrClosed, and none panics.
 func allFailAfterClose(t *testing.T, calls map[string]func() error) {
 	t.Helper()
 	for name, call := range calls {
@@ -270,8 +270,8 @@ func allFailAfterClose(t *testing.T, calls map[string]func() error) {
 					t.Errorf("%s after Close panicked: %v", name, p)
 				}
 			}()
-			if err := call(); err == nil {
-				t.Errorf("%s after Close succeeded, want an error", name)
+			if err := call(); !errors.Is(err, instanceai.ErrClosed) {
+				t.Errorf("%s after Close: %v, want an error matching instanceai.ErrClosed", name, err)
 			}
 		}()
 	}
