@@ -29,7 +29,7 @@ import (
 // are dropped and each agent is reported once (OnAgentFailed). It reports
 // whether it did so; otherwise the run fails as a whole.
 func (d *threadDrain) failAgentsOnly(items []batchItem, runID string, err error) bool {
-	if d.failedRuns[runID] != nil {
+	if d.refusals.runFailed(runID) != nil {
 		return false // failed as a whole at an earlier event of the batch
 	}
 	var agents []*fence

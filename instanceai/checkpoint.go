@@ -146,17 +146,42 @@ const (
 	maxPieceBackoff = 10 * time.Second
 )
 
+// checkpointState is a drain's bookkeeping of its segments' pieces. The
+// drain goroutine owns it.
+type checkpointState struct {
+	// closing are the segments with pieces that this pass closed: their
+	// pieces go once their block is stored.
+	closing []*segment
+	// backoff is the pause after the last failed piece (0: the last one
+	// was stored), and no piece is tried before retry.
+	backoff time.Duration
+	retry   time.Time
+}
+
+// closed notes a segment the pass closed, whose pieces go once its block
+// is stored.
+func (c *checkpointState) closed(s *segment) {
+	if s.pieces > 0 {
+		c.closing = append(c.closing, s)
+	}
+}
+
+// forgetClosing forgets the matching closed segments: their pieces stay.
+func (c *checkpointState) forgetClosing(match func(*segment) bool) {
+	c.closing = slices.DeleteFunc(c.closing, match)
+}
+
 // checkpoint stores, as a piece, the text of each open segment that the
 // checkpoint rules say has waited enough. A piece that cannot be stored is
 // tried again at the next pass: until then a crash loses that text, as it
 // always did before pieces. A piece is written under its segment's claim:
 // refused for a stale token, it stops the claim as a refused append does.
 func (d *threadDrain) checkpoint(now time.Time) {
-	if d.w.pieces == nil || now.Before(d.pieceRetry) {
+	if d.w.pieces == nil || now.Before(d.checkpoints.retry) {
 		return
 	}
 	cfg := &d.w.cfg
-	for _, s := range d.segs {
+	for _, s := range d.coalescer.open {
 		pending := len(s.text) - s.stored
 		if pending == 0 {
 			continue
@@ -169,7 +194,7 @@ func (d *threadDrain) checkpoint(now time.Time) {
 			continue
 		}
 		if s.pieces == 0 {
-			if d.committed == 0 {
+			if d.head.committed == 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
 				next, err := d.w.log.NextSeq(ctx, d.threadID)
 				cancel()
@@ -177,12 +202,12 @@ func (d *threadDrain) checkpoint(now time.Time) {
 					d.pieceFailed(now, err)
 					return
 				}
-				d.committed = next - 1
+				d.head.committed = next - 1
 			}
-			s.since = d.committed
+			s.since = d.head.committed
 		}
 		var token int64
-		if d.w.fencedLog() != nil {
+		if d.w.fences() {
 			token = s.fence.token()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
@@ -206,9 +231,9 @@ func (d *threadDrain) checkpoint(now time.Time) {
 			d.pieceFailed(now, err)
 			return
 		}
-		if d.pieceBackoff > 0 {
+		if d.checkpoints.backoff > 0 {
 			d.w.cfg.Logger.Info("checkpoints of open text are stored again", "thread", d.threadID)
-			d.pieceBackoff = 0
+			d.checkpoints.backoff = 0
 		}
 		s.stored, s.pieces, s.waiting = len(s.text), s.pieces+1, time.Time{}
 	}
@@ -221,30 +246,30 @@ func (d *threadDrain) pieceFailed(now time.Time, err error) {
 	if errors.Is(err, ErrNotFound) {
 		return
 	}
-	if d.pieceBackoff == 0 {
-		d.pieceBackoff = d.w.cfg.MaxBackoff
+	if d.checkpoints.backoff == 0 {
+		d.checkpoints.backoff = d.w.cfg.MaxBackoff
 		d.w.cfg.Logger.Warn("storing a checkpoint of open text failed; until one is stored, a crash loses the text since the last",
-			"thread", d.threadID, "retry_in", d.pieceBackoff, "err", err)
+			"thread", d.threadID, "retry_in", d.checkpoints.backoff, "err", err)
 	} else {
-		d.pieceBackoff = min(2*d.pieceBackoff, maxPieceBackoff)
+		d.checkpoints.backoff = min(2*d.checkpoints.backoff, maxPieceBackoff)
 	}
-	d.pieceRetry = now.Add(d.pieceBackoff)
+	d.checkpoints.retry = now.Add(d.checkpoints.backoff)
 }
 
 // dropPieces deletes the pieces of the segments this pass closed, now that
 // their blocks are stored. The segments of runs whose batch failed keep
 // theirs until the runs' endings are stored (see storeEndings).
 func (d *threadDrain) dropPieces() {
-	for _, s := range d.closing {
-		if d.failedRuns[s.key.runID] != nil {
+	for _, s := range d.checkpoints.closing {
+		if d.refusals.runFailed(s.key.runID) != nil {
 			continue
 		}
 		d.deletePieces(func(ctx context.Context) error {
 			return d.w.pieces.DeleteCheckpoints(ctx, d.threadID, s.key.runID, s.key.agentID, s.key.kind, s.since)
 		})
 	}
-	clear(d.closing)
-	d.closing = d.closing[:0]
+	clear(d.checkpoints.closing)
+	d.checkpoints.closing = d.checkpoints.closing[:0]
 }
 
 // deletePieces runs one deletion of pieces. One that fails leaves pieces

@@ -53,6 +53,14 @@ func (l rowsLogWithHeads) ReadAfter(_ context.Context, thread string, after int6
 	return rowsLog(l.rows[thread]).ReadAfter(context.Background(), thread, after, limit)
 }
 
+func (l rowsLogWithHeads) ReadRowsAfter(ctx context.Context, thread string, after int64, limit, maxBytes int) ([]StoredRow, error) {
+	return rowsLog(l.rows[thread]).ReadRowsAfter(ctx, thread, after, limit, maxBytes)
+}
+
+func (l rowsLogWithHeads) ReadPage(ctx context.Context, thread string, q PageQuery) ([]StoredRow, error) {
+	return rowsLog(l.rows[thread]).ReadPage(ctx, thread, q)
+}
+
 func (l rowsLogWithHeads) Heads(_ context.Context, ids []string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, id := range ids {

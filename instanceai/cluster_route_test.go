@@ -55,6 +55,22 @@ func (l *sharedLog) ReadAfter(ctx context.Context, thread string, after int64, l
 	return rowsLog(rows).ReadAfter(ctx, thread, after, limit)
 }
 
+func (l *sharedLog) ReadRowsAfter(ctx context.Context, thread string, after int64, limit, maxBytes int) ([]StoredRow, error) {
+	events, err := l.ReadAfter(ctx, thread, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return RowsOf(events, maxBytes)
+}
+
+func (l *sharedLog) ReadPage(ctx context.Context, thread string, q PageQuery) ([]StoredRow, error) {
+	events, err := l.ReadAfter(ctx, thread, q.After, q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return PageOf(events, q)
+}
+
 func (l *sharedLog) Heads(_ context.Context, ids []string) (map[string]int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -38,6 +38,32 @@ type segment struct {
 	waiting time.Time
 }
 
+// coalescer holds a drain's open segments, and those a silence closed
+// whose producer may go on with them. The drain goroutine owns it.
+type coalescer struct {
+	open map[segKey]*segment
+	// paused are the segments the last silence closed (see openSegment).
+	paused    map[segKey]*pausedSegment
+	nextOrder int
+}
+
+func newCoalescer() coalescer {
+	return coalescer{open: map[segKey]*segment{}, paused: map[segKey]*pausedSegment{}}
+}
+
+// holdsOpen reports whether a segment is open.
+func (c *coalescer) holdsOpen() bool { return len(c.open) > 0 }
+
+// dropWhere discards the matching open segments, whose blocks are not to
+// be written.
+func (c *coalescer) dropWhere(match func(*segment) bool) {
+	for k, s := range c.open {
+		if match(s) {
+			delete(c.open, k)
+		}
+	}
+}
+
 // batchBuilder collects, in order, what one drain pass persists and publishes.
 type batchBuilder struct {
 	items []batchItem
@@ -62,20 +88,20 @@ func (b *batchBuilder) push(ev Event, stored bool, f *fence) {
 // written under its holder's token.
 func (d *threadDrain) add(b *batchBuilder, q *queued) {
 	ev, f := &q.ev, q.fence
-	if err := d.refusal(ev.RunID, f); err != nil {
+	if err := d.refusals.refusal(ev.RunID, f); err != nil {
 		f.lose(err)
 		return
 	}
 	switch ev.Type {
 	case TypeTextDelta, TypeReasoningDelta:
 		key := segKey{ev.RunID, ev.AgentID, ev.Type}
-		seg := d.segs[key]
+		seg := d.coalescer.open[key]
 		if seg != nil && seg.baseID != ev.ResponseID {
 			d.closeSegment(b, seg)
 			seg = nil
 		}
 		if seg == nil {
-			seg = d.openSegment(key, ev)
+			seg = d.coalescer.openSegment(key, ev)
 		}
 		text := ev.Payload.(*Text).Text
 		if n := escapedLen(text); seg.escaped+n > d.w.cfg.Limits.MaxSegmentBytes {
@@ -105,10 +131,10 @@ func (d *threadDrain) add(b *batchBuilder, q *queued) {
 		if ev.Type == TypeRunFinish {
 			// The orchestrator's finish closes every agent of the run.
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID })
-			d.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID })
+			d.coalescer.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID })
 		} else {
 			d.closeWhere(b, func(s *segment) bool { return s.key.runID == ev.RunID && s.key.agentID == ev.AgentID })
-			d.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID && k.agentID == ev.AgentID })
+			d.coalescer.forgetPaused(func(k segKey) bool { return k.runID == ev.RunID && k.agentID == ev.AgentID })
 		}
 	}
 	b.push(*ev, dur.Stored(), f)
@@ -122,19 +148,19 @@ func (d *threadDrain) add(b *batchBuilder, q *queued) {
 // silence, and a client that keys text by responseId (n8n's reducer, an
 // AG-UI message id) holds both parts, live and on replay alike, instead of
 // the second in place of the first.
-func (d *threadDrain) openSegment(key segKey, ev *Event) *segment {
-	seg := &segment{key: key, baseID: ev.ResponseID, responseID: ev.ResponseID, userID: ev.UserID, firstTS: ev.TS, order: d.nextOrder}
-	if p, ok := d.paused[key]; ok {
+func (c *coalescer) openSegment(key segKey, ev *Event) *segment {
+	seg := &segment{key: key, baseID: ev.ResponseID, responseID: ev.ResponseID, userID: ev.UserID, firstTS: ev.TS, order: c.nextOrder}
+	if p, ok := c.paused[key]; ok {
 		if p.responseID == ev.ResponseID {
 			p.parts++
 			seg.responseID = fmt.Sprintf("%s:%d", ev.ResponseID, p.parts)
 			seg.escaped = p.escaped
 		} else {
-			delete(d.paused, key)
+			delete(c.paused, key)
 		}
 	}
-	d.nextOrder++
-	d.segs[key] = seg
+	c.nextOrder++
+	c.open[key] = seg
 	return seg
 }
 
@@ -150,10 +176,10 @@ type pausedSegment struct {
 // forgetPaused forgets the paused segments that match: their agent wrote
 // a stored event, or their run finished, so a delta under the same
 // responseId begins a new segment.
-func (d *threadDrain) forgetPaused(match func(segKey) bool) {
-	for k := range d.paused {
+func (c *coalescer) forgetPaused(match func(segKey) bool) {
+	for k := range c.paused {
 		if match(k) {
-			delete(d.paused, k)
+			delete(c.paused, k)
 		}
 	}
 }
@@ -161,30 +187,42 @@ func (d *threadDrain) forgetPaused(match func(segKey) bool) {
 // pause closes every open segment after a silence on the thread, keeping
 // what a continuation needs (see openSegment).
 func (d *threadDrain) pause(b *batchBuilder) {
-	for k, s := range d.segs {
-		p := d.paused[k]
+	d.coalescer.keepPaused()
+	d.closeWhere(b, func(*segment) bool { return true })
+}
+
+// keepPaused notes, for each open segment, what a continuation of it
+// after the silence needs.
+func (c *coalescer) keepPaused() {
+	for k, s := range c.open {
+		p := c.paused[k]
 		if p == nil || p.responseID != s.baseID {
 			p = &pausedSegment{responseID: s.baseID, parts: 1}
-			d.paused[k] = p
+			c.paused[k] = p
 		}
 		p.escaped = s.escaped
 	}
-	d.closeWhere(b, func(*segment) bool { return true })
 }
 
 // closeWhere closes the matching segments, oldest first and, for one agent,
 // reasoning before text.
 func (d *threadDrain) closeWhere(b *batchBuilder, match func(*segment) bool) {
-	var closing []*segment
-	for _, s := range d.segs {
-		if match(s) {
-			closing = append(closing, s)
-		}
-	}
-	sortForClose(closing)
-	for _, s := range closing {
+	for _, s := range d.coalescer.matching(match) {
 		d.closeSegment(b, s)
 	}
+}
+
+// matching returns the matching open segments in the order they close
+// (see sortForClose).
+func (c *coalescer) matching(match func(*segment) bool) []*segment {
+	var segs []*segment
+	for _, s := range c.open {
+		if match(s) {
+			segs = append(segs, s)
+		}
+	}
+	sortForClose(segs)
+	return segs
 }
 
 // sortForClose orders closing segments by the agent that opened first and,
@@ -208,10 +246,8 @@ func sortForClose(segs []*segment) {
 }
 
 func (d *threadDrain) closeSegment(b *batchBuilder, s *segment) {
-	delete(d.segs, s.key)
-	if s.pieces > 0 {
-		d.closing = append(d.closing, s)
-	}
+	delete(d.coalescer.open, s.key)
+	d.checkpoints.closed(s)
 	typ := TypeTextBlock
 	if s.key.kind == TypeReasoningDelta {
 		typ = TypeReasoningBlock

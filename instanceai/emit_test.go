@@ -103,6 +103,12 @@ func (b *blockedLog) AppendEncoded(ctx context.Context, thread string, events []
 	return b.EventLog.AppendEncoded(ctx, thread, events, data)
 }
 
+// AppendFenced waits as AppendEncoded does.
+func (b *blockedLog) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	<-b.release
+	return b.EventLog.AppendFenced(ctx, thread, events, data, fences)
+}
+
 func TestEmitDoesNotWaitForStorage(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New()

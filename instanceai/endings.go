@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,18 +14,42 @@ import (
 // touched end, their endings kept and stored once the log answers again,
 // and what the outage may have stored after all is found in the log.
 
+// outageEndings are the error and run-finish of runs failed by a storage
+// outage, with their runs' token holders: published live when the run
+// failed, stored once the log answers again (see storeEndings). The drain
+// goroutine owns them; kept is for readers outside it.
+type outageEndings struct {
+	items []batchItem
+	// lostFinish holds, by run, the run-finish of a batch the outage
+	// failed: its append may have been stored after all (see
+	// dropStoredEndings).
+	lostFinish map[string]Event
+	// kept is len(items) as of the end of the last pass, for readers
+	// outside the drain (see Writer.keepsEndings).
+	kept atomic.Int32
+}
+
+// holds reports whether endings wait to be stored.
+func (e *outageEndings) holds() bool { return len(e.items) > 0 }
+
+// publishKept tells readers outside the drain what it keeps, at the end
+// of a pass.
+func (e *outageEndings) publishKept() { e.kept.Store(int32(len(e.items))) }
+
+// keeps reports, from any goroutine, whether endings waited at the end of
+// the drain's last pass.
+func (e *outageEndings) keeps() bool { return e.kept.Load() > 0 }
+
+// forget drops every ending: stored, or their thread is gone.
+func (e *outageEndings) forget() { e.items, e.lostFinish = nil, nil }
+
 // dropRun discards the run's open segments and every later event of it,
 // for why. It reports whether the run was not dropped already.
 func (d *threadDrain) dropRun(runID string, why error) bool {
-	if d.failedRuns[runID] != nil {
+	if !d.refusals.failRun(runID, why) {
 		return false
 	}
-	d.failedRuns[runID] = why
-	for k := range d.segs {
-		if k.runID == runID {
-			delete(d.segs, k)
-		}
-	}
+	d.coalescer.dropWhere(func(s *segment) bool { return s.key.runID == runID })
 	return true
 }
 
@@ -70,10 +95,10 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 	for _, it := range items {
 		switch it.ev.Type {
 		case TypeRunFinish:
-			if d.lostFinish == nil {
-				d.lostFinish = map[string]Event{}
+			if d.endings.lostFinish == nil {
+				d.endings.lostFinish = map[string]Event{}
 			}
-			d.lostFinish[it.ev.RunID] = it.ev
+			d.endings.lostFinish[it.ev.RunID] = it.ev
 		case TypeRunStart:
 			starts[it.ev.RunID] = it.ev
 		}
@@ -115,7 +140,7 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 		}...) {
 			if f, ferr := NewFrame(0, &ev); ferr == nil {
 				frames = append(frames, f)
-				d.endings = append(d.endings, batchItem{ev: ev, stored: true, fence: holder})
+				d.endings.items = append(d.endings.items, batchItem{ev: ev, stored: true, fence: holder})
 			}
 		}
 		if cb := d.w.cfg.OnRunFailed; cb != nil {
@@ -136,25 +161,25 @@ func (d *threadDrain) fail(items []batchItem, err error) {
 // outlasted its lease) and settled it, the log refuses the ending, which
 // is dropped; the log then ends the run with that settlement.
 func (d *threadDrain) storeEndings() {
-	if len(d.endings) == 0 || !d.dropStoredEndings() || !d.dropStoredStarts() || len(d.endings) == 0 {
+	if len(d.endings.items) == 0 || !d.dropStoredEndings() || !d.dropStoredStarts() || len(d.endings.items) == 0 {
 		return
 	}
-	events := make([]Event, len(d.endings))
-	data := make([][]byte, len(d.endings))
-	holders := make([]*fence, len(d.endings))
-	for i := range d.endings {
-		events[i], holders[i] = d.endings[i].ev, d.endings[i].fence
+	events := make([]Event, len(d.endings.items))
+	data := make([][]byte, len(d.endings.items))
+	holders := make([]*fence, len(d.endings.items))
+	for i := range d.endings.items {
+		events[i], holders[i] = d.endings.items[i].ev, d.endings.items[i].fence
 		b, err := json.Marshal(&events[i])
 		if err != nil {
 			d.w.cfg.Logger.Error("encode a failed run's ending", "thread", d.threadID, "err", err)
-			d.endings = nil
+			d.endings.items = nil
 			return
 		}
 		data[i] = b
 	}
 	first, tokens, err := d.appendOnce(events, data, holders)
 	if errors.Is(err, ErrNotFound) {
-		d.endings, d.lostFinish = nil, nil // the thread was deleted meanwhile
+		d.endings.forget() // the thread was deleted meanwhile
 		return
 	}
 	var stale *StaleFenceError
@@ -165,7 +190,7 @@ func (d *threadDrain) storeEndings() {
 	if err != nil {
 		return
 	}
-	d.committed = first + int64(len(events)) - 1
+	d.head.committed = first + int64(len(events)) - 1
 	d.w.cfg.Logger.Info("stored the endings of runs the storage outage failed", "thread", d.threadID, "events", len(events))
 	if d.w.pieces != nil {
 		// The failed runs' segments never got their blocks: their
@@ -186,7 +211,7 @@ func (d *threadDrain) storeEndings() {
 			d.w.finished(d.threadID, events[i].RunID, tokens[i])
 		}
 	}
-	d.endings, d.lostFinish = nil, nil
+	d.endings.forget()
 	d.w.hub.Publish(d.threadID, frames)
 }
 
@@ -200,11 +225,11 @@ func (d *threadDrain) storeEndings() {
 // committed nothing before cannot tell its rows from other writers' in a
 // bounded read, and stores the endings as before.
 func (d *threadDrain) dropStoredEndings() bool {
-	if d.committed == 0 {
+	if d.head.committed == 0 {
 		return true
 	}
 	var rows []StoredEvent
-	for after := d.committed; ; {
+	for after := d.head.committed; ; {
 		ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
 		page, err := d.w.log.ReadAfter(ctx, d.threadID, after, lostRowsPage)
 		cancel()
@@ -222,8 +247,8 @@ func (d *threadDrain) dropStoredEndings() bool {
 	ours := map[string]bool{} // run → its run-finish in the log is the one this drain lost
 	for _, r := range rows {
 		frames = append(frames, EncodedFrame(r.Seq, &r.Event, r.Data))
-		if r.Event.Type == TypeRunFinish && slices.ContainsFunc(d.endings, func(e batchItem) bool { return e.ev.RunID == r.Event.RunID }) {
-			lost, kept := d.lostFinish[r.Event.RunID]
+		if r.Event.Type == TypeRunFinish && slices.ContainsFunc(d.endings.items, func(e batchItem) bool { return e.ev.RunID == r.Event.RunID }) {
+			lost, kept := d.endings.lostFinish[r.Event.RunID]
 			b, err := json.Marshal(&lost)
 			ours[r.Event.RunID] = kept && err == nil && bytes.Equal(b, r.Data)
 		}
@@ -232,18 +257,18 @@ func (d *threadDrain) dropStoredEndings() bool {
 		return true
 	}
 	token := map[string]int64{}
-	d.endings = slices.DeleteFunc(d.endings, func(e batchItem) bool {
+	d.endings.items = slices.DeleteFunc(d.endings.items, func(e batchItem) bool {
 		if _, done := ours[e.ev.RunID]; done {
 			token[e.ev.RunID] = e.fence.token()
 			return true
 		}
 		return false
 	})
-	d.committed = rows[len(rows)-1].Seq
+	d.head.committed = rows[len(rows)-1].Seq
 	// Released before the frames go out, as commit does: a run-finish a
 	// client was sent has freed its thread.
 	for run, mine := range ours {
-		delete(d.lostFinish, run)
+		delete(d.endings.lostFinish, run)
 		if !mine {
 			d.w.cfg.Logger.Warn("another instance settled this run while the storage outage kept its ending here; dropping the ending",
 				"thread", d.threadID, "run", run)
@@ -274,7 +299,7 @@ func (d *threadDrain) dropStoredStarts() bool {
 	}
 	stored := map[string]bool{}
 	var frames []Frame
-	for _, e := range d.endings {
+	for _, e := range d.endings.items {
 		if e.ev.Type != TypeRunStart {
 			continue
 		}
@@ -287,12 +312,12 @@ func (d *threadDrain) dropStoredStarts() bool {
 		}
 		stored[e.ev.RunID] = slices.ContainsFunc(rows, func(r StoredEvent) bool { return r.Event.Type == TypeRunStart })
 		for _, r := range rows {
-			if r.Seq > d.committed {
+			if r.Seq > d.head.committed {
 				frames = append(frames, EncodedFrame(r.Seq, &r.Event, r.Data))
 			}
 		}
 	}
-	d.endings = slices.DeleteFunc(d.endings, func(e batchItem) bool {
+	d.endings.items = slices.DeleteFunc(d.endings.items, func(e batchItem) bool {
 		return e.ev.Type == TypeRunStart && stored[e.ev.RunID]
 	})
 	if len(frames) > 0 {
@@ -316,7 +341,7 @@ const (
 func (d *threadDrain) settledElsewhere(tokens, stale []int64) {
 	var kept []batchItem
 	var dropped []string
-	for i, e := range d.endings {
+	for i, e := range d.endings.items {
 		if !slices.Contains(stale, tokens[i]) {
 			kept = append(kept, e)
 			continue
@@ -330,6 +355,6 @@ func (d *threadDrain) settledElsewhere(tokens, stale []int64) {
 	if len(dropped) == 0 {
 		return // no ending had a stale token: tried again at the next pass
 	}
-	d.endings = kept
+	d.endings.items = kept
 	d.storeEndings()
 }

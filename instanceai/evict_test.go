@@ -31,6 +31,18 @@ func (l *seqOnlyLog) AppendEncoded(_ context.Context, threadID string, events []
 	return first, nil
 }
 
+func (l *seqOnlyLog) AppendFenced(ctx context.Context, threadID string, events []instanceai.Event, data [][]byte, _ []int64) (int64, error) {
+	return l.AppendEncoded(ctx, threadID, events, data)
+}
+
+func (l *seqOnlyLog) ReadRowsAfter(context.Context, string, int64, int, int) ([]instanceai.StoredRow, error) {
+	return nil, nil
+}
+
+func (l *seqOnlyLog) ReadPage(context.Context, string, instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	return nil, nil
+}
+
 func (l *seqOnlyLog) ReadAfter(context.Context, string, int64, int) ([]instanceai.StoredEvent, error) {
 	return nil, nil
 }

@@ -1,5 +1,10 @@
 package instanceai
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 // MaxDrainPass exposes maxDrainPass to the external tests.
 const MaxDrainPass = maxDrainPass
 
@@ -28,15 +33,11 @@ func Drains(w *Writer) int {
 
 // QueuedBytes returns what the thread's queue holds (see awaitRoom).
 func QueuedBytes(w *Writer, threadID string) int {
-	w.mu.Lock()
-	d := w.threads[threadID]
-	w.mu.Unlock()
+	d := w.drain(threadID)
 	if d == nil {
 		return 0
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.queuedBytes
+	return d.queue.queuedBytes()
 }
 
 // EscapedLen and CutEscaped expose the door's measure of a segment's text.
@@ -44,3 +45,41 @@ var (
 	EscapedLen = escapedLen
 	CutEscaped = cutEscaped
 )
+
+// RowsOf is what a log answers ReadRowsAfter with when it holds events:
+// the rows of those ReadAfter returned, encoded again where they came
+// without their bytes, cut at maxBytes as RowReader says. A test's log
+// that keeps only events reads its rows so.
+func RowsOf(events []StoredEvent, maxBytes int) ([]StoredRow, error) {
+	out := make([]StoredRow, 0, len(events))
+	size := 0
+	for i := range events {
+		if maxBytes > 0 && size >= maxBytes {
+			break
+		}
+		e := &events[i]
+		data := e.Data
+		if len(data) == 0 {
+			var err error
+			if data, err = json.Marshal(&e.Event); err != nil {
+				return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+			}
+		}
+		size += len(data)
+		out = append(out, StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data})
+	}
+	return out, nil
+}
+
+// PageOf is RowsOf as ReadPage answers q, each row's bytes left out for
+// q.SizesOnly.
+func PageOf(events []StoredEvent, q PageQuery) ([]StoredRow, error) {
+	rows, err := RowsOf(events, q.MaxBytes)
+	if err != nil || !q.SizesOnly {
+		return rows, err
+	}
+	for i := range rows {
+		rows[i].Size, rows[i].Data = len(rows[i].Data), nil
+	}
+	return rows, nil
+}

@@ -23,6 +23,22 @@ func (l reencodingLog) ReadAfter(ctx context.Context, thread string, after int64
 	return rows, err
 }
 
+func (l reencodingLog) ReadRowsAfter(ctx context.Context, thread string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
+	rows, err := l.ReadAfter(ctx, thread, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return instanceai.RowsOf(rows, maxBytes)
+}
+
+func (l reencodingLog) ReadPage(ctx context.Context, thread string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	rows, err := l.ReadAfter(ctx, thread, q.After, q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return instanceai.PageOf(rows, q)
+}
+
 // BenchmarkReplay reads a 5,000-event thread from the start through a Feed,
 // as a reconnecting client does, sending the stored bytes (stored) against
 // encoding each decoded event again (reencode, the baseline). Both decode

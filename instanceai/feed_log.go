@@ -25,7 +25,7 @@ func (l *threadLog) page(ctx context.Context, after int64, light bool) (rows []S
 	if pr, ok := l.log.(PartReader); ok && light {
 		rows, err = pr.ReadLightRowsAfter(ctx, l.threadID, after, limit, ReplayPageBytes, LargeRowBytes)
 	} else {
-		rows, err = ReadRowsAfter(ctx, l.log, l.threadID, after, limit, ReplayPageBytes)
+		rows, err = l.log.ReadRowsAfter(ctx, l.threadID, after, limit, ReplayPageBytes)
 	}
 	if err != nil {
 		return nil, false, err
@@ -33,8 +33,7 @@ func (l *threadLog) page(ctx context.Context, after int64, light bool) (rows []S
 	// A page the byte bound cut short says how many rows the next one
 	// will hold, about: asking for a few more than that, rather than
 	// replayPage, spares a database server walking rows past the page to
-	// size them, or, on a log that cuts pages where it reads them only
-	// (no PageReader), sending rows the reader drops.
+	// size them.
 	cut := rowsBytes(rows) >= ReplayPageBytes
 	l.pageRows = replayPage
 	if cut {
@@ -45,7 +44,7 @@ func (l *threadLog) page(ctx context.Context, after int64, light bool) (rows []S
 
 // rowsAfter reads a page of rows after seq after, whole.
 func (l *threadLog) rowsAfter(ctx context.Context, after int64) ([]StoredRow, error) {
-	return ReadRowsAfter(ctx, l.log, l.threadID, after, replayPage, ReplayPageBytes)
+	return l.log.ReadRowsAfter(ctx, l.threadID, after, replayPage, ReplayPageBytes)
 }
 
 // row reads the bytes of one row.
@@ -80,7 +79,7 @@ func rowsBytes(rows []StoredRow) int {
 // a light read left out that it must look into itself (a live
 // connection's block or ending read from the log).
 func ReadRow(ctx context.Context, log EventLog, threadID string, seq int64) ([]byte, error) {
-	rows, err := ReadRowsAfter(ctx, log, threadID, seq-1, 1, 0)
+	rows, err := log.ReadRowsAfter(ctx, threadID, seq-1, 1, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,18 @@ func (l rowsLog) Append(context.Context, string, []Event) (int64, error) { retur
 func (l rowsLog) AppendEncoded(context.Context, string, []Event, [][]byte) (int64, error) {
 	return 0, nil
 }
+func (l rowsLog) AppendFenced(context.Context, string, []Event, [][]byte, []int64) (int64, error) {
+	return 0, nil
+}
 func (l rowsLog) NextSeq(context.Context, string) (int64, error) { return 0, nil }
+func (l rowsLog) ReadRowsAfter(ctx context.Context, thread string, after int64, limit, maxBytes int) ([]StoredRow, error) {
+	events, _ := l.ReadAfter(ctx, thread, after, limit)
+	return RowsOf(events, maxBytes)
+}
+func (l rowsLog) ReadPage(ctx context.Context, thread string, q PageQuery) ([]StoredRow, error) {
+	events, _ := l.ReadAfter(ctx, thread, q.After, q.Limit)
+	return PageOf(events, q)
+}
 func (l rowsLog) ReadAfter(_ context.Context, _ string, after int64, limit int) ([]StoredEvent, error) {
 	var out []StoredEvent
 	for _, r := range l {

@@ -15,6 +15,18 @@ import (
 // not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrClosed is matched (errors.Is) by every call to a store once its Close
+// has returned.
+var ErrClosed = errors.New("store is closed")
+
+// ErrStorageUnavailable is matched (errors.Is) by every store call that
+// failed because the store could not reach its database (a refused or cut
+// connection, a server shutting down or out of connections), rather than
+// for a fault of the call or of the code: a caller may retry it later.
+// Each store knows its driver's errors and marks them so; nothing above
+// the stores reads a driver's error.
+var ErrStorageUnavailable = errors.New("storage is unavailable")
+
 // StoredEvent is one row of a thread's durable log.
 type StoredEvent struct {
 	Seq   int64
@@ -42,15 +54,15 @@ type StoredRow struct {
 	Size int
 }
 
-// RowReader is implemented by an EventLog that can read rows without
-// decoding them. ReadRowsAfter follows ReadAfter's contract (order, limit,
+// RowReader is the part of EventLog that reads rows without decoding
+// them. ReadRowsAfter follows ReadAfter's contract (order, limit,
 // eviction, ErrNotFound) and returns the same seqs and bytes, and stops
 // early at a byte budget: with maxBytes > 0 it returns the rows up to and
 // including the first whose bytes bring the page's total to maxBytes or
 // more, so a page holds less than maxBytes plus one row, and never nothing
-// when a row follows. Feeds use it when it is there and fall back to
-// ReadAfter otherwise. Every built-in log cuts the page where it reads it,
-// as PageReader promises, so a page costs what it holds.
+// when a row follows. Feeds read the log through it. Every built-in log
+// cuts the page where it reads it, as PageReader promises, so a page costs
+// what it holds.
 type RowReader interface {
 	ReadRowsAfter(ctx context.Context, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error)
 }
@@ -82,7 +94,7 @@ type PageQuery struct {
 	SizesOnly bool
 }
 
-// PageReader is implemented by a log that keeps a page's byte budget
+// PageReader is the part of EventLog that keeps a page's byte budget
 // where it reads the rows, not after: what it reads for a page is the
 // page. ReadPage returns the rows ReadRowsAfter(q.After, q.Limit,
 // q.MaxBytes) returns (the same seqs, types, runs and bytes, in order,
@@ -91,8 +103,8 @@ type PageQuery struct {
 // past the page's last, nor the bytes of a row it leaves out. A database
 // server works the budget out over the rows' sizes, which it reads from
 // each value's header, and sends nothing past the page; a log that reads
-// in the process stops at the page's last row. Without it, a RowReader
-// may read up to limit rows to return a page the budget ends after a few.
+// in the process stops at the page's last row, where a RowReader alone
+// could read up to limit rows to return a page the budget ends after a few.
 //
 // Pages bounded by bytes read this way cost what they return, whatever the
 // size of the rows; a reader that needs to know the sizes of many rows
@@ -100,53 +112,6 @@ type PageQuery struct {
 // SizesOnly, which costs a few dozen bytes a row however large the row.
 type PageReader interface {
 	ReadPage(ctx context.Context, threadID string, q PageQuery) ([]StoredRow, error)
-}
-
-// ReadRowsAfter reads rows through log's RowReader, or through ReadAfter
-// (encoding an event whose bytes the log did not return, and cutting the
-// page at maxBytes) when it has none.
-func ReadRowsAfter(ctx context.Context, log EventLog, threadID string, after int64, limit, maxBytes int) ([]StoredRow, error) {
-	if rr, ok := log.(RowReader); ok {
-		return rr.ReadRowsAfter(ctx, threadID, after, limit, maxBytes)
-	}
-	events, err := log.ReadAfter(ctx, threadID, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]StoredRow, 0, len(events))
-	size := 0
-	for i := range events {
-		if maxBytes > 0 && size >= maxBytes {
-			break
-		}
-		e := &events[i]
-		data := e.Data
-		if len(data) == 0 {
-			if data, err = json.Marshal(&e.Event); err != nil {
-				return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
-			}
-		}
-		size += len(data)
-		out = append(out, StoredRow{Seq: e.Seq, Type: e.Event.Type, RunID: e.Event.RunID, Data: data})
-	}
-	return out, nil
-}
-
-// ReadPage reads a page through log's PageReader, or, when it has none,
-// through ReadRowsAfter (which may read more than the page), leaving the
-// bytes out itself for SizesOnly.
-func ReadPage(ctx context.Context, log EventLog, threadID string, q PageQuery) ([]StoredRow, error) {
-	if pr, ok := log.(PageReader); ok {
-		return pr.ReadPage(ctx, threadID, q)
-	}
-	rows, err := ReadRowsAfter(ctx, log, threadID, q.After, q.Limit, q.MaxBytes)
-	if err != nil || !q.SizesOnly {
-		return rows, err
-	}
-	for i := range rows {
-		rows[i].Size, rows[i].Data = len(rows[i].Data), nil
-	}
-	return rows, nil
 }
 
 // WithinBytes returns how many of rows, of the sizes size(i) gives, a page
@@ -190,9 +155,9 @@ func (e *StaleFenceError) Error() string {
 // Is makes the error match ErrStaleFence.
 func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
 
-// FencedAppender is implemented by an EventLog whose appends can be fenced
-// with the tokens of RunClaims and AgentClaims. Every built-in store
-// implements it, and the writer uses it when the log has it.
+// FencedAppender is the part of EventLog whose appends are fenced with the
+// tokens of RunClaims and AgentClaims. The writer appends through it when
+// the run registry's claims are the log's (see Writer.useFences).
 //
 // AppendFenced is AppendEncoded, with fences[i] the token of the claim
 // under which events[i] is written: 0 for an event that no claim covers
@@ -286,7 +251,9 @@ type ThreadQuery struct {
 // event exactly once. A bounded log (storage/memory) evicts its oldest
 // events: a read then starts at the oldest one kept.
 //
-// After Store.Close, every method fails with an error; none panics.
+// After Store.Close, every method fails with an error matching ErrClosed;
+// none panics. A call that failed because the database could not be reached
+// matches ErrStorageUnavailable.
 type EventLog interface {
 	// Append encodes events as JSON and stores them as AppendEncoded does.
 	// With no events it stores nothing and returns the seq the next
@@ -313,6 +280,9 @@ type EventLog interface {
 	// when the log is empty; a bounded log counts its evicted events too).
 	// A missing thread is ErrNotFound.
 	NextSeq(ctx context.Context, threadID string) (int64, error)
+	FencedAppender
+	RowReader
+	PageReader
 }
 
 // ThreadStore keeps threads with their owner and title.
@@ -345,8 +315,7 @@ type Store interface {
 	Migrate(ctx context.Context) error
 	// Close releases the store. It is idempotent: a second call does
 	// nothing and returns nil. Once Close has returned, every other method
-	// fails with an error (which one is the backend's: database/sql reports
-	// "sql: database is closed") and none panics. Close does not wait for
+	// fails with an error that matches ErrClosed, and none panics. Close does not wait for
 	// calls in flight: each of them either completes, as if it had come
 	// first, or fails; an append is never left half done.
 	Close() error

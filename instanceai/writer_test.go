@@ -190,6 +190,15 @@ func (c *countingLog) AppendEncoded(ctx context.Context, thread string, events [
 	return c.EventLog.AppendEncoded(ctx, thread, events, data)
 }
 
+// AppendFenced counts and fails as AppendEncoded does.
+func (c *countingLog) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	c.appends.Add(1)
+	if c.failing.Add(-1) >= 0 {
+		return 0, errors.New("database is down")
+	}
+	return c.EventLog.AppendFenced(ctx, thread, events, data, fences)
+}
+
 func TestPublishesOnlyAfterCommitWithSeqs(t *testing.T) {
 	e := newEnv(t, nil, instanceai.WriterConfig{IdleFlush: time.Hour})
 	sub, _ := e.hub.Subscribe("t")
@@ -408,8 +417,17 @@ type lostAnswerLog struct {
 }
 
 func (l *lostAnswerLog) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
+	return l.append(func() (int64, error) { return l.EventLog.AppendEncoded(ctx, thread, events, data) })
+}
+
+func (l *lostAnswerLog) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	return l.append(func() (int64, error) { return l.EventLog.AppendFenced(ctx, thread, events, data, fences) })
+}
+
+// append loses or fails the append that store makes, as the log is told.
+func (l *lostAnswerLog) append(store func() (int64, error)) (int64, error) {
 	if l.lose.CompareAndSwap(true, false) {
-		if _, err := l.EventLog.AppendEncoded(ctx, thread, events, data); err != nil {
+		if _, err := store(); err != nil {
 			return 0, err
 		}
 		return 0, errors.New("read: connection reset by peer")
@@ -417,7 +435,7 @@ func (l *lostAnswerLog) AppendEncoded(ctx context.Context, thread string, events
 	if l.failing.Add(-1) >= 0 {
 		return 0, errors.New("dial: connection reset by peer")
 	}
-	return l.EventLog.AppendEncoded(ctx, thread, events, data)
+	return store()
 }
 
 // An append whose answer was lost had been stored: the run ended in the

@@ -233,8 +233,18 @@ func (s *recordingStore) note(thread, op string) {
 	s.ops[thread] = append(s.ops[thread], op)
 }
 
-// AppendEncoded is the writer's way into the log.
+// AppendEncoded and AppendFenced are the writer's ways into the log.
 func (s *recordingStore) AppendEncoded(ctx context.Context, thread string, events []instanceai.Event, data [][]byte) (int64, error) {
+	s.noteAppends(thread, events)
+	return s.Store.AppendEncoded(ctx, thread, events, data)
+}
+
+func (s *recordingStore) AppendFenced(ctx context.Context, thread string, events []instanceai.Event, data [][]byte, fences []int64) (int64, error) {
+	s.noteAppends(thread, events)
+	return s.Store.AppendFenced(ctx, thread, events, data, fences)
+}
+
+func (s *recordingStore) noteAppends(thread string, events []instanceai.Event) {
 	for _, ev := range events {
 		op := "append " + string(ev.Type)
 		if p, ok := ev.Payload.(*instanceai.RunFinish); ok {
@@ -242,7 +252,6 @@ func (s *recordingStore) AppendEncoded(ctx context.Context, thread string, event
 		}
 		s.note(thread, op)
 	}
-	return s.Store.AppendEncoded(ctx, thread, events, data)
 }
 
 func (s *recordingStore) DeleteThread(ctx context.Context, id string) error {

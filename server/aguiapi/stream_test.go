@@ -32,6 +32,20 @@ func (b brokenLog) ReadAfter(ctx context.Context, thread string, after int64, li
 	return b.Store.ReadAfter(ctx, thread, after, limit)
 }
 
+func (b brokenLog) ReadRowsAfter(ctx context.Context, thread string, after int64, limit, maxBytes int) ([]instanceai.StoredRow, error) {
+	if b.broken.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return b.Store.ReadRowsAfter(ctx, thread, after, limit, maxBytes)
+}
+
+func (b brokenLog) ReadPage(ctx context.Context, thread string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	if b.broken.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return b.Store.ReadPage(ctx, thread, q)
+}
+
 // TestStreamEndsWithRunErrorWhenTheLogFails checks that a stream whose
 // source fails still ends with a terminal event: the resume of a run
 // suspended on a confirmation, whose stream reads the log after the

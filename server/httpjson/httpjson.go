@@ -5,20 +5,16 @@ package httpjson
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/threadline/threadline/instanceai"
 )
@@ -90,7 +86,7 @@ func (e *Error) With(details map[string]any) *Error {
 // is logged).
 func WriteError(w http.ResponseWriter, err error) {
 	e := FromCore(err)
-	if e == nil && storageUnavailable(err) {
+	if e == nil && errors.Is(err, instanceai.ErrStorageUnavailable) {
 		// The database is down or unreachable: a client should retry, and
 		// the operator must hear of it.
 		slog.Warn("request failed: the store is unavailable", "err", err)
@@ -292,30 +288,6 @@ func fieldType(t reflect.Type, seg string) (ft reflect.Type, embedded bool) {
 		}
 	}
 	return nil, false
-}
-
-// storageUnavailable reports whether err is the store failing to reach its
-// database (a refused or cut connection, a server shutting down or out of
-// connections) rather than a fault of the request or of the code. lib/pq
-// reports a connection the server closed as a bare io.EOF (request bodies
-// are decoded into their own errors before anything gets here). The SQL
-// drivers' errors carry their SQLSTATE: classes 08 (connection exception),
-// 53 (insufficient resources) and 57P (operator intervention: shutdown,
-// cannot connect now).
-func storageUnavailable(err error) bool {
-	var netErr net.Error
-	var state interface{ SQLState() string }
-	switch {
-	case errors.As(err, &netErr),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return true
-	case errors.As(err, &state):
-		code := state.SQLState()
-		return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") || strings.HasPrefix(code, "57P")
-	}
-	return false
 }
 
 // jsonKind names the JSON kind a Go type decodes from, so that an error

@@ -2,19 +2,13 @@ package httpjson
 
 import (
 	"context"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/lib/pq"
 
 	"github.com/threadline/threadline/instanceai"
 )
@@ -77,20 +71,20 @@ func TestWriteErrorMapsCoreErrors(t *testing.T) {
 }
 
 // A store that cannot reach its database is a 503 storage_unavailable with
-// Retry-After; other internal errors stay 500s.
+// Retry-After; other internal errors stay 500s, a closed store's among
+// them. Which driver errors mean an unreachable database is the stores'
+// to say (storage/internal/storeerr): they mark them with
+// instanceai.ErrStorageUnavailable.
 func TestStorageOutagesAre503(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		err  error
 		want int
 	}{
-		{"refused", fmt.Errorf("postgres: append: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), http.StatusServiceUnavailable},
-		{"bad connection", fmt.Errorf("sqlite: read: %w", driver.ErrBadConn), http.StatusServiceUnavailable},
-		{"cut mid-query", fmt.Errorf("postgres: read: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable},
-		{"admin shutdown", fmt.Errorf("postgres: %w", &pq.Error{Code: "57P01"}), http.StatusServiceUnavailable},
-		{"connection failure", &pq.Error{Code: "08006"}, http.StatusServiceUnavailable},
-		{"too many connections", &pq.Error{Code: "53300"}, http.StatusServiceUnavailable},
-		{"syntax error", &pq.Error{Code: "42601"}, http.StatusInternalServerError},
+		{"unavailable", instanceai.ErrStorageUnavailable, http.StatusServiceUnavailable},
+		{"unavailable, wrapped", fmt.Errorf("postgres: append: %w", fmt.Errorf("read: %w", instanceai.ErrStorageUnavailable)), http.StatusServiceUnavailable},
+		{"unavailable beside the cause", errors.Join(errors.New("dial tcp: connection refused"), instanceai.ErrStorageUnavailable), http.StatusServiceUnavailable},
+		{"closed store", fmt.Errorf("memory: %w", instanceai.ErrClosed), http.StatusInternalServerError},
 		{"a bug", errors.New("nil map"), http.StatusInternalServerError},
 	} {
 		rec := httptest.NewRecorder()

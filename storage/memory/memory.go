@@ -80,7 +80,7 @@ type Store struct {
 }
 
 // errClosed is what a Store's methods return after Close.
-var errClosed = errors.New("memory: store is closed")
+var errClosed = fmt.Errorf("memory: %w", instanceai.ErrClosed)
 
 // thread is one thread and its window of events.
 type thread struct {
@@ -118,10 +118,7 @@ type confirmation struct {
 }
 
 var (
-	_ instanceai.Store          = (*Store)(nil)
-	_ instanceai.RowReader      = (*Store)(nil)
-	_ instanceai.PageReader     = (*Store)(nil)
-	_ instanceai.FencedAppender = (*Store)(nil)
+	_ instanceai.Store = (*Store)(nil)
 )
 
 // New returns an empty store.

@@ -12,7 +12,6 @@ import (
 	"database/sql"
 	"embed"
 	"errors"
-	"fmt"
 	"io/fs"
 	"sync"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/prunesql"
 	"github.com/threadline/threadline/storage/internal/sqllog"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 //go:embed migrations/*.sql
@@ -48,13 +48,6 @@ type Store struct {
 	one *oneStatement
 }
 
-// Store reads rows undecoded for the native replay, and pages that cost
-// what they return for the history.
-var (
-	_ instanceai.RowReader  = (*Store)(nil)
-	_ instanceai.PageReader = (*Store)(nil)
-)
-
 var _ instanceai.Prober = (*Store)(nil)
 
 var (
@@ -70,7 +63,7 @@ var (
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	db, err := sqlx.Open("postgres", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: open: %w", withCtx(ctx, err))
 	}
 	// Appenders to one thread wait on its row lock while holding a
 	// connection, so the pool must be larger than the number of threads
@@ -81,7 +74,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: connect: %w", withCtx(ctx, err))
 	}
 	one := &oneStatement{}
 	return &Store{Log: sqllog.New(logDialect(one), db.DB, db.DB), one: one, Table: claims.New(claimsDialect, db.DB, db.DB),
@@ -259,7 +252,7 @@ var builderDialect = buildersql.Dialect{
 		if t, ok := v.(time.Time); ok {
 			return t.UTC(), nil
 		}
-		return time.Time{}, fmt.Errorf("stored timestamp is %T, want a timestamp", v)
+		return time.Time{}, storeerr.Errorf("stored timestamp is %T, want a timestamp", v)
 	},
 }
 
@@ -267,11 +260,11 @@ var builderDialect = buildersql.Dialect{
 func (s *Store) Probe(ctx context.Context) ([]int64, error) {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, storeerr.Errorf("postgres: %w", err)
 	}
 	pending, err := migrate.Pending(ctx, s.db.DB, sub)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: %w", withCtx(ctx, err))
 	}
 	return pending, nil
 }
@@ -281,10 +274,10 @@ func (s *Store) Probe(ctx context.Context) ([]int64, error) {
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
-		return fmt.Errorf("postgres: %w", withCtx(ctx, err))
+		return storeerr.Errorf("postgres: %w", withCtx(ctx, err))
 	}
 	if _, err := migrate.Up(ctx, s.db.DB, migrate.Postgres, sub); err != nil {
-		return fmt.Errorf("postgres: %w", withCtx(ctx, err))
+		return storeerr.Errorf("postgres: %w", withCtx(ctx, err))
 	}
 	return nil
 }
@@ -338,17 +331,17 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 			return r.thread(), true, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
+			return instanceai.Thread{}, false, storeerr.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
 		}
 		err = s.db.GetContext(ctx, &r, `SELECT `+threadColumns+` FROM threads WHERE id = $1`, t.ID)
 		if err == nil {
 			return r.thread(), false, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
+			return instanceai.Thread{}, false, storeerr.Errorf("postgres: ensure thread %q: %w", t.ID, withCtx(ctx, err))
 		}
 	}
-	return instanceai.Thread{}, false, fmt.Errorf("postgres: ensure thread %q: created and deleted concurrently, giving up", t.ID)
+	return instanceai.Thread{}, false, storeerr.Errorf("postgres: ensure thread %q: created and deleted concurrently, giving up", t.ID)
 }
 
 // GetThread implements instanceai.ThreadStore.
@@ -359,7 +352,7 @@ func (s *Store) GetThread(ctx context.Context, id string) (instanceai.Thread, er
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Thread{}, fmt.Errorf("postgres: get thread %q: %w", id, withCtx(ctx, err))
+		return instanceai.Thread{}, storeerr.Errorf("postgres: get thread %q: %w", id, withCtx(ctx, err))
 	}
 	return r.thread(), nil
 }
@@ -377,7 +370,7 @@ func (s *Store) ListThreads(ctx context.Context, q instanceai.ThreadQuery) ([]in
 		 ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4`,
 		q.OwnerID, q.IncludeArchived, lim, max(q.Offset, 0))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list threads of %q: %w", q.OwnerID, withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: list threads of %q: %w", q.OwnerID, withCtx(ctx, err))
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -396,7 +389,7 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: rename thread %q: %w", id, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: rename thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -408,7 +401,7 @@ func (s *Store) ArchiveThread(ctx context.Context, id string, archived bool) err
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: archive thread %q: %w", id, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: archive thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -434,7 +427,7 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: delete thread %q: %w", id, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: delete thread %q: %w", id, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -445,7 +438,7 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 // request from a failed one look for context.Canceled.
 func withCtx(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w (%w)", err, cerr)
+		return storeerr.Errorf("%w (%w)", err, cerr)
 	}
 	return err
 }

@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/lib/pq"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
 	"github.com/threadline/threadline/storage/internal/sqllog"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // orNow is a timestamp parameter: NULL for a zero time, so that the
@@ -46,7 +46,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: add message %q to thread %q: %w", m.ID, m.ThreadID, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: add message %q to thread %q: %w", m.ID, m.ThreadID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -67,7 +67,7 @@ type messageRow struct {
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
 	out, err := s.queryMessages(ctx, threadID, "content, attachments", "")
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: list messages of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return out, nil
 }
@@ -76,7 +76,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
 	out, err := s.queryMessages(ctx, threadID, "'' AS content, '' AS attachments, octet_length(content) + octet_length(attachments) AS size", "")
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list message heads of thread %q: %w", threadID, withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: list message heads of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return out, nil
 }
@@ -85,7 +85,7 @@ func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai
 func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error) {
 	out, err := s.queryMessages(ctx, threadID, "content, attachments", " AND id = ANY($2)", pq.Array(ids))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: read messages of thread %q: %w", threadID, withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: read messages of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	return out, nil
 }
@@ -143,7 +143,7 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func (s *Store) GetConfirmation(ctx context.Context, requestID string) (instance
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Confirmation{}, fmt.Errorf("postgres: get confirmation %q: %w", requestID, withCtx(ctx, err))
+		return instanceai.Confirmation{}, storeerr.Errorf("postgres: get confirmation %q: %w", requestID, withCtx(ctx, err))
 	}
 	return r.confirmation(), nil
 }
@@ -218,7 +218,7 @@ func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: answer confirmation %q: %w", requestID, withCtx(ctx, err))
+		return storeerr.Errorf("postgres: answer confirmation %q: %w", requestID, withCtx(ctx, err))
 	}
 	return nil
 }
@@ -235,7 +235,7 @@ func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]in
 		err = s.ThreadExists(ctx, threadID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: pending confirmations of thread %q: %w", threadID, withCtx(ctx, err))
+		return nil, storeerr.Errorf("postgres: pending confirmations of thread %q: %w", threadID, withCtx(ctx, err))
 	}
 	var out []instanceai.Confirmation
 	for _, r := range rows {

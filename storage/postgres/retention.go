@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"fmt"
 	"time"
 
 	"github.com/threadline/threadline/storage/internal/prunesql"
 	"github.com/threadline/threadline/storage/internal/sqllog"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // pruneDialect locks the threads rows a deleting transaction reads, so
@@ -39,12 +39,12 @@ const pruneLockClass int32 = 0x7468_6c72 // "thlr"
 func (s *Store) TryPruneLock(ctx context.Context) (release func(), ok bool, err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("postgres: prune lock: %w", withCtx(ctx, err))
+		return nil, false, storeerr.Errorf("postgres: prune lock: %w", withCtx(ctx, err))
 	}
 	const key = `hashtext(COALESCE(current_schema(), ''))`
 	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, `+key+`)`, pruneLockClass).Scan(&ok); err != nil {
 		conn.Close()
-		return nil, false, fmt.Errorf("postgres: prune lock: %w", withCtx(ctx, err))
+		return nil, false, storeerr.Errorf("postgres: prune lock: %w", withCtx(ctx, err))
 	}
 	if !ok {
 		conn.Close()

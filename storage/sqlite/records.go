@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
 	"github.com/threadline/threadline/storage/internal/sqllog"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // AddMessage implements instanceai.MessageStore. A zero CreatedAt means now.
@@ -38,7 +38,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
+		return storeerr.Errorf("sqlite: add message %q to thread %q: %w", m.ID, m.ThreadID, err)
 	}
 	return nil
 }
@@ -48,7 +48,7 @@ func (s *Store) AddMessage(ctx context.Context, m instanceai.Message) error {
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
 	out, err := s.listMessages(ctx, threadID)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list messages of thread %q: %w", threadID, err)
+		return nil, storeerr.Errorf("sqlite: list messages of thread %q: %w", threadID, err)
 	}
 	return out, nil
 }
@@ -57,7 +57,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]instanceai
 func (s *Store) MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error) {
 	out, err := s.queryMessages(ctx, threadID, `octet_length(content) + octet_length(attachments)`, "", nil)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list message heads of thread %q: %w", threadID, err)
+		return nil, storeerr.Errorf("sqlite: list message heads of thread %q: %w", threadID, err)
 	}
 	return out, nil
 }
@@ -74,7 +74,7 @@ func (s *Store) MessagesByID(ctx context.Context, threadID string, ids []string)
 	}
 	out, err := s.queryMessages(ctx, threadID, "content", " AND id IN ("+in+")", args)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: read messages of thread %q: %w", threadID, err)
+		return nil, storeerr.Errorf("sqlite: read messages of thread %q: %w", threadID, err)
 	}
 	return out, nil
 }
@@ -155,7 +155,7 @@ func (s *Store) AddConfirmation(ctx context.Context, c instanceai.Confirmation) 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, err)
+		return storeerr.Errorf("sqlite: add confirmation %q to thread %q: %w", c.RequestID, c.ThreadID, err)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (s *Store) GetConfirmation(ctx context.Context, requestID string) (instance
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Confirmation{}, fmt.Errorf("sqlite: get confirmation %q: %w", requestID, err)
+		return instanceai.Confirmation{}, storeerr.Errorf("sqlite: get confirmation %q: %w", requestID, err)
 	}
 	return c, nil
 }
@@ -208,7 +208,7 @@ func (s *Store) AnswerConfirmation(ctx context.Context, requestID, status string
 		err = s.answer(ctx, requestID, status, answer)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: answer confirmation %q: %w", requestID, err)
+		return storeerr.Errorf("sqlite: answer confirmation %q: %w", requestID, err)
 	}
 	return nil
 }
@@ -257,7 +257,7 @@ func (s *Store) answer(ctx context.Context, requestID, status string, answer jso
 func (s *Store) PendingConfirmations(ctx context.Context, threadID string) ([]instanceai.Confirmation, error) {
 	out, err := s.pendingConfirmations(ctx, threadID)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: pending confirmations of thread %q: %w", threadID, err)
+		return nil, storeerr.Errorf("sqlite: pending confirmations of thread %q: %w", threadID, err)
 	}
 	return out, nil
 }

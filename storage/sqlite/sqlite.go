@@ -15,7 +15,6 @@ import (
 	"database/sql"
 	"embed"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,6 +31,7 @@ import (
 	"github.com/threadline/threadline/storage/internal/migrate"
 	"github.com/threadline/threadline/storage/internal/prunesql"
 	"github.com/threadline/threadline/storage/internal/sqllog"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -68,13 +68,6 @@ type Store struct {
 	rdb *sql.DB
 }
 
-// Store reads rows undecoded for the native replay, and pages that cost
-// what they return for the history.
-var (
-	_ instanceai.RowReader  = (*Store)(nil)
-	_ instanceai.PageReader = (*Store)(nil)
-)
-
 var (
 	_ instanceai.Store = (*Store)(nil)
 	_ builder.Store    = (*Store)(nil)
@@ -90,11 +83,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	case path == ":memory:" || strings.HasPrefix(path, "file:"):
 		// Every pooled connection would open its own private database;
 		// the memory backend is the non-durable option.
-		return nil, fmt.Errorf("sqlite: %q is not a file path (use the memory backend for a non-durable store)", path)
+		return nil, storeerr.Errorf("sqlite: %q is not a file path (use the memory backend for a non-durable store)", path)
 	}
 	if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("sqlite: create directory for %s: %w", path, err)
+			return nil, storeerr.Errorf("sqlite: create directory for %s: %w", path, err)
 		}
 	}
 	busy := "_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")"
@@ -110,7 +103,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		"_txlock=immediate",
 	))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, storeerr.Errorf("sqlite: open %s: %w", path, err)
 	}
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
@@ -121,13 +114,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	var mode string
 	if err := wdb.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
 		wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, storeerr.Errorf("sqlite: open %s: %w", path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
 		// Without WAL, readers would block the writer and the other way
 		// round; better to refuse than to run with surprising stalls.
 		wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: journal mode is %q, WAL is required", path, mode)
+		return nil, storeerr.Errorf("sqlite: open %s: journal mode is %q, WAL is required", path, mode)
 	}
 
 	// Readers are opened after the writer switched the file to WAL, which is
@@ -135,7 +128,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	rdb, err := sql.Open("sqlite", dsn(path, busy, "_pragma=query_only(1)"))
 	if err != nil {
 		wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, storeerr.Errorf("sqlite: open %s: %w", path, err)
 	}
 	readers := max(4, runtime.GOMAXPROCS(0))
 	rdb.SetMaxOpenConns(readers)
@@ -143,7 +136,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := rdb.PingContext(ctx); err != nil {
 		rdb.Close()
 		wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, storeerr.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.rdb = rdb
 	s.Log = sqllog.New(logDialect, wdb, rdb)
@@ -205,7 +198,7 @@ var builderDialect = buildersql.Dialect{
 		case []byte:
 			return parseTime(string(v))
 		}
-		return time.Time{}, fmt.Errorf("stored timestamp is %T, want TEXT", v)
+		return time.Time{}, storeerr.Errorf("stored timestamp is %T, want TEXT", v)
 	},
 }
 
@@ -231,11 +224,11 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Probe(ctx context.Context) ([]int64, error) {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: %w", err)
+		return nil, storeerr.Errorf("sqlite: %w", err)
 	}
 	pending, err := migrate.Pending(ctx, s.rdb, sub)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: %w", err)
+		return nil, storeerr.Errorf("sqlite: %w", err)
 	}
 	return pending, nil
 }
@@ -246,10 +239,10 @@ var _ instanceai.Prober = (*Store)(nil)
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
-		return fmt.Errorf("sqlite: %w", err)
+		return storeerr.Errorf("sqlite: %w", err)
 	}
 	if _, err := migrate.Up(ctx, s.wdb, migrate.SQLite, sub); err != nil {
-		return fmt.Errorf("sqlite: %w", err)
+		return storeerr.Errorf("sqlite: %w", err)
 	}
 	return nil
 }
@@ -270,7 +263,7 @@ func formatTime(t time.Time) string {
 func parseTime(s string) (time.Time, error) {
 	t, err := time.Parse(timeLayout, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("bad stored timestamp %q: %w", s, err)
+		return time.Time{}, storeerr.Errorf("bad stored timestamp %q: %w", s, err)
 	}
 	return t, nil
 }
@@ -304,7 +297,7 @@ func (s *Store) EnsureThread(ctx context.Context, t instanceai.Thread) (instance
 	}
 	stored, created, err := s.ensureThread(ctx, t)
 	if err != nil {
-		return instanceai.Thread{}, false, fmt.Errorf("sqlite: ensure thread %q: %w", t.ID, err)
+		return instanceai.Thread{}, false, storeerr.Errorf("sqlite: ensure thread %q: %w", t.ID, err)
 	}
 	return stored, created, nil
 }
@@ -348,7 +341,7 @@ func (s *Store) getThread(ctx context.Context, id string) (instanceai.Thread, er
 		err = instanceai.ErrNotFound
 	}
 	if err != nil {
-		return instanceai.Thread{}, fmt.Errorf("sqlite: get thread %q: %w", id, err)
+		return instanceai.Thread{}, storeerr.Errorf("sqlite: get thread %q: %w", id, err)
 	}
 	return t, nil
 }
@@ -365,19 +358,19 @@ func (s *Store) ListThreads(ctx context.Context, q instanceai.ThreadQuery) ([]in
 		 ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
 		q.OwnerID, q.IncludeArchived, limit, max(q.Offset, 0))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
+		return nil, storeerr.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 	}
 	defer rows.Close()
 	var out []instanceai.Thread
 	for rows.Next() {
 		t, err := scanThread(rows)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
+			return nil, storeerr.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
+		return nil, storeerr.Errorf("sqlite: list threads of %q: %w", q.OwnerID, err)
 	}
 	return out, nil
 }
@@ -390,7 +383,7 @@ func (s *Store) RenameThread(ctx context.Context, id, title string) error {
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: rename thread %q: %w", id, err)
+		return storeerr.Errorf("sqlite: rename thread %q: %w", id, err)
 	}
 	return nil
 }
@@ -403,7 +396,7 @@ func (s *Store) ArchiveThread(ctx context.Context, id string, archived bool) err
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: archive thread %q: %w", id, err)
+		return storeerr.Errorf("sqlite: archive thread %q: %w", id, err)
 	}
 	return nil
 }
@@ -416,7 +409,7 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 		err = sqllog.MustAffect(res)
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: delete thread %q: %w", id, err)
+		return storeerr.Errorf("sqlite: delete thread %q: %w", id, err)
 	}
 	return nil
 }

@@ -15,17 +15,6 @@ import (
 	"github.com/threadline/threadline/instanceai"
 )
 
-// fencedAppender returns the store's FencedAppender, failing the test
-// when it has none: every built-in store fences its appends.
-func fencedAppender(t *testing.T, s instanceai.Store) instanceai.FencedAppender {
-	t.Helper()
-	fa, ok := s.(instanceai.FencedAppender)
-	if !ok {
-		t.Fatalf("%T does not implement instanceai.FencedAppender", s)
-	}
-	return fa
-}
-
 // appendFenced appends events of stream "f" (i0 on), events[i] under
 // fences[i].
 func appendFenced(s instanceai.FencedAppender, thread string, i0 int, fences ...int64) (int64, error) {
@@ -68,7 +57,7 @@ func wantNext(t *testing.T, s instanceai.Store, thread string, want int64) {
 // owner's is ErrNotFound whatever the tokens; 0 is no token.
 func testFencedAppends(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
-	fa := fencedAppender(t, s)
+	var fa instanceai.FencedAppender = s
 	ensure(t, s, "t", "owner")
 	ensure(t, s, "other", "owner")
 	run, err := s.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
@@ -204,7 +193,7 @@ const contenders = 3
 // a writer waits.)
 func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, rounds int) {
 	ctx := context.Background()
-	fa := fencedAppender(t, s)
+	var fa instanceai.FencedAppender = s
 	for round := range rounds {
 		thread := fmt.Sprintf("race-%d-%d", batch, round)
 		ensure(t, s, thread, "owner")
@@ -310,7 +299,7 @@ func checkFencedAppendRacesTake(t *testing.T, s, taker instanceai.Store, batch, 
 // deadlock, and the database would fail one of them.)
 func testDeleteDuringFencedAppends(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
-	fa := fencedAppender(t, s)
+	var fa instanceai.FencedAppender = s
 	for round := range 5 {
 		thread := fmt.Sprintf("doomed-%d", round)
 		ensure(t, s, thread, "owner")

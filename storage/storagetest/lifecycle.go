@@ -185,7 +185,7 @@ func testCloseIdempotent(t *testing.T, s instanceai.Store) {
 }
 
 // testCallsAfterClose: once Close has returned, every method fails with an
-// error, and none panics.
+// error matching instanceai.ErrClosed, and none panics.
 func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 	ctx := context.Background()
 	ensure(t, s, "t", "owner")
@@ -210,20 +210,13 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 		"AppendEncoded": func() error { _, err := s.AppendEncoded(ctx, "t", ev, [][]byte{data}); return err },
 		"ReadAfter":     func() error { _, err := s.ReadAfter(ctx, "t", 0, 0); return err },
 		"NextSeq":       func() error { _, err := s.NextSeq(ctx, "t"); return err },
-		"ReadRowsAfter": func() error {
-			rr, ok := s.(instanceai.RowReader)
-			if !ok {
-				return errors.New("no RowReader: nothing to call")
-			}
-			_, err := rr.ReadRowsAfter(ctx, "t", 0, 0, 0)
+		"ReadRowsAfter": func() error { _, err := s.ReadRowsAfter(ctx, "t", 0, 0, 0); return err },
+		"ReadPage": func() error {
+			_, err := s.ReadPage(ctx, "t", instanceai.PageQuery{MaxBytes: 100})
 			return err
 		},
-		"ReadPage": func() error {
-			pr, ok := s.(instanceai.PageReader)
-			if !ok {
-				return errors.New("no PageReader: nothing to call")
-			}
-			_, err := pr.ReadPage(ctx, "t", instanceai.PageQuery{MaxBytes: 100})
+		"AppendFenced": func() error {
+			_, err := s.AppendFenced(ctx, "t", ev, [][]byte{data}, []int64{claim.Fence})
 			return err
 		},
 		"EnsureThread": func() error {
@@ -266,8 +259,8 @@ func testCallsAfterClose(t *testing.T, s instanceai.Store) {
 	}
 }
 
-// allFailAfterClose checks that each call fails with an error, and none
-// panics.
+// allFailAfterClose checks that each call fails with an error matching
+// instanceai.ErrClosed, and none panics.
 func allFailAfterClose(t *testing.T, calls map[string]func() error) {
 	t.Helper()
 	for name, call := range calls {
@@ -277,8 +270,8 @@ func allFailAfterClose(t *testing.T, calls map[string]func() error) {
 					t.Errorf("%s after Close panicked: %v", name, p)
 				}
 			}()
-			if err := call(); err == nil {
-				t.Errorf("%s after Close succeeded, want an error", name)
+			if err := call(); !errors.Is(err, instanceai.ErrClosed) {
+				t.Errorf("%s after Close: %v, want an error matching instanceai.ErrClosed", name, err)
 			}
 		}()
 	}

@@ -252,7 +252,7 @@ func testOneStatementAppend(t *testing.T, b SQLBackend) {
 func testChunkedFencedAppend(t *testing.T, b SQLBackend) {
 	ctx := context.Background()
 	b.SetMaxRows(4)
-	fa := fencedAppender(t, b.Store)
+	var fa instanceai.FencedAppender = b.Store
 	ensure(t, b, "t", "o")
 	row, err := b.ClaimThread(ctx, "t", "r", "inst_a", -time.Second)
 	if err != nil {

@@ -366,14 +366,11 @@ func testIndependentThreads(t *testing.T, s instanceai.Store) {
 	checkTexts(t, s, "b", 0, 1, 5)
 }
 
-// testReadRowsAfter: a store that reads rows undecoded (instanceai.RowReader)
+// testReadRowsAfter: reading rows undecoded (instanceai.RowReader)
 // returns, for every cursor and limit, the seqs, types, run ids and bytes
-// ReadAfter returns. A store without it is skipped: feeds fall back to ReadAfter.
+// ReadAfter returns.
 func testReadRowsAfter(t *testing.T, s instanceai.Store) {
-	rr, ok := s.(instanceai.RowReader)
-	if !ok {
-		t.Skip("the store does not implement instanceai.RowReader")
-	}
+	var rr instanceai.RowReader = s
 	ctx := context.Background()
 	ensure(t, s, "rows", "owner")
 	batch := TypicalBatch("run-rows", 60)
@@ -864,17 +861,13 @@ func testNotFound(t *testing.T, s instanceai.Store) {
 	check("ReadAfter", err)
 	_, err = s.ReadAfter(ctx, "missing", 5, 1)
 	check("ReadAfter(5, 1)", err)
-	if rr, ok := s.(instanceai.RowReader); ok {
-		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 0, 0)
-		check("ReadRowsAfter", err)
-		_, err = rr.ReadRowsAfter(ctx, "missing", 0, 10, 100)
-		check("ReadRowsAfter(sized)", err)
-	}
-	if pr, ok := s.(instanceai.PageReader); ok {
-		for _, q := range []instanceai.PageQuery{{}, {After: 5, Limit: 10, MaxBytes: 100}, {Limit: 10, SizesOnly: true}} {
-			_, err = pr.ReadPage(ctx, "missing", q)
-			check(fmt.Sprintf("ReadPage(%+v)", q), err)
-		}
+	_, err = s.ReadRowsAfter(ctx, "missing", 0, 0, 0)
+	check("ReadRowsAfter", err)
+	_, err = s.ReadRowsAfter(ctx, "missing", 0, 10, 100)
+	check("ReadRowsAfter(sized)", err)
+	for _, q := range []instanceai.PageQuery{{}, {After: 5, Limit: 10, MaxBytes: 100}, {Limit: 10, SizesOnly: true}} {
+		_, err = s.ReadPage(ctx, "missing", q)
+		check(fmt.Sprintf("ReadPage(%+v)", q), err)
 	}
 	_, err = s.NextSeq(ctx, "missing")
 	check("NextSeq", err)
@@ -1070,13 +1063,9 @@ func testAppendEncoded(t *testing.T, s instanceai.Store) {
 // compressed form, would show. That a page reads nothing past itself shows
 // only in what the read costs, so it is measured where that is something:
 // on PostgreSQL's wire (storage/postgres's TestPagesCostWhatTheyHold, and
-// the history's requests in server's TestHistoryReadsWhatItServes). A
-// store without it is skipped.
+// the history's requests in server's TestHistoryReadsWhatItServes).
 func testPageReader(t *testing.T, s instanceai.Store) {
-	pr, ok := s.(instanceai.PageReader)
-	if !ok {
-		t.Skip("the store does not implement instanceai.PageReader")
-	}
+	var pr instanceai.PageReader = s
 	ctx := context.Background()
 	ensure(t, s, "pages", "owner")
 	var events []instanceai.Event
@@ -1148,7 +1137,7 @@ func testPartReader(t *testing.T, s instanceai.Store) {
 	if !ok {
 		t.Skip("the store does not implement instanceai.PartReader")
 	}
-	rr := s.(instanceai.RowReader)
+	var rr instanceai.RowReader = s
 	ctx := context.Background()
 	ensure(t, s, "parts", "owner")
 	var events []instanceai.Event

@@ -232,7 +232,7 @@ const (
 )
 
 // scan calls fn with each row of the log after after up to through, in
-// pages read through instanceai.ReadPage: with sizesOnly, the rows' sizes
+// pages read through the log's ReadPage: with sizesOnly, the rows' sizes
 // without their bytes; otherwise the rows whole, in pages bounded in
 // bytes. A page asks for no row past through (seqs are contiguous), so
 // the scan reads nothing of the log beyond it.
@@ -246,7 +246,7 @@ func scan(ctx context.Context, store Store, threadID string, after, through int6
 		if sizesOnly {
 			q = instanceai.PageQuery{After: after, Limit: int(min(left, sizesPage)), SizesOnly: true}
 		}
-		rows, err := instanceai.ReadPage(ctx, store, threadID, q)
+		rows, err := store.ReadPage(ctx, threadID, q)
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/builder"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // Dialect is what one database does differently.
@@ -64,7 +65,7 @@ func (s *Store) fail(ctx context.Context, err error, op, what string) error {
 	if s.d.Err != nil {
 		err = s.d.Err(ctx, err)
 	}
-	return fmt.Errorf("%s: %s %s: %w", s.d.Name, op, what, err)
+	return storeerr.Errorf("%s: %s %s: %w", s.d.Name, op, what, err)
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
@@ -136,7 +137,7 @@ func (s *Store) touch(ctx context.Context, tx *sql.Tx, owner, name string) (proj
 		return p, notFound(err)
 	}
 	if err := json.Unmarshal([]byte(settings), &p.settings); err != nil {
-		return p, fmt.Errorf("stored settings: %w", err)
+		return p, storeerr.Errorf("stored settings: %w", err)
 	}
 	p.at, err = s.d.ParseTime(at)
 	return p, err
@@ -223,7 +224,7 @@ func (s *Store) projects(ctx context.Context, owner, more string, args ...any) (
 		if n := len(out); n == 0 || out[n-1].Name != p.Name {
 			p.OwnerID, p.Workflows = owner, []string{}
 			if err := json.Unmarshal([]byte(settings), &p.Settings); err != nil {
-				return nil, fmt.Errorf("stored settings of %q: %w", p.Name, err)
+				return nil, storeerr.Errorf("stored settings of %q: %w", p.Name, err)
 			}
 			if p.CreatedDate, err = s.d.ParseTime(created); err != nil {
 				return nil, err
@@ -541,7 +542,7 @@ func (s *Store) scanVersion(row interface{ Scan(...any) error }) (v builder.Vers
 	}
 	d := builder.Description{Name: workflowName.String, NodeCount: int(nodes.Int64)}
 	if err := json.Unmarshal([]byte(tags.String), &d.Tags); err != nil {
-		return v, false, fmt.Errorf("stored tags of %q: %w", name.String, err)
+		return v, false, storeerr.Errorf("stored tags of %q: %w", name.String, err)
 	}
 	madeAt, modifiedAt, err := s.times(made, modified)
 	if err != nil {

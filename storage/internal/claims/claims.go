@@ -18,12 +18,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // Dialect is how one database spells the claims statements.
@@ -102,14 +102,14 @@ func leaseTime(lease any) (time.Time, error) {
 	case int64:
 		return time.UnixMilli(v).UTC(), nil
 	}
-	return time.Time{}, fmt.Errorf("unexpected lease_expires value %T", lease)
+	return time.Time{}, storeerr.Errorf("unexpected lease_expires value %T", lease)
 }
 
 func (t *Table) wrap(op, threadID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%s: %s thread %q: %w", t.d.Name, op, threadID, err)
+	return storeerr.Errorf("%s: %s thread %q: %w", t.d.Name, op, threadID, err)
 }
 
 // querier is what a claim's statement runs on: the writer pool, or the
@@ -138,7 +138,7 @@ func (t *Table) fenced(ctx context.Context, stmt func(q querier, fence string, f
 	}()
 	token, err := t.d.NextFence(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("hand out a fencing token: %w", err)
+		return storeerr.Errorf("hand out a fencing token: %w", err)
 	}
 	if err := stmt(tx, "?", []any{token}); err != nil {
 		return err
@@ -262,19 +262,19 @@ func (t *Table) RenewRuns(ctx context.Context, owner string, ttl time.Duration) 
 	rows, err := t.w.QueryContext(ctx, t.q(`UPDATE active_runs SET lease_expires = `+exp+` WHERE owner_id = ? RETURNING `+columns),
 		expArg, owner)
 	if err != nil {
-		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+		return nil, storeerr.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
 	}
 	defer rows.Close()
 	var out []instanceai.ActiveRun
 	for rows.Next() {
 		row, err := t.scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+			return nil, storeerr.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
 		}
 		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
+		return nil, storeerr.Errorf("%s: renew the leases of %q: %w", t.d.Name, owner, err)
 	}
 	return out, nil
 }
@@ -290,19 +290,19 @@ func (t *Table) ExpiredRuns(ctx context.Context) ([]instanceai.ActiveRun, error)
 		       AND c.status IN ('approved', 'denied')))
 		ORDER BY lease_expires`), append(slices.Clone(nowArg), nowArg...)...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list expired runs: %w", t.d.Name, err)
 	}
 	defer rows.Close()
 	var out []instanceai.ActiveRun
 	for rows.Next() {
 		row, err := t.scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+			return nil, storeerr.Errorf("%s: list expired runs: %w", t.d.Name, err)
 		}
 		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: list expired runs: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list expired runs: %w", t.d.Name, err)
 	}
 	return out, nil
 }
@@ -391,7 +391,7 @@ func (t *Table) RenewAgents(ctx context.Context, owner string, ttl time.Duration
 	for chunk := range slices.Chunk(fences, renewChunk) {
 		rows, err := t.renewAgents(ctx, owner, ttl, chunk)
 		if err != nil {
-			return nil, fmt.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
+			return nil, storeerr.Errorf("%s: renew the agent leases of %q: %w", t.d.Name, owner, err)
 		}
 		out = append(out, rows...)
 	}
@@ -428,19 +428,19 @@ func (t *Table) ExpiredAgents(ctx context.Context) ([]instanceai.AgentClaim, err
 	rows, err := t.r.QueryContext(ctx, t.q(`SELECT `+agentColumns+`
 		FROM background_agents WHERE lease_expires < `+now+` ORDER BY lease_expires`), nowArg...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list expired agents: %w", t.d.Name, err)
 	}
 	defer rows.Close()
 	var out []instanceai.AgentClaim
 	for rows.Next() {
 		c, err := scanAgent(rows)
 		if err != nil {
-			return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+			return nil, storeerr.Errorf("%s: list expired agents: %w", t.d.Name, err)
 		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: list expired agents: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list expired agents: %w", t.d.Name, err)
 	}
 	return out, nil
 }

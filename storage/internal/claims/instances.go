@@ -2,10 +2,10 @@ package claims
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 var _ instanceai.InstanceRegistry = (*Table)(nil)
@@ -20,7 +20,7 @@ func (t *Table) RegisterInstance(ctx context.Context, inst instanceai.Instance, 
 		     started_at = excluded.started_at, lease_expires = excluded.lease_expires`),
 		append(append([]any{inst.ID, inst.Bus, inst.Host, inst.PID}, nowArg...), expArg)...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: register instance %q: %w", t.d.Name, inst.ID, err)
+		return nil, storeerr.Errorf("%s: register instance %q: %w", t.d.Name, inst.ID, err)
 	}
 	return t.liveInstances(ctx, inst.ID)
 }
@@ -37,7 +37,7 @@ func (t *Table) liveInstances(ctx context.Context, except string) ([]instanceai.
 	rows, err := t.r.QueryContext(ctx, t.q(`SELECT id, bus, host, pid, started_at, lease_expires FROM instances
 		WHERE id <> ? AND lease_expires >= `+now+` ORDER BY started_at`), append([]any{except}, nowArg...)...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: list instances: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list instances: %w", t.d.Name, err)
 	}
 	defer rows.Close()
 	var out []instanceai.Instance
@@ -45,18 +45,18 @@ func (t *Table) liveInstances(ctx context.Context, except string) ([]instanceai.
 		var o instanceai.Instance
 		var started, lease any
 		if err := rows.Scan(&o.ID, &o.Bus, &o.Host, &o.PID, &started, &lease); err != nil {
-			return nil, fmt.Errorf("%s: list instances: %w", t.d.Name, err)
+			return nil, storeerr.Errorf("%s: list instances: %w", t.d.Name, err)
 		}
 		if o.StartedAt, err = leaseTime(started); err == nil {
 			o.LeaseExpires, err = leaseTime(lease)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: list instances: %w", t.d.Name, err)
+			return nil, storeerr.Errorf("%s: list instances: %w", t.d.Name, err)
 		}
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: list instances: %w", t.d.Name, err)
+		return nil, storeerr.Errorf("%s: list instances: %w", t.d.Name, err)
 	}
 	return out, nil
 }
@@ -66,7 +66,7 @@ func (t *Table) RenewInstance(ctx context.Context, id string, ttl time.Duration)
 	exp, expArg := t.d.Expiry(ttl)
 	_, err := t.w.ExecContext(ctx, t.q(`UPDATE instances SET lease_expires = `+exp+` WHERE id = ?`), expArg, id)
 	if err != nil {
-		return fmt.Errorf("%s: renew instance %q: %w", t.d.Name, id, err)
+		return storeerr.Errorf("%s: renew instance %q: %w", t.d.Name, id, err)
 	}
 	return nil
 }
@@ -74,7 +74,7 @@ func (t *Table) RenewInstance(ctx context.Context, id string, ttl time.Duration)
 // RemoveInstance implements instanceai.InstanceRegistry.
 func (t *Table) RemoveInstance(ctx context.Context, id string) error {
 	if _, err := t.w.ExecContext(ctx, t.q(`DELETE FROM instances WHERE id = ?`), id); err != nil {
-		return fmt.Errorf("%s: remove instance %q: %w", t.d.Name, id, err)
+		return storeerr.Errorf("%s: remove instance %q: %w", t.d.Name, id, err)
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"path"
@@ -24,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // Migration is one versioned SQL script.
@@ -98,12 +99,12 @@ const lockClass int32 = 0x7468_6c6e // "thln"
 func postgresLock(ctx context.Context, tx *sql.Tx) error {
 	var schema sql.NullString
 	if err := tx.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return fmt.Errorf("read current schema: %w", err)
+		return storeerr.Errorf("read current schema: %w", err)
 	}
 	h := fnv.New32a()
 	h.Write([]byte(schema.String))
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockClass, int32(h.Sum32())); err != nil {
-		return fmt.Errorf("take advisory lock: %w", err)
+		return storeerr.Errorf("take advisory lock: %w", err)
 	}
 	return nil
 }
@@ -116,7 +117,7 @@ var fileName = regexp.MustCompile(`^([0-9]+)_([A-Za-z0-9_.-]+)\.sql$`)
 func Load(fsys fs.FS) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
-		return nil, fmt.Errorf("migrate: list migrations: %w", err)
+		return nil, storeerr.Errorf("migrate: list migrations: %w", err)
 	}
 	var migs []Migration
 	seen := map[int64]string{}
@@ -126,19 +127,19 @@ func Load(fsys fs.FS) ([]Migration, error) {
 		}
 		m := fileName.FindStringSubmatch(e.Name())
 		if m == nil {
-			return nil, fmt.Errorf("migrate: %s: name must be NNN_name.sql", e.Name())
+			return nil, storeerr.Errorf("migrate: %s: name must be NNN_name.sql", e.Name())
 		}
 		v, err := strconv.ParseInt(m[1], 10, 64)
 		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("migrate: %s: version must be a positive integer", e.Name())
+			return nil, storeerr.Errorf("migrate: %s: version must be a positive integer", e.Name())
 		}
 		if prev, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrate: %s and %s share version %d", prev, e.Name(), v)
+			return nil, storeerr.Errorf("migrate: %s and %s share version %d", prev, e.Name(), v)
 		}
 		seen[v] = e.Name()
 		body, err := fs.ReadFile(fsys, e.Name())
 		if err != nil {
-			return nil, fmt.Errorf("migrate: read %s: %w", e.Name(), err)
+			return nil, storeerr.Errorf("migrate: read %s: %w", e.Name(), err)
 		}
 		migs = append(migs, Migration{Version: v, Name: m[2], SQL: string(body)})
 	}
@@ -165,13 +166,13 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS) ([]int64, error)
 	var applied map[int64]bool
 	err = inTx(ctx, db, d, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, d.CreateTable); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
+			return storeerr.Errorf("create schema_migrations: %w", err)
 		}
 		applied, err = appliedVersions(ctx, tx)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate (%s): %w", d.Name, err)
+		return nil, storeerr.Errorf("migrate (%s): %w", d.Name, err)
 	}
 
 	var done []int64
@@ -189,19 +190,19 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS) ([]int64, error)
 				return nil
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("check version: %w", err)
+				return storeerr.Errorf("check version: %w", err)
 			}
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, d.Record, m.Version, m.Name); err != nil {
-				return fmt.Errorf("record version: %w", err)
+				return storeerr.Errorf("record version: %w", err)
 			}
 			ran = true
 			return nil
 		})
 		if err != nil {
-			return done, fmt.Errorf("migrate (%s): %03d_%s: %w", d.Name, m.Version, m.Name, err)
+			return done, storeerr.Errorf("migrate (%s): %03d_%s: %w", d.Name, m.Version, m.Name, err)
 		}
 		if ran {
 			done = append(done, m.Version)
@@ -213,14 +214,14 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS) ([]int64, error)
 func appliedVersions(ctx context.Context, tx *sql.Tx) (map[int64]bool, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
 	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
+		return nil, storeerr.Errorf("read schema_migrations: %w", err)
 	}
 	defer rows.Close()
 	got := map[int64]bool{}
 	for rows.Next() {
 		var v int64
 		if err := rows.Scan(&v); err != nil {
-			return nil, fmt.Errorf("read schema_migrations: %w", err)
+			return nil, storeerr.Errorf("read schema_migrations: %w", err)
 		}
 		got[v] = true
 	}
@@ -236,13 +237,13 @@ func inTx(ctx context.Context, db *sql.DB, d Dialect, fn func(*sql.Tx) error) (e
 	for deadline := time.Now().Add(busyWait); err != nil && d.Busy != nil && d.Busy(err) && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("begin: %w", ctx.Err())
+			return storeerr.Errorf("begin: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 		tx, err = db.BeginTx(ctx, nil)
 	}
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return storeerr.Errorf("begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -256,7 +257,7 @@ func inTx(ctx context.Context, db *sql.DB, d Dialect, fn func(*sql.Tx) error) (e
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return storeerr.Errorf("commit: %w", err)
 	}
 	return nil
 }
@@ -272,19 +273,19 @@ func Pending(ctx context.Context, db *sql.DB, fsys fs.FS) ([]int64, error) {
 	}
 	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
 	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
+		return nil, storeerr.Errorf("read schema_migrations: %w", err)
 	}
 	defer rows.Close()
 	applied := map[int64]bool{}
 	for rows.Next() {
 		var v int64
 		if err := rows.Scan(&v); err != nil {
-			return nil, fmt.Errorf("read schema_migrations: %w", err)
+			return nil, storeerr.Errorf("read schema_migrations: %w", err)
 		}
 		applied[v] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
+		return nil, storeerr.Errorf("read schema_migrations: %w", err)
 	}
 	var pending []int64
 	for _, m := range migs {

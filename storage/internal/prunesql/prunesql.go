@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/retention"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // Dialect is what one database does differently.
@@ -49,7 +50,7 @@ func New(d Dialect, writer, reader *sql.DB) *Pruner { return &Pruner{d: d, w: wr
 func (p *Pruner) q(s string) string { return p.d.Rebind(s) }
 
 func (p *Pruner) fail(err error, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", p.d.Name, fmt.Sprintf(format, args...), err)
+	return storeerr.Errorf("%s: %s: %w", p.d.Name, fmt.Sprintf(format, args...), err)
 }
 
 // idle is the condition that a thread (alias t) is idle since before a
@@ -221,7 +222,7 @@ func (p *Pruner) prune(ctx context.Context, ids []string, cutoff time.Time) (pru
 		return nil, nil, err
 	}
 	if n, err := res.RowsAffected(); err == nil && n != counts[retention.Threads] {
-		return nil, nil, fmt.Errorf("deleted %d threads of the %d locked", n, counts[retention.Threads])
+		return nil, nil, storeerr.Errorf("deleted %d threads of the %d locked", n, counts[retention.Threads])
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, nil, err

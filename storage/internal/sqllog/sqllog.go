@@ -21,6 +21,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/storage/internal/records"
+	"github.com/threadline/threadline/storage/internal/storeerr"
 )
 
 // Placeholders is how a database spells bind parameters.
@@ -186,12 +187,9 @@ type Log struct {
 }
 
 var (
-	_ instanceai.EventLog       = (*Log)(nil)
-	_ instanceai.FencedAppender = (*Log)(nil)
-	_ instanceai.RunIndex       = (*Log)(nil)
-	_ instanceai.RowReader      = (*Log)(nil)
-	_ instanceai.PartReader     = (*Log)(nil)
-	_ instanceai.PageReader     = (*Log)(nil)
+	_ instanceai.EventLog   = (*Log)(nil)
+	_ instanceai.RunIndex   = (*Log)(nil)
+	_ instanceai.PartReader = (*Log)(nil)
 )
 
 // New returns the event log of a database.
@@ -214,7 +212,7 @@ func (l *Log) fail(ctx context.Context, err error, format string, args ...any) e
 	if l.d.Err != nil {
 		err = l.d.Err(ctx, err)
 	}
-	return fmt.Errorf("%s: %s: %w", l.d.Name, fmt.Sprintf(format, args...), err)
+	return storeerr.Errorf("%s: %s: %w", l.d.Name, fmt.Sprintf(format, args...), err)
 }
 
 // Append implements instanceai.EventLog.
@@ -389,19 +387,19 @@ func (l *Log) heldFences(ctx context.Context, q querier, threadID string, tokens
 		      fb AS (SELECT fence FROM background_agents WHERE thread_id = ? AND fence IN (`+in+`)`+lock+`)
 		 SELECT fence FROM fa UNION ALL SELECT fence FROM fb`), args...)
 	if err != nil {
-		return nil, fmt.Errorf("check fencing tokens: %w", err)
+		return nil, storeerr.Errorf("check fencing tokens: %w", err)
 	}
 	defer rows.Close()
 	var held []int64
 	for rows.Next() {
 		var f int64
 		if err := rows.Scan(&f); err != nil {
-			return nil, fmt.Errorf("check fencing tokens: %w", err)
+			return nil, storeerr.Errorf("check fencing tokens: %w", err)
 		}
 		held = append(held, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("check fencing tokens: %w", err)
+		return nil, storeerr.Errorf("check fencing tokens: %w", err)
 	}
 	return held, nil
 }
@@ -644,11 +642,11 @@ func scanRowsSized(rows *sql.Rows, capacity int, light bool, maxBytes int) ([]in
 			data = v
 		case nil:
 			if !light {
-				return nil, fmt.Errorf("row %d: data is NULL", r.Seq)
+				return nil, storeerr.Errorf("row %d: data is NULL", r.Seq)
 			}
 			r.Size = size // left out: a large row
 		default:
-			return nil, fmt.Errorf("row %d: data is a %T", r.Seq, value)
+			return nil, storeerr.Errorf("row %d: data is a %T", r.Seq, value)
 		}
 		switch {
 		case data == nil:
@@ -792,7 +790,7 @@ func scanEvents(rows *sql.Rows, capacity int) ([]instanceai.StoredEvent, error) 
 		// Event.UnmarshalJSON checks the bytes itself; json.Unmarshal would
 		// scan the whole row once more before calling it.
 		if err := se.Event.UnmarshalJSON(data); err != nil {
-			return nil, fmt.Errorf("decode event %d: %w", se.Seq, err)
+			return nil, storeerr.Errorf("decode event %d: %w", se.Seq, err)
 		}
 		se.Data = data
 		out = append(out, se)
