@@ -14,10 +14,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/history"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/server/httpmetrics"
-	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
 
