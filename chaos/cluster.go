@@ -25,7 +25,7 @@ import (
 	_ "github.com/lib/pq" // the checker's and the admin's driver
 
 	"github.com/threadline/threadline/chaos/check"
-	"github.com/threadline/threadline/chaos/faultproxy"
+	"github.com/threadline/threadline/internal/faultproxy"
 )
 
 // Build compiles cmd/threadline into dir and returns the binary's path.

@@ -111,7 +111,7 @@ func TestClusterLostPublishesReachOtherInstances(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // B's listener subscribes
 			run := a.chat("lost", "long 400")
 			seen := onB.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
-			proxy.CutOff()
+			proxy.Down()
 			rest := onB.Until(wait, servertest.IsRunFinish(run))
 			got := time.Now()
 			fin := rest[len(rest)-1].Decoded
@@ -132,7 +132,7 @@ func TestClusterLostPublishesReachOtherInstances(t *testing.T) {
 			}
 
 			// The link comes back: the next run is live on B again.
-			proxy.Restore()
+			proxy.Heal()
 			run = a.chat("lost", "simple after")
 			more := onB.Until(wait, servertest.IsRunFinish(run))
 			rows = servertest.StoredEvents(t, servertest.OpenStore(t, store), "lost")
@@ -169,9 +169,9 @@ func TestClusterTextAfterAGap(t *testing.T) {
 		}
 	}
 	fromB := onB.Until(wait, deltas(50))
-	proxy.CutOff()
+	proxy.Down()
 	fromA := onA.Until(wait, deltas(100))
-	proxy.Restore()
+	proxy.Heal()
 	// A client that leaves A mid-segment and resumes on B.
 	var cursor string
 	for _, f := range fromA {
@@ -242,7 +242,7 @@ func TestClusterControlWithoutTheBus(t *testing.T) {
 			onA := a.stream("cancel", "")
 			run := a.chat("cancel", "long 100000")
 			onA.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
-			proxy.CutOff()
+			proxy.Down()
 			var answer struct {
 				OK     bool   `json:"ok"`
 				Status string `json:"status"`

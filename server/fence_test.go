@@ -56,7 +56,7 @@ func TestClusterFencesAnInstanceCutOffPastItsLease(t *testing.T) {
 			case "freeze":
 				proxy.Freeze()
 			case "reset":
-				proxy.Reset()
+				proxy.Cut()
 			}
 			cutAt := time.Now()
 			// B settles the run once A's lease has run out.
@@ -73,11 +73,11 @@ func TestClusterFencesAnInstanceCutOffPastItsLease(t *testing.T) {
 			switch cut {
 			case "freeze":
 				waitLogged(t, a, "run finished", runID)
-				proxy.Thaw()
+				proxy.Heal()
 				waitLogged(t, a, "dropping events the log refused", "")
 			case "reset":
 				waitLogged(t, a, "giving up on storing events", "")
-				proxy.Restore()
+				proxy.Heal()
 				waitLogged(t, a, "another instance settled this run while the storage outage kept its ending here", runID)
 			}
 			t.Logf("A was cut off for %v", time.Since(cutAt).Round(time.Millisecond))

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/threadline/threadline/chaos/faultproxy"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/faultproxy"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/servertest"

@@ -41,7 +41,7 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 	runID := h.Chat(thread, "long 500")
 	conn.Until(wait, servertest.IsType(instanceai.TypeTextDelta))
 
-	proxy.CutOff()
+	proxy.Down()
 	cutAt := time.Now()
 	frames := conn.Until(wait, servertest.IsRunFinish(runID))
 	finish := frames[len(frames)-1]
@@ -62,7 +62,7 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 		t.Fatalf("threads during the outage: %d %v, want 503 storage_unavailable", status, body)
 	}
 	time.Sleep(time.Until(cutAt.Add(time.Second)))
-	proxy.Restore()
+	proxy.Heal()
 	// A client that joins once the database is back, from the last id the
 	// first one has, missed the live ending: whether the ending is stored
 	// before its replay or after (then it comes live), it is sent it.

@@ -143,12 +143,12 @@ func TestProbesWhenTheDatabaseIsUnreachable(t *testing.T) {
 			u.Host = proxy.Addr()
 			h := start(t, servertest.OpenStore(t, u.String()), servertest.Options{})
 			// Before the server's own cleanup, which needs the database.
-			t.Cleanup(func() { proxy.Thaw(); proxy.Restore() })
+			t.Cleanup(proxy.Heal)
 			if a := h.probe(probe.ReadyPath); !isReady(a) {
 				t.Fatalf("/readyz before the outage: %d %+v", a.code, a.body)
 			}
 			if fault == "cut" {
-				proxy.CutOff()
+				proxy.Down()
 			} else {
 				proxy.Freeze()
 			}
@@ -167,8 +167,7 @@ func TestProbesWhenTheDatabaseIsUnreachable(t *testing.T) {
 					t.Fatalf("/livez with the database %s: %d", fault, l.code)
 				}
 			}
-			proxy.Thaw()
-			proxy.Restore()
+			proxy.Heal()
 			h.awaitReady("ready again", isReady)
 		})
 	}
@@ -206,13 +205,13 @@ func TestProbesWhenTheBusIsDown(t *testing.T) {
 			if a.body.Checks["bus"] != probe.OK {
 				t.Fatalf("/readyz with a bus: %+v", a.body)
 			}
-			proxy.CutOff()
+			proxy.Down()
 			a = h.awaitReady("unready with the bus cut off", checkFails("bus", "storage", "migrations", "draining"))
 			t.Logf("bus check while cut off: %s", a.body.Checks["bus"])
 			if l := h.probe(probe.LivePath); l.code != http.StatusOK {
 				t.Fatalf("/livez with the bus down: %d", l.code)
 			}
-			proxy.Restore()
+			proxy.Heal()
 			h.awaitReady("ready again", isReady)
 		})
 	}

@@ -2,7 +2,10 @@
 // sends it to its model, from what storage holds: the user messages (the
 // message store) and everything else folded from the event log with the
 // same reducer the browser uses, so the model sees the conversation the
-// person sees.
+// person sees. It reads the thread as the history endpoints do
+// (instanceai/history): the list of runs from the log's sizes, then only
+// the runs it sends, in pages bounded in bytes, so a model call reads the
+// runs it sends and not the whole thread.
 package conversation
 
 import (
@@ -14,6 +17,7 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/instanceai/history"
 )
 
 // MaxRuns bounds how many earlier runs Load returns (the most recent ones).
@@ -40,7 +44,7 @@ const NoResult = "No result was recorded for this tool call: the run ended befor
 // previous run after that run finished (a client's frontend-tool result) is
 // folded into that run. currentRunID "" (or an id not in the log) returns
 // the whole thread.
-func Load(ctx context.Context, store instanceai.Store, threadID, currentRunID string) ([]instanceai.HistoryMessage, error) {
+func Load(ctx context.Context, store history.Store, threadID, currentRunID string) ([]instanceai.HistoryMessage, error) {
 	runs, err := fold(ctx, store, threadID, currentRunID, false)
 	if err != nil {
 		return nil, err
@@ -58,7 +62,7 @@ func Load(ctx context.Context, store instanceai.Store, threadID, currentRunID st
 // outcome yet are returned as open, and the history has no tool messages
 // for them: the caller settles them and appends their tool messages. steps
 // is how many assistant messages (model calls) the run has made.
-func LoadRun(ctx context.Context, store instanceai.Store, threadID, runID string) (history []instanceai.HistoryMessage, open []instanceai.HistoryToolCall, steps int, err error) {
+func LoadRun(ctx context.Context, store history.Store, threadID, runID string) (history []instanceai.HistoryMessage, open []instanceai.HistoryToolCall, steps int, err error) {
 	if runID == "" {
 		return nil, nil, 0, errors.New("conversation: LoadRun needs a run id")
 	}
@@ -140,48 +144,74 @@ type foldedRun struct {
 
 // fold reads the thread and folds each run before stopRunID (and that run
 // too when include is set), keeping the last MaxRuns.
-func fold(ctx context.Context, store instanceai.Store, threadID, stopRunID string, include bool) ([]*foldedRun, error) {
+func fold(ctx context.Context, store history.Store, threadID, stopRunID string, include bool) ([]*foldedRun, error) {
 	if store == nil {
 		return nil, errors.New("conversation: no store")
 	}
-	users, err := store.ListMessages(ctx, threadID)
-	if err != nil && !errors.Is(err, instanceai.ErrNotFound) {
-		return nil, fmt.Errorf("conversation: read the thread's messages: %w", err)
+	next, err := store.NextSeq(ctx, threadID)
+	if errors.Is(err, instanceai.ErrNotFound) {
+		return nil, nil
 	}
-	userByRun := map[string]instanceai.Message{}
-	for _, m := range users {
-		if _, dup := userByRun[m.RunID]; !dup && m.Role == instanceai.RoleUser {
-			userByRun[m.RunID] = m
-		}
-	}
-	rows, err := store.ReadAfter(ctx, threadID, 0, 0)
-	if err != nil && !errors.Is(err, instanceai.ErrNotFound) {
+	if err != nil {
 		return nil, fmt.Errorf("conversation: read the thread's log: %w", err)
 	}
-	var runs agenttree.Runs
-	for _, row := range rows {
-		if row.Event.Type == instanceai.TypeError {
-			// The server's notice of a failure, not the model's words.
-			continue
-		}
-		runs.Apply(row.Event)
+	ix, err := history.Load(ctx, store, threadID, next-1)
+	if errors.Is(err, instanceai.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("conversation: read the thread's messages: %w", err)
 	}
 	// The runs that started after the stop run are left out; the earlier
 	// ones keep every event, those logged after the stop run's start too.
-	var order []*foldedRun
-	for _, r := range runs.All() {
-		stop := stopRunID != "" && r.ID == stopRunID
-		if stop && !include {
-			break
+	runs := ix.Runs()
+	if i := slices.Index(runs, stopRunID); stopRunID != "" && i >= 0 {
+		if include {
+			i++
 		}
-		u := userByRun[r.ID]
-		order = append(order, &foldedRun{id: r.ID, user: u.Content, attachments: u.Attachments, state: r.State})
-		if stop {
-			break
+		runs = runs[:i]
+	}
+	runs = runs[max(len(runs)-MaxRuns, 0):]
+
+	// Each run's first stored user message, and the run, are what is read.
+	userOf := map[string]*instanceai.Message{}
+	for _, e := range ix.Entries {
+		if u := e.User; u != nil && u.Role == instanceai.RoleUser && userOf[u.RunID] == nil {
+			userOf[u.RunID] = u
 		}
 	}
-	if len(order) > MaxRuns {
-		order = order[len(order)-MaxRuns:]
+	var entries []history.Entry
+	for _, id := range runs {
+		if u := userOf[id]; u != nil {
+			entries = append(entries, history.Entry{User: u})
+		}
+		entries = append(entries, history.Entry{RunID: id})
+	}
+	users, events, err := ix.ReadEvents(ctx, store, threadID, entries)
+	if err != nil {
+		return nil, fmt.Errorf("conversation: read the thread's runs: %w", err)
+	}
+	var folded agenttree.Runs
+	for _, id := range runs {
+		for _, ev := range events[id] {
+			if ev.Type == instanceai.TypeError {
+				// The server's notice of a failure, not the model's words.
+				continue
+			}
+			folded.Apply(ev)
+		}
+	}
+	order := make([]*foldedRun, 0, len(runs))
+	for _, id := range runs {
+		r := folded.Get(id)
+		if r == nil {
+			continue
+		}
+		var u instanceai.Message
+		if head := userOf[id]; head != nil {
+			u = users[head.ID]
+		}
+		order = append(order, &foldedRun{id: id, user: u.Content, attachments: u.Attachments, state: r.State})
 	}
 	return order, nil
 }

@@ -183,3 +183,56 @@ func TestWithToolResult(t *testing.T) {
 		t.Errorf("unknown call changed the history")
 	}
 }
+
+// pagesOnly is a store that records the rows whose bytes are read and
+// fails the test on a read of the whole thread.
+type pagesOnly struct {
+	*memory.Store
+	t    *testing.T
+	read []int64
+}
+
+func (s *pagesOnly) ReadAfter(ctx context.Context, threadID string, after int64, limit int) ([]instanceai.StoredEvent, error) {
+	s.t.Errorf("ReadAfter(%d, %d): the whole log read", after, limit)
+	return s.Store.ReadAfter(ctx, threadID, after, limit)
+}
+
+func (s *pagesOnly) ListMessages(ctx context.Context, threadID string) ([]instanceai.Message, error) {
+	s.t.Error("ListMessages: every message read whole")
+	return s.Store.ListMessages(ctx, threadID)
+}
+
+func (s *pagesOnly) ReadPage(ctx context.Context, threadID string, q instanceai.PageQuery) ([]instanceai.StoredRow, error) {
+	rows, err := s.Store.ReadPage(ctx, threadID, q)
+	if !q.SizesOnly {
+		for _, r := range rows {
+			s.read = append(s.read, r.Seq)
+		}
+	}
+	return rows, err
+}
+
+// TestLoadReadsTheRunsItSends: the conversation before a run reads the
+// thread's list from sizes and the bytes of the earlier runs only, not the
+// log of the run and of those after it.
+func TestLoadReadsTheRunsItSends(t *testing.T) {
+	e := newEnv(t)
+	e.play(t, instanceai.StartRequest{Message: "hi"})
+	r2 := e.play(t, instanceai.StartRequest{Message: "tools"})
+	e.play(t, instanceai.StartRequest{Message: "hi again"})
+	rows, err := e.store.RunEvents(context.Background(), "t", r2)
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("run 2's rows: %d, %v", len(rows), err)
+	}
+	s := &pagesOnly{Store: e.store, t: t}
+	h, err := conversation.Load(context.Background(), s, "t", r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := load(t, e, r2); !slices.Equal(render(h), want) {
+		t.Fatalf("through the pages: %q, want %q", render(h), want)
+	}
+	if len(s.read) == 0 || slices.Max(s.read) >= rows[0].Seq {
+		t.Fatalf("read the bytes of rows %v; run 2 starts at %d", s.read, rows[0].Seq)
+	}
+}

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/faultproxy"
 )
 
 // Outage is how a networked transport's tests stage outages for
-// RunOutages: a bus that reaches its server through a Proxy the suite can
-// silence or cut.
+// RunOutages: a bus that reaches its server through a fault proxy the
+// suite can silence or take down.
 type Outage struct {
 	// Open returns two buses on one channel of their own: proxied reaches
 	// its server through p, direct does not (the publisher the outage
 	// must not stop). It may register cleanups on t, closing the buses
 	// among them.
-	Open func(t *testing.T) (proxied, direct instanceai.Bus, p *Proxy)
+	Open func(t *testing.T) (proxied, direct instanceai.Bus, p *faultproxy.Proxy)
 	// QuickCheck makes b's listener check a quiet connection after quiet
 	// and give it answer to respond, so that a silent one is noticed soon.
 	QuickCheck func(b instanceai.Bus, quiet, answer time.Duration)
@@ -61,14 +62,14 @@ func testOutage(t *testing.T, o Outage) {
 	l := Listen(t, "listener", b)
 	l.WaitUp(t)
 	mark := len(l.States())
-	proxy.CutOff()
+	proxy.Down()
 	l.WaitLoss(t, mark)
 	failed := len(l.States())
 	l.WaitLoss(t, failed) // a retry fails too before the server is back
 	if err := b.Publish(context.Background(), []byte("while cut off")); err == nil {
 		t.Error("Publish through a cut-off proxy succeeded")
 	}
-	proxy.Restore()
+	proxy.Heal()
 	l.WaitBack(t, mark)
 	p := []byte("after the outage")
 	if err := pub.Publish(context.Background(), p); err != nil {

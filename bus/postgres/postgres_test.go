@@ -15,6 +15,7 @@ import (
 
 	"github.com/threadline/threadline/bus/bustest"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/faultproxy"
 	"github.com/threadline/threadline/internal/testpg"
 )
 
@@ -170,7 +171,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 // viaProxy returns dsn (a URL) with its host replaced by a proxy's.
-func viaProxy(t *testing.T, dsn string) (string, *bustest.Proxy) {
+func viaProxy(t *testing.T, dsn string) (string, *faultproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
@@ -189,7 +190,7 @@ func viaProxy(t *testing.T, dsn string) (string, *bustest.Proxy) {
 // check, and outlasts an outage of the server.
 func TestOutages(t *testing.T) {
 	bustest.RunOutages(t, bustest.Outage{
-		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *bustest.Proxy) {
+		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *faultproxy.Proxy) {
 			dsn := testpg.BaseDSN(t)
 			via, p := viaProxy(t, dsn)
 			ch := channel(t)

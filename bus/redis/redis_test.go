@@ -14,6 +14,7 @@ import (
 
 	"github.com/threadline/threadline/bus/bustest"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/faultproxy"
 	"github.com/threadline/threadline/internal/testredis"
 )
 
@@ -267,7 +268,7 @@ func FuzzParseURL(f *testing.F) {
 }
 
 // viaProxy returns a URL like rawURL but through a proxy to its server.
-func viaProxy(t *testing.T, rawURL string) (string, *bustest.Proxy) {
+func viaProxy(t *testing.T, rawURL string) (string, *faultproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -282,7 +283,7 @@ func viaProxy(t *testing.T, rawURL string) (string, *bustest.Proxy) {
 // outlasts an outage of the server.
 func TestOutages(t *testing.T) {
 	bustest.RunOutages(t, bustest.Outage{
-		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *bustest.Proxy) {
+		Open: func(t *testing.T) (proxied, direct instanceai.Bus, p *faultproxy.Proxy) {
 			u := channelURL(t, testredis.URL(t))
 			via, p := viaProxy(t, u)
 			return open(t, via), open(t, u), p

@@ -571,7 +571,7 @@ func judgeText(c *Client, rows []Row, facts map[string]*runFacts) []Anomaly {
 		if last[run.ID] > c.cursor {
 			continue
 		}
-		mine := c.runs[run.ID]
+		mine := c.folded.Run(run.ID)
 		if mine == nil {
 			if c.dropped > 0 || !hasText(run.State) {
 				continue // a reset dropped it (reported as such), or nothing to compare
@@ -604,7 +604,7 @@ func judgeText(c *Client, rows []Row, facts map[string]*runFacts) []Anomaly {
 				kind = TextLost
 				detail += fmt.Sprintf("; the run ended %s", f.crashed)
 				if k, n, ok := firstLost(want, got); ok {
-					lost := segment{run: run.ID, agent: agent, responseID: k.responseID, kind: k.kind}
+					lost := agenttree.Segment{RunID: run.ID, AgentID: agent, ResponseID: k.responseID, Kind: k.kind}
 					if at, inst, ok := c.shownAt(lost, n); ok {
 						a.lostAt, a.lostVia = at, inst
 						detail += fmt.Sprintf("; its first lost byte was shown at %s through %s", at.Format(timeFormat), inst)

@@ -251,7 +251,7 @@ func TestCleanRunSync(t *testing.T) {
 	feed(sync, withID(s.start), withID(s.reasoningBlock), withID(s.call), withID(s.result),
 		b.live(textOf(instanceai.TypeTextDelta, "r1", orch("r1"), "r1:seg:2", "You have ")))
 	tree, _ := json.Marshal(map[string]any{"runId": "r1", "threadId": thread, "status": "active",
-		"isSuspended": false, "agentTree": sync.runs["r1"].Tree()})
+		"isSuspended": false, "agentTree": sync.folded.Run("r1").Tree()})
 	feed(c, b.live(textOf(instanceai.TypeTextDelta, "r1", orch("r1"), "r1:seg:2", "You have ")),
 		ssestream.Frame{Event: "run-sync", Data: string(tree), HasData: true},
 		b.live(s.reply[2]), b.live(s.reply[3]), withID(s.finish))
@@ -270,12 +270,12 @@ func TestCleanRunSyncAfterAnError(t *testing.T) {
 	fin := b.store(runFinish("r1", instanceai.RunError, "storage_unavailable"))
 	sync := NewClient(thread, "server")
 	sync.fold(start.Event)
-	sync.runs["r1"].Apply(failure.Event) // the server's fold keeps the error's text
-	if !strings.Contains(sync.runs["r1"].Tree().TextContent, "*Error: ") {
+	sync.folded.Run("r1").Apply(failure.Event) // the server's fold keeps the error's text
+	if !strings.Contains(sync.folded.Run("r1").Tree().TextContent, "*Error: ") {
 		t.Fatal("the server's tree holds no error text: the case tests nothing")
 	}
 	tree, _ := json.Marshal(map[string]any{"runId": "r1", "threadId": thread, "status": "error",
-		"isSuspended": false, "agentTree": sync.runs["r1"].Tree()})
+		"isSuspended": false, "agentTree": sync.folded.Run("r1").Tree()})
 	c := NewClient(thread, "c")
 	c.Connect("a", epoch)
 	feed(c, withID(start), withID(failure), withID(fin), ssestream.Frame{Event: "run-sync", Data: string(tree), HasData: true})

@@ -17,19 +17,10 @@ import (
 
 // Client is one follower of a thread's event stream, as a browser that
 // keeps its state across reconnects follows it: it folds what it is sent
-// with the agent-run reducer and records, per connection, every id it was
-// sent. Feed it with Connect, Frame and Disconnect; the checker compares
-// what it holds with the log.
-//
-// The fold follows the protocol's client rules (docs/native-protocol.md,
-// "Event stream and replay", "Session restore"):
-//   - stored events and live deltas fold into their run's state (one
-//     state per run, as a chat message shows it);
-//   - a run-sync frame replaces the client's state of its run;
-//   - a reset frame drops everything the client holds of the thread;
-//   - on a new connection, the first delta of a segment the client holds
-//     open text of is that segment's full text so far: it replaces the
-//     open text instead of extending it.
+// with the protocol's client fold (agenttree.Client) and records, per
+// connection, every id it was sent and when each segment's text grew.
+// Feed it with Connect, Frame and Disconnect; the checker compares what it
+// holds with the log.
 //
 // A Client is safe for concurrent use: the follower feeds it while the
 // harness asks how far it is.
@@ -45,15 +36,10 @@ type Client struct {
 	conns  []*Conn
 	cur    *Conn
 	cursor int64
-	runs   map[string]*agenttree.State
-	// held is the length of the open text of each segment, as the client
-	// holds it: what a snapshot delta replaces.
-	held map[segment]int
-	// seen marks the segments that had a delta on the current connection.
-	seen map[segment]bool
+	folded agenttree.Client
 	// shown records, for each segment, how its text grew on the client:
 	// when and through which instance (see Client.shownAt).
-	shown map[segment][]shownMark
+	shown map[agenttree.Segment][]shownMark
 	// dropped counts the reset frames after which the client dropped
 	// its state.
 	dropped int
@@ -68,13 +54,6 @@ type traced struct {
 	note  string
 }
 
-// segment names a coalescing segment: a run's agent, a kind of text and a
-// response.
-type segment struct {
-	run, agent, responseID string
-	kind                   string // agenttree.EntryText or EntryReasoning
-}
-
 // shownMark is a point in the growth of a segment's text on a client: its
 // first upTo bytes were shown by then, the last of them sent by instance.
 type shownMark struct {
@@ -85,7 +64,7 @@ type shownMark struct {
 
 // shownAt returns when and through which instance the client was first
 // shown more than n bytes of the segment; ok is false when it never was.
-func (c *Client) shownAt(k segment, n int) (at time.Time, instance string, ok bool) {
+func (c *Client) shownAt(k agenttree.Segment, n int) (at time.Time, instance string, ok bool) {
 	for _, m := range c.shown[k] {
 		if m.upTo > n {
 			return m.at, m.instance, true
@@ -129,8 +108,7 @@ type IDFrame struct {
 
 // NewClient returns a client of a thread that holds nothing yet.
 func NewClient(thread, name string) *Client {
-	return &Client{Thread: thread, Name: name, runs: map[string]*agenttree.State{}, held: map[segment]int{},
-		shown: map[segment][]shownMark{}}
+	return &Client{Thread: thread, Name: name, shown: map[agenttree.Segment][]shownMark{}}
 }
 
 // Cursor is the id to reconnect with: the last id the client was sent.
@@ -154,7 +132,7 @@ func (c *Client) connect(instance string, at time.Time) {
 	}
 	c.cur = &Conn{Instance: instance, At: at, Cursor: c.cursor}
 	c.conns = append(c.conns, c.cur)
-	c.seen = map[segment]bool{}
+	c.folded.Connect()
 	if c.Trace {
 		c.trace = append(c.trace, traced{at: time.Now(), conn: len(c.conns),
 			note: fmt.Sprintf("connected to %s with cursor %d", instance, c.cursor)})
@@ -187,13 +165,6 @@ func (c *Client) Conns() []Conn {
 		out[i].Frames = append([]IDFrame(nil), cn.Frames...)
 	}
 	return out
-}
-
-// runSyncFrame is the payload of an `event: run-sync` frame.
-type runSyncFrame struct {
-	RunID     string               `json:"runId"`
-	Status    string               `json:"status"`
-	AgentTree *agenttree.AgentNode `json:"agentTree"`
 }
 
 // Frame folds one frame of the current connection. Comments are ignored.
@@ -231,32 +202,18 @@ func (c *Client) Frame(f ssestream.Frame) {
 		c.cursor = id
 		// The client drops what it holds of the thread and takes what
 		// follows as the thread.
-		c.runs = map[string]*agenttree.State{}
-		c.held = map[segment]int{}
-		c.seen = map[segment]bool{}
-		c.shown = map[segment][]shownMark{}
+		c.folded.Reset()
+		c.shown = map[agenttree.Segment][]shownMark{}
 		c.dropped++
 		return
-	case "run-sync":
-		var rs runSyncFrame
-		if err := json.Unmarshal([]byte(f.Data), &rs); err != nil || rs.RunID == "" || rs.AgentTree == nil {
+	case agenttree.RunSyncFrameType:
+		rs, err := agenttree.DecodeRunSync([]byte(f.Data))
+		if err != nil {
 			c.bad("run-sync frame %q", f.Data)
 			return
 		}
-		st := agenttree.StateFromAgentTree(rs.AgentTree)
-		if st == nil {
+		if err := c.folded.RunSync(rs); err != nil {
 			c.bad("run-sync frame with an unusable tree %q", f.Data)
-			return
-		}
-		st.Status = rs.Status
-		c.runs[rs.RunID] = st
-		// The tree holds the open text this connection was just sent (the
-		// snapshot deltas come before it): that is what stays held; any
-		// other segment of the run is closed as far as this server knows.
-		for k := range c.held {
-			if k.run == rs.RunID && !c.seen[k] {
-				delete(c.held, k)
-			}
 		}
 		return
 	case "":
@@ -287,55 +244,21 @@ func (c *Client) bad(format string, args ...any) {
 	c.cur.Bad = append(c.cur.Bad, fmt.Sprintf(format, args...))
 }
 
-// fold applies one event to its run's state with the client rules.
+// fold applies one event with the client rules, and records how a
+// segment's text grew.
 func (c *Client) fold(ev instanceai.Event) {
 	if !foldsText(&ev) {
 		return
 	}
-	st := c.runs[ev.RunID]
-	if st == nil {
-		if ev.Type != instanceai.TypeRunStart {
-			return // a run whose start this client never saw, or no run
-		}
-		st = agenttree.New()
-		c.runs[ev.RunID] = st
+	grown, ok := c.folded.Event(ev)
+	if !ok {
+		return
 	}
-	switch ev.Type {
-	case instanceai.TypeTextDelta, instanceai.TypeReasoningDelta:
-		k := segmentOf(ev)
-		text := ev.Payload.(*instanceai.Text).Text
-		first := !c.seen[k]
-		c.seen[k] = true
-		if first && c.held[k] > 0 && replaceOpen(st, k, c.held[k], text) {
-			c.held[k] = len(text)
-			c.shown[k] = []shownMark{c.mark(len(text))}
-			return
-		}
-		st.Apply(ev)
-		c.held[k] += len(text)
-		c.shown[k] = append(c.shown[k], c.mark(c.held[k]))
-	case instanceai.TypeTextBlock, instanceai.TypeReasoningBlock:
-		st.Apply(ev)
-		delete(c.held, segmentOf(ev))
-	case instanceai.TypeRunFinish:
-		st.Apply(ev)
-		for k := range c.held {
-			if k.run == ev.RunID {
-				delete(c.held, k)
-			}
-		}
-	default:
-		st.Apply(ev)
-		if instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral {
-			// A structural event of an agent closes its segments: the
-			// writer stored their blocks before it.
-			for k := range c.held {
-				if k.run == ev.RunID && k.agent == ev.AgentID {
-					delete(c.held, k)
-				}
-			}
-		}
+	if grown.Replaced {
+		c.shown[grown.Segment] = []shownMark{c.mark(grown.Held)}
+		return
 	}
+	c.shown[grown.Segment] = append(c.shown[grown.Segment], c.mark(grown.Held))
 }
 
 func (c *Client) mark(upTo int) shownMark {
@@ -353,43 +276,6 @@ func (c *Client) mark(upTo int) shownMark {
 // left out of the comparison on both sides, and the error events
 // themselves are checked by the id rules.
 func foldsText(ev *instanceai.Event) bool { return ev.Type != instanceai.TypeError }
-
-func segmentOf(ev instanceai.Event) segment {
-	kind := agenttree.EntryText
-	if ev.Type == instanceai.TypeReasoningDelta || ev.Type == instanceai.TypeReasoningBlock {
-		kind = agenttree.EntryReasoning
-	}
-	return segment{run: ev.RunID, agent: ev.AgentID, responseID: ev.ResponseID, kind: kind}
-}
-
-// replaceOpen replaces the last held bytes of a segment's text (the open
-// part, at the end of the agent's text of that kind and of its last
-// timeline entry of that kind) with text. It reports false when the state
-// does not hold the segment where it should, and changes nothing then.
-func replaceOpen(st *agenttree.State, k segment, held int, text string) bool {
-	n := st.FindAgent(k.agent)
-	if n == nil {
-		return false
-	}
-	content := &n.TextContent
-	if k.kind == agenttree.EntryReasoning {
-		content = &n.Reasoning
-	}
-	for i := len(n.Timeline) - 1; i >= 0; i-- {
-		e := &n.Timeline[i]
-		if e.Type != k.kind {
-			continue
-		}
-		if e.ResponseID != k.responseID || len(e.Content) < held || len(*content) < held ||
-			(*content)[len(*content)-held:] != e.Content[len(e.Content)-held:] {
-			return false
-		}
-		e.Content = e.Content[:len(e.Content)-held] + text
-		*content = (*content)[:len(*content)-held] + text
-		return true
-	}
-	return false
-}
 
 // EventHash is a hash of an event's JSON encoding, to tell whether a frame
 // carries the same event as a log row without keeping either.

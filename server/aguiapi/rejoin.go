@@ -11,10 +11,10 @@ import (
 
 	"github.com/threadline/threadline/agui"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/history"
 	"github.com/threadline/threadline/mapping"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
-	"github.com/threadline/threadline/server/internal/history"
 	"github.com/threadline/threadline/ssestream"
 )
 

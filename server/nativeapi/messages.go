@@ -7,8 +7,8 @@ import (
 
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
+	"github.com/threadline/threadline/instanceai/history"
 	"github.com/threadline/threadline/server/httpjson"
-	"github.com/threadline/threadline/server/internal/history"
 )
 
 // Message page limits, as n8n's InstanceAiThreadMessagesQuery sets them.

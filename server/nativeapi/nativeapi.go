@@ -14,10 +14,11 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/instanceai/history"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
 	"github.com/threadline/threadline/server/httpmetrics"
-	"github.com/threadline/threadline/server/internal/history"
+	"github.com/threadline/threadline/server/internal/follow"
 	"github.com/threadline/threadline/ssestream"
 )
 
@@ -224,8 +225,8 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 
 // stream serves the thread's events after the cursor; filter, when set,
 // picks the deliveries of one channel. On HTTP/1 the stream takes the
-// connection over and the handler returns (see hijacked), which keeps an
-// idle stream's memory small; elsewhere (HTTP/2) it runs in the handler.
+// connection over and the handler returns (see serveHijacked), which keeps
+// an idle stream's memory small; elsewhere (HTTP/2) it runs in the handler.
 func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, after int64, filter func(*instanceai.Delivery) bool) {
 	// Before the stream opens: a client that sees it open and then starts
 	// a run on another instance gets every frame of it.
@@ -242,34 +243,47 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, threadID string, af
 	if s, err = ssestream.Open(w, opts); err != nil {
 		return
 	}
-	feed := a.feed(r.Context(), threadID, after)
-	defer feed.Close()
+	ctx := r.Context()
+	loop := a.loop(ctx, s, threadID, after, filter)
+	a.restore(loop.Feed, threadID, func() context.Context { return ctx })
+	err = loop.Run(ctx)
+	loop.Feed.Close()
+	a.streamEnded(threadID, loop.Feed, err)
+}
+
+// loop is the stream's loop: the thread's feed after the cursor to s,
+// the deliveries filter picks (all when nil).
+func (a *API) loop(ctx context.Context, s *ssestream.Stream, threadID string, after int64, filter func(*instanceai.Delivery) bool) *follow.Loop {
+	return &follow.Loop{
+		Feed:      a.feed(ctx, threadID, after),
+		Heartbeat: a.cfg.Heartbeat,
+		Send:      func(batch []instanceai.Delivery) error { return a.send(s, threadID, batch, filter) },
+		Ping:      s.Ping,
+	}
+}
+
+// restore makes the feed restate runs to its client: a run-sync of each
+// run it may hold wrongly when the replay is over, and of a run whose
+// block needs a repair. ctx is the context of the feed's reads.
+func (a *API) restore(feed *instanceai.Feed, threadID string, ctx func() context.Context) {
 	feed.BeforeLive = func(h instanceai.Handoff) []instanceai.Delivery {
-		return a.runSyncFrames(r.Context(), threadID, h)
+		return a.runSyncFrames(ctx(), threadID, h)
 	}
 	feed.Restate = func(runID string, upTo int64) []instanceai.Delivery {
-		return a.restate(r.Context(), threadID, runID, upTo)
+		return a.restate(ctx(), threadID, runID, upTo)
 	}
-	ping := time.NewTicker(a.cfg.Heartbeat)
-	defer ping.Stop()
-	ctx := r.Context()
-	for {
-		batch, err := feed.Next(ctx, ping.C)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				a.cfg.Logger.Info("event stream ended", "thread", threadID, "last", feed.Last(), "reason", err)
-			}
-			return
-		}
-		if batch == nil {
-			err = s.Ping()
-		} else {
-			err = a.send(s, threadID, batch, filter)
-		}
-		if err != nil {
-			return
-		}
-		ping.Reset(a.cfg.Heartbeat)
+}
+
+// streamEnded logs why a stream ended: its feed failing, or (at debug
+// level) a write; a client that went away or a shutdown is not news.
+func (a *API) streamEnded(threadID string, feed *instanceai.Feed, err error) {
+	var werr *follow.WriteError
+	switch {
+	case err == nil || errors.Is(err, context.Canceled):
+	case errors.As(err, &werr):
+		a.cfg.Logger.Debug("event stream write failed", "thread", threadID, "err", werr.Err)
+	default:
+		a.cfg.Logger.Info("event stream ended", "thread", threadID, "last", feed.Last(), "reason", err)
 	}
 }
 

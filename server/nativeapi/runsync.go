@@ -9,18 +9,6 @@ import (
 	"github.com/threadline/threadline/instanceai/agenttree"
 )
 
-// runSync is the payload of an `event: run-sync` frame: a live run's agent
-// tree, folded from everything the connection has been sent so far, so a
-// client can replace its state for that run instead of trusting what it
-// pieced together before a reconnect.
-type runSync struct {
-	RunID       string               `json:"runId"`
-	ThreadID    string               `json:"threadId"`
-	Status      string               `json:"status"`
-	IsSuspended bool                 `json:"isSuspended"`
-	AgentTree   *agenttree.AgentNode `json:"agentTree"`
-}
-
 // runSyncFrames builds the id-less run-sync frames a connection gets when
 // its replay is over: one per run whose state its client may hold wrongly
 // or in part. Those are the runs live in this process, the thread's active
@@ -71,12 +59,12 @@ func (a *API) runSync(ctx context.Context, threadID, runID string, last int64, o
 			st.Apply(ev)
 		}
 	}
-	data, err := json.Marshal(runSync{RunID: runID, ThreadID: threadID, Status: st.Status,
+	data, err := json.Marshal(agenttree.RunSync{RunID: runID, ThreadID: threadID, Status: st.Status,
 		IsSuspended: status.RunID == runID && status.IsSuspended, AgentTree: st.Tree()})
 	if err != nil {
 		return instanceai.Delivery{}, false
 	}
-	return instanceai.Delivery{Type: "run-sync", Data: data}, true
+	return instanceai.Delivery{Type: agenttree.RunSyncFrameType, Data: data}, true
 }
 
 // restate is a feed's Restate: the run-sync of a run whose client holds

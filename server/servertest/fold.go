@@ -1,7 +1,6 @@
 package servertest
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -9,68 +8,45 @@ import (
 	"github.com/threadline/threadline/instanceai/agenttree"
 )
 
-// Folder folds a thread's native event stream as n8n's browser does, also
-// across reconnections: each run's events into that run's agent-run state,
-// a run-sync frame replacing the run's state with the tree it carries, and
-// a reset frame dropping every run. Tests compare what a client ends up
-// showing with the log's fold (LogTexts).
+// Folder folds a thread's native event stream as n8n's browser does, with
+// the protocol's client fold (agenttree.Client): each run's events into
+// that run's agent-run state, a run-sync frame replacing the run's state
+// with the tree it carries, and a reset frame dropping every run. Tests
+// compare what a client ends up showing with the log's fold (LogTexts).
 type Folder struct {
-	runs  map[string]*agenttree.State
-	order []string
+	client agenttree.Client
 }
+
+// Connect starts a new connection's frames (see agenttree.Client.Connect).
+func (f *Folder) Connect() { f.client.Connect() }
 
 // Frame folds one frame.
 func (f *Folder) Frame(fr Frame) error {
 	switch fr.Event {
-	case "reset":
-		f.runs, f.order = nil, nil
+	case instanceai.ResetFrameType:
+		f.client.Reset()
 		return nil
-	case "run-sync":
-		var sync struct {
-			RunID     string               `json:"runId"`
-			AgentTree *agenttree.AgentNode `json:"agentTree"`
+	case agenttree.RunSyncFrameType:
+		rs, err := agenttree.DecodeRunSync([]byte(fr.Data))
+		if err != nil {
+			return err
 		}
-		if err := json.Unmarshal([]byte(fr.Data), &sync); err != nil {
-			return fmt.Errorf("run-sync: %w", err)
-		}
-		st := agenttree.StateFromAgentTree(sync.AgentTree)
-		if st == nil {
-			return fmt.Errorf("run-sync of %s: no tree", sync.RunID)
-		}
-		f.set(sync.RunID, st)
-		return nil
+		return f.client.RunSync(rs)
 	case "":
 	default:
 		return nil
 	}
-	ev := fr.Decoded
-	if ev.Type == "" || ev.RunID == "" {
-		return nil
+	if fr.Decoded.Type != "" {
+		f.client.Event(fr.Decoded)
 	}
-	st := f.runs[ev.RunID]
-	if ev.Type == instanceai.TypeRunStart || st == nil {
-		st = agenttree.New()
-		f.set(ev.RunID, st)
-	}
-	st.Apply(ev)
 	return nil
-}
-
-func (f *Folder) set(runID string, st *agenttree.State) {
-	if f.runs == nil {
-		f.runs = map[string]*agenttree.State{}
-	}
-	if _, ok := f.runs[runID]; !ok {
-		f.order = append(f.order, runID)
-	}
-	f.runs[runID] = st
 }
 
 // Texts returns, by run, each agent's text and reasoning as the fold
 // holds them ("agentId text" and "agentId reasoning" keys).
 func (f *Folder) Texts() map[string]map[string]string {
 	out := map[string]map[string]string{}
-	for id, st := range f.runs {
+	for id, st := range f.client.Runs() {
 		out[id] = treeTexts(st.Tree())
 	}
 	return out

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/threadline/threadline/chaos/faultproxy"
 	"github.com/threadline/threadline/instanceai"
+	"github.com/threadline/threadline/internal/faultproxy"
 )
 
 // A page of the log bounded in bytes costs on the wire what it holds: the

@@ -1,7 +1,10 @@
-// Package follow is the live part of the streams that render one run of a
-// thread in another dialect (AG-UI's /run-agent and rejoin, the builder's
-// operations): read the thread's feed after a cursor, map the run's
-// events, write them, until the mapper's terminal event.
+// Package follow serves a thread's feed to a stream: one loop (Loop) that
+// moves what the feed delivers to a writer, in the handler's goroutine or
+// on a hijacked connection without a goroutine while idle (Hijacked). The
+// native event stream serves the thread on it; Stream is the live part of
+// the streams that render one run of a thread in another dialect (AG-UI's
+// /run-agent and rejoin, the builder's operations): the run's events
+// mapped and written until the mapper's terminal event.
 package follow
 
 import (
@@ -58,55 +61,69 @@ func (s Stream[E]) Run(ctx context.Context, after int64) (gone bool) {
 	if feed.Replayed == nil {
 		feed.Replayed = replayed
 	}
-	defer func() { feed.Close() }()
-	ping := time.NewTicker(s.Heartbeat)
-	defer ping.Stop()
-	for !s.Mapper.Finished() {
-		batch, err := feed.Next(ctx, ping.C)
-		if err != nil {
-			if ctx.Err() != nil {
-				return true
-			}
-			if errors.Is(err, instanceai.ErrSubscriberDropped) {
-				// Fell behind the live tail: the log has every durable
-				// event, so pick up again from the cursor.
-				last := feed.Last()
-				feed.Close()
-				feed = s.Core.Feed(s.ThreadID, last)
-				feed.Replayed = replayed
-				continue
-			}
-			s.Log.Warn("stream source failed", "err", err)
-			return s.Write(0, s.Mapper.Close(err)) != nil || s.Out.Flush() != nil
+	loop := &Loop{Feed: feed, Heartbeat: s.Heartbeat, Send: s.send, Ping: s.ping, Done: s.Mapper.Finished}
+	loop.Reopen = func(err error) *instanceai.Feed {
+		if ctx.Err() != nil || !errors.Is(err, instanceai.ErrSubscriberDropped) {
+			return nil
 		}
-		if batch == nil {
-			if s.Out.Ping() != nil {
-				return true
+		// Fell behind the live tail: the log has every durable event, so
+		// pick up again from the cursor.
+		last := loop.Feed.Last()
+		loop.Feed.Close()
+		f := s.Core.Feed(s.ThreadID, last)
+		f.Replayed = replayed
+		return f
+	}
+	err := loop.Run(ctx)
+	loop.Feed.Close()
+	var over streamOver
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &over):
+		return over.gone
+	case ctx.Err() != nil:
+		return true
+	}
+	s.Log.Warn("stream source failed", "err", err)
+	return s.Write(0, s.Mapper.Close(err)) != nil || s.Out.Flush() != nil
+}
+
+// streamOver ends a stream from its writer: gone when the client went
+// away, else the stream was written to its end.
+type streamOver struct{ gone bool }
+
+func (streamOver) Error() string { return "stream over" }
+
+// send writes the run's events of a batch and flushes them.
+func (s Stream[E]) send(batch []instanceai.Delivery) error {
+	for _, d := range batch {
+		if d.Reset != nil {
+			// The events between the cursor and the rest are gone, or
+			// the cursor is beyond the log: no sequence of the dialect
+			// can bridge that, so the run's stream ends here.
+			s.Log.Warn("stream reset", "reason", d.Reset.Reason, "cursor", d.Reset.LastEventID, "next", d.Reset.NextEventID)
+			if s.Write(0, s.Mapper.Close(d.Reset)) == nil {
+				_ = s.Out.Flush()
 			}
+			return streamOver{}
+		}
+		if d.Event == nil || d.Event.RunID != s.RunID {
 			continue
 		}
-		for _, d := range batch {
-			if d.Reset != nil {
-				// The events between the cursor and the rest are gone, or
-				// the cursor is beyond the log: no sequence of the dialect
-				// can bridge that, so the run's stream ends here.
-				s.Log.Warn("stream reset", "reason", d.Reset.Reason, "cursor", d.Reset.LastEventID, "next", d.Reset.NextEventID)
-				if s.Write(0, s.Mapper.Close(d.Reset)) == nil {
-					_ = s.Out.Flush()
-				}
-				return false
-			}
-			if d.Event == nil || d.Event.RunID != s.RunID {
-				continue
-			}
-			if err := s.Write(d.ID, s.Mapper.Push(*d.Event)); err != nil {
-				return true
-			}
+		if err := s.Write(d.ID, s.Mapper.Push(*d.Event)); err != nil {
+			return streamOver{gone: true}
 		}
-		if err := s.Out.Flush(); err != nil {
-			return !s.Mapper.Finished()
-		}
-		ping.Reset(s.Heartbeat)
 	}
-	return false
+	if err := s.Out.Flush(); err != nil {
+		return streamOver{gone: !s.Mapper.Finished()}
+	}
+	return nil
+}
+
+func (s Stream[E]) ping() error {
+	if err := s.Out.Ping(); err != nil {
+		return streamOver{gone: true}
+	}
+	return nil
 }

@@ -170,6 +170,62 @@ func TestCutRefusesUntilHeal(t *testing.T) {
 	}
 }
 
+// Down closes what is open in order (an EOF, not a reset) and every new
+// connection until Heal.
+func TestDownClosesUntilHeal(t *testing.T) {
+	p := newProxy(t)
+	c := dial(t, p)
+	c.send(t, "x")
+	if _, err := c.recv(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Down()
+	if _, err := c.recv(2 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("read after Down: %v, want EOF", err)
+	}
+	if p.State().String() != "down" {
+		t.Fatalf("state %v", p.State())
+	}
+	closed := dial(t, p)
+	closed.send(t, "z")
+	if got, err := closed.recv(2 * time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("a connection to a downed link answered %q, %v", got, err)
+	}
+	if p.Resets() != 0 {
+		t.Fatalf("%d resets counted, want none", p.Resets())
+	}
+	p.Heal()
+	ok := dial(t, p)
+	ok.send(t, "w")
+	if got, err := ok.recv(2 * time.Second); err != nil || got != "w" {
+		t.Fatalf("after the heal: %q, %v", got, err)
+	}
+}
+
+// Silence drops what the connections held then carry, closing nothing;
+// a later connection works.
+func TestSilenceDropsWithoutClosing(t *testing.T) {
+	p := newProxy(t)
+	c := dial(t, p)
+	c.send(t, "x")
+	if _, err := c.recv(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Silence()
+	c.send(t, "lost")
+	if got, err := c.recv(300 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a silenced connection answered %q, %v", got, err)
+	}
+	if n := p.Conns(); n != 1 {
+		t.Fatalf("%d connections held after Silence, want the silenced one", n)
+	}
+	later := dial(t, p)
+	later.send(t, "heard")
+	if got, err := later.recv(2 * time.Second); err != nil || got != "heard" {
+		t.Fatalf("a connection after Silence: %q, %v", got, err)
+	}
+}
+
 // Delay holds each chunk for the delay in each direction.
 func TestDelay(t *testing.T) {
 	p := newProxy(t)

@@ -7,7 +7,7 @@
 // (instanceai.PageReader). A long thread's history costs a request what
 // its window holds, not what the thread holds, in memory and in what the
 // store reads. The native /messages, the AG-UI rejoin snapshot, CopilotKit's
-// connect and the console read it so.
+// connect, the console and the LLM agents' conversation read it so.
 package history
 
 import (
@@ -51,7 +51,9 @@ type Index struct {
 	// runEnd is the seq of each run's last row up to the cursor: a fold
 	// of some runs reads the log up to the last of theirs, not to the
 	// cursor, so an older window does not read the newer runs.
-	runEnd  map[string]int64
+	runEnd map[string]int64
+	// runs are the runs in the order they started.
+	runs    []string
 	through int64
 }
 
@@ -65,7 +67,6 @@ func Load(ctx context.Context, store Store, threadID string, through int64) (*In
 		return nil, err
 	}
 	ix := &Index{runStart: map[string]int64{}, runEnd: map[string]int64{}, through: through}
-	var order []string
 	size := map[string]int{}
 	// The rows' sizes alone: what a run holds is all the list needs, and
 	// reading the rows' bytes here would read the whole thread.
@@ -76,7 +77,7 @@ func Load(ctx context.Context, store Store, threadID string, through int64) (*In
 		if r.Type == instanceai.TypeRunStart {
 			if _, ok := ix.runStart[r.RunID]; !ok {
 				ix.runStart[r.RunID] = r.Seq
-				order = append(order, r.RunID)
+				ix.runs = append(ix.runs, r.RunID)
 			}
 		}
 		size[r.RunID] += len(r.Data) + r.Size
@@ -95,7 +96,7 @@ func Load(ctx context.Context, store Store, threadID string, through int64) (*In
 			ix.Entries = append(ix.Entries, Entry{RunID: h.RunID, Size: size[h.RunID]})
 		}
 	}
-	for _, id := range order {
+	for _, id := range ix.runs {
 		if !placed[id] {
 			ix.Entries = append(ix.Entries, Entry{RunID: id, Size: size[id]})
 		}
@@ -207,6 +208,9 @@ func (ix *Index) RunRows(ctx context.Context, store Store, threadID, runID strin
 	})
 	return out, err
 }
+
+// Runs returns the runs of the index in the order they started.
+func (ix *Index) Runs() []string { return ix.runs }
 
 // RunStart is the seq of a run's run-start, 0 when the index has none.
 func (ix *Index) RunStart(runID string) int64 { return ix.runStart[runID] }

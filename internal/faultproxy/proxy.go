@@ -1,9 +1,12 @@
 // Package faultproxy is a TCP proxy that can misbehave on command, as a
 // network does: it freezes a link (bytes are held, nobody is told), resets
 // it (every connection ends with a TCP RST), cuts it (reset, and new
-// connections are refused until healed) or delays it. The fault harness
+// connections are refused until healed), takes its peer down (connections
+// closed in order, new ones too, until healed), silences it (what either
+// end sends is dropped, nothing is closed) or delays it. The fault harness
 // puts one in front of each instance's PostgreSQL and bus connections, so
-// a fault hits exactly one link of one instance.
+// a fault hits exactly one link of one instance; tests put one in front of
+// a store or a bus server.
 //
 // Every method is safe for concurrent use.
 package faultproxy
@@ -28,6 +31,9 @@ type State struct {
 	Frozen bool
 	// Cut: every connection was reset and new ones are reset at once.
 	Cut bool
+	// Down: every connection was closed in order (FIN, as by a peer
+	// whose process ended) and new ones are closed as soon as accepted.
+	Down bool
 	// Delay is added to every chunk before it is delivered, in order.
 	Delay time.Duration
 }
@@ -36,6 +42,8 @@ func (s State) String() string {
 	switch {
 	case s.Cut:
 		return "cut"
+	case s.Down:
+		return "down"
 	case s.Frozen:
 		return "frozen"
 	case s.Delay > 0:
@@ -71,6 +79,8 @@ type Proxy struct {
 type link struct {
 	client *net.TCPConn
 	done   chan struct{}
+	// silent drops what either end sends (see Proxy.Silence).
+	silent atomic.Bool
 
 	mu       sync.Mutex
 	ended    bool
@@ -161,7 +171,33 @@ func (p *Proxy) Cut() {
 	p.Reset()
 }
 
-// Heal ends every fault: a frozen link delivers what it held, a cut one
+// Down closes every connection in order and closes new ones as soon as
+// they are accepted, until Heal: a peer whose process is gone, which the
+// kernel's close of its sockets tells both ends.
+func (p *Proxy) Down() {
+	p.setState(func(s *State) { s.Down = true })
+	p.mu.Lock()
+	conns := p.snapshot()
+	p.mu.Unlock()
+	for _, l := range conns {
+		l.close()
+	}
+}
+
+// Silence makes every connection the proxy holds drop what either end
+// sends, without closing it, for as long as it lasts; later connections
+// work. A partition tells neither end, unlike a peer that is gone: what it
+// tests is that an end notices a dead connection by itself.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.conns {
+		l.silent.Store(true)
+	}
+}
+
+// Heal ends every fault but Silence, which lasts as long as its
+// connections: a frozen link delivers what it held, a cut or downed one
 // accepts connections again, a delayed one forwards at once.
 func (p *Proxy) Heal() { p.setState(func(s *State) { *s = State{} }) }
 
@@ -210,6 +246,11 @@ func (p *Proxy) accept() {
 			p.resets++
 			p.mu.Unlock()
 			rst(tc)
+			continue
+		}
+		if p.state.Down {
+			p.mu.Unlock()
+			_ = tc.Close()
 			continue
 		}
 		l := &link{client: tc, done: make(chan struct{})}
@@ -334,6 +375,9 @@ func (p *Proxy) pipe(l *link, dst, src *net.TCPConn, count *atomic.Int64) {
 		}
 		if !p.waitUnfrozen(l) {
 			return
+		}
+		if l.silent.Load() {
+			continue
 		}
 		// Counted before the write, so that a peer that has read the
 		// bytes finds them counted; a short write takes back the rest.

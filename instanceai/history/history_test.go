@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/server/internal/history"
+	"github.com/threadline/threadline/instanceai/history"
 	"github.com/threadline/threadline/storage/memory"
 )
 
