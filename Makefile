@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos aguipb aguipb-verify
+.PHONY: run build static test test-short test-binary bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos aguipb aguipb-verify
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -21,13 +21,20 @@ node-deps:
 		fi; \
 	done
 
-## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
-test: node-deps
-	$(GO) test -race -count=1 -timeout 30m ./...
+# The real command the tests that run it as a process share (see
+# internal/testbin), built once rather than by each test process.
+TEST_BINARY := $(CURDIR)/bin/threadline-test
 
-## test-short: the tests without the race detector, for a quick loop
-test-short:
-	$(GO) test -count=1 ./...
+## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
+test: node-deps test-binary
+	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -race -count=1 -timeout 30m ./...
+
+## test-short: the tests without the race detector and with -short (which skips the fault harness), for a quick loop
+test-short: test-binary
+	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -short -count=1 ./...
+
+test-binary:
+	$(GO) build -o $(TEST_BINARY) ./cmd/threadline
 
 ## bench: run the benchmarks (each reports a ratio against a baseline measured in the same run)
 bench:
