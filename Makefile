@@ -25,9 +25,16 @@ node-deps:
 # internal/testbin), built once rather than by each test process.
 TEST_BINARY := $(CURDIR)/bin/threadline-test
 
+# go test starts the packages' test processes in the order it is given
+# them: the longest first, so that none of them starts last and runs alone
+# at the end. A third process beside the two cores' worth: these tests wait
+# (on leases, processes, the network) more than they compute.
+TEST_FIRST := ./server/ ./agui/ ./chaos/ ./instanceai/ ./agent/tools/mcptools/ ./mapping/ ./instanceai/agenttree/ ./agent/openai/
+TEST_P ?= 3
+
 ## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
 test: node-deps test-binary
-	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -race -count=1 -timeout 30m ./...
+	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -race -count=1 -timeout 30m -p $(TEST_P) $(TEST_FIRST) ./...
 
 ## test-short: the tests without the race detector and with -short (which skips the fault harness), for a quick loop
 test-short: test-binary
