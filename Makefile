@@ -14,12 +14,15 @@ build:
 	$(GO) build -o bin/threadline ./cmd/threadline
 
 ## node-deps: install the pinned Node packages the interop tests run
+# The folders install at the same time: npm spends most of an install
+# waiting on the network and the disk.
 node-deps:
-	@for d in $(NODE_DIRS); do \
+	@pids=; for d in $(NODE_DIRS); do \
 		if [ ! -d $$d/node_modules ] || [ $$d/package-lock.json -nt $$d/node_modules ]; then \
-			echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+			echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) & pids="$$pids $$!"; \
 		fi; \
-	done
+	done; \
+	status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 
 # The real command the tests that run it as a process share (see
 # internal/testbin), built once rather than by each test process.
