@@ -32,7 +32,7 @@ TEST_BINARY := $(CURDIR)/bin/threadline-test
 # them: the longest first, so that none of them starts last and runs alone
 # at the end. A third process beside the two cores' worth: these tests wait
 # (on leases, processes, the network) more than they compute.
-TEST_FIRST := ./server/ ./agui/ ./chaos/ ./instanceai/ ./agent/tools/mcptools/ ./mapping/ ./instanceai/agenttree/ ./agent/openai/
+TEST_FIRST := ./server/ ./agui/ ./storage/sqlite/ ./chaos/ ./instanceai/ ./storage/postgres/ ./mapping/ ./instanceai/agenttree/ ./agent/tools/mcptools/ ./workflow/catalog/ ./agent/openai/
 TEST_P ?= 3
 
 ## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
