@@ -3,7 +3,7 @@ GO ?= go
 # Folders with a pinned package.json whose Node packages some tests run.
 NODE_DIRS := $(shell find . -name package-lock.json -not -path '*/node_modules/*' -exec dirname {} \; | sort)
 
-.PHONY: run build static test test-short bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos aguipb aguipb-verify
+.PHONY: run build static test test-short test-binary bench bench-peers bench-peers-smoke bench-growth bench-nonreading lint node-deps chaos aguipb aguipb-verify
 
 ## run: start the server on its embedded defaults (SQLite under ./data, reference agent)
 run:
@@ -14,20 +14,37 @@ build:
 	$(GO) build -o bin/threadline ./cmd/threadline
 
 ## node-deps: install the pinned Node packages the interop tests run
+# The folders install at the same time: npm spends most of an install
+# waiting on the network and the disk.
 node-deps:
-	@for d in $(NODE_DIRS); do \
+	@pids=; for d in $(NODE_DIRS); do \
 		if [ ! -d $$d/node_modules ] || [ $$d/package-lock.json -nt $$d/node_modules ]; then \
-			echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+			echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) & pids="$$pids $$!"; \
 		fi; \
-	done
+	done; \
+	status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+
+# The real command the tests that run it as a process share (see
+# internal/testbin), built once rather than by each test process.
+TEST_BINARY := $(CURDIR)/bin/threadline-test
+
+# go test starts the packages' test processes in the order it is given
+# them: the longest first, so that none of them starts last and runs alone
+# at the end. A third process beside the two cores' worth: these tests wait
+# (on leases, processes, the network) more than they compute.
+TEST_FIRST := ./server/ ./agui/ ./storage/sqlite/ ./chaos/ ./instanceai/ ./storage/postgres/ ./mapping/ ./instanceai/agenttree/ ./agent/tools/mcptools/ ./workflow/catalog/ ./agent/openai/
+TEST_P ?= 3
 
 ## test: run every test (PostgreSQL tests need TEST_DATABASE_URL; see docs/testing.md)
-test: node-deps
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: node-deps test-binary
+	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -race -count=1 -timeout 30m -p $(TEST_P) $(TEST_FIRST) ./...
 
-## test-short: the tests without the race detector, for a quick loop
-test-short:
-	$(GO) test -count=1 ./...
+## test-short: the tests without the race detector and with -short (which skips the fault harness), for a quick loop
+test-short: test-binary
+	THREADLINE_TEST_BINARY=$(TEST_BINARY) $(GO) test -short -count=1 ./...
+
+test-binary:
+	$(GO) build -o $(TEST_BINARY) ./cmd/threadline
 
 ## bench: run the benchmarks (each reports a ratio against a baseline measured in the same run)
 bench:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/threadline/threadline/chaos"
+	"github.com/threadline/threadline/internal/testbin"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/internal/testredis"
 )
@@ -36,10 +37,8 @@ func TestChaosShort(t *testing.T) {
 	cfg := chaos.Short()
 	cfg.DatabaseURL, cfg.RedisURL = dsn, redis
 	cfg.Progress = logWriter{t}
+	cfg.Binary = testbin.Threadline(t)
 	var err error
-	if cfg.Binary, err = chaos.Build(ctx, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
 	// Outlives the test when it fails: the evidence an engineer reads.
 	if cfg.Dir, err = os.MkdirTemp("", "threadline-chaos-"); err != nil {
 		t.Fatal(err)

@@ -2,44 +2,22 @@ package servertest
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/threadline/threadline/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// Binary builds the real command (cmd/threadline) once per test process
-// and returns its path.
+// Binary returns the real command (cmd/threadline), built once for the
+// test run (see testbin).
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "threadline-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "threadline")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/threadline/threadline/cmd/threadline").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
+	return testbin.Threadline(t)
 }
 
 // FreeAddr returns a loopback address with a port nothing listens on now.
