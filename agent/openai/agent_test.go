@@ -478,15 +478,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
-	resumed := runs.Active(thread)
-	if resumed == nil || resumed.ID != run.ID {
-		t.Fatalf("no resumed run: %+v", resumed)
-	}
-	<-resumed.Done()
-	if err := h.writer.Sync(ctx, thread); err != nil {
-		t.Fatal(err)
-	}
-	evs := h.wait(t, resumed)
+	evs := h.resumed(t, runs, run.ID)
 	if fin := finishOf(t, evs); fin.Status != instanceai.RunCompleted || n.Load() != 1 {
 		t.Fatalf("status %q executions %d: %s", fin.Status, n.Load(), shape(evs))
 	}

@@ -366,14 +366,74 @@ func answer(id, s string, in, out int) http.HandlerFunc {
 // stop ends the harness's process as a graceful shutdown does: its runs
 // stop (a suspended run stays suspended in the store) and what its
 // writer queued is stored.
+//
+// A run that asked for a confirmation is stopped only once it waits for
+// the answer (suspended): the question is stored a moment before, and a
+// run stopped in between ends cancelled, which is not what these tests
+// restart.
 func (h *harness) stop(t *testing.T, ctx context.Context) {
 	t.Helper()
+	for !h.runs.Status(ctx, thread).IsSuspended {
+		if _, asked := h.awaited(t); !asked {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the run that asked for a confirmation did not suspend")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	if err := h.runs.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.writer.Sync(ctx, thread); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// awaited is the thread's first confirmation awaiting an answer, if any.
+func (h *harness) awaited(t *testing.T) (instanceai.Confirmation, bool) {
+	t.Helper()
+	cs, err := h.runs.Awaited(context.Background(), thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) == 0 {
+		return instanceai.Confirmation{}, false
+	}
+	return cs[0], true
+}
+
+// resumed returns the events of runID once the next process's run of it,
+// resumed by an answer, has finished: it may have finished before the
+// test looks for it.
+func (h *harness) resumed(t *testing.T, runs *instanceai.Runs, runID string) []instanceai.Event {
+	t.Helper()
+	if r := runs.Active(thread); r != nil {
+		if r.ID != runID {
+			t.Fatalf("the active run is %s, want %s resumed", r.ID, runID)
+		}
+		return h.wait(t, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.writer.Sync(ctx, thread); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := h.store.ReadAfter(ctx, thread, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []instanceai.Event
+	for _, r := range rows {
+		if r.Event.RunID == runID {
+			out = append(out, r.Event)
+		}
+	}
+	if len(out) == 0 || out[len(out)-1].Type != instanceai.TypeRunFinish {
+		t.Fatalf("run %s is neither active nor finished after the answer: %s", runID, shape(out))
+	}
+	return out
 }
 
 // next starts the next process on the harness's store with the agent cfg

@@ -379,11 +379,7 @@ func TestMCPResumeAfterRestart(t *testing.T) {
 	if _, _, err := runs.Answer(ctx, user, c.RequestID, instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
-	resumed := runs.Active(thread)
-	if resumed == nil || resumed.ID != run.ID {
-		t.Fatalf("no resumed run: %+v", resumed)
-	}
-	evs := h.wait(t, resumed)
+	evs := h.resumed(t, runs, run.ID)
 	completed(t, evs)
 	if got, err := os.ReadFile(path); err != nil || string(got) != "resumed" {
 		t.Errorf("file %q %v", got, err)
@@ -424,11 +420,7 @@ func TestMCPElicitationAcrossRestart(t *testing.T) {
 		Answers: []instanceai.QuestionAnswer{{QuestionID: "name", CustomText: "Ada"}}}); err != nil {
 		t.Fatal(err)
 	}
-	resumed := runs.Active(thread)
-	if resumed == nil || resumed.ID != run.ID {
-		t.Fatalf("no resumed run: %+v", resumed)
-	}
-	evs := h.wait(t, resumed)
+	evs := h.resumed(t, runs, run.ID)
 	completed(t, evs)
 	errs := ofType[*instanceai.ToolError](evs, instanceai.TypeToolError)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error, "interrupted by a server restart") {
