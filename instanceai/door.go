@@ -124,7 +124,9 @@ func (r *Run) emit(ev Event, background bool) error {
 	}
 	var over error
 	if delta {
-		r.names.name(&ev, r.runs.now())
+		if ev.ResponseID == "" { // the clock is read only for a delta to name
+			r.names.name(&ev, r.runs.now())
+		}
 		text := ev.Payload.(*Text).Text
 		fits, err := r.meter.admit(&ev, text, limits.MaxSegmentBytes)
 		var rule *RuleError
