@@ -91,7 +91,7 @@ func (a *API) startRun(w http.ResponseWriter, r *http.Request) (startAnswer, int
 	if req.Message != "" {
 		run, err = a.core.Chat(ctx, t, sr)
 	} else {
-		run, err = a.core.Runs.Start(sr)
+		run, err = a.core.StartRun(sr)
 	}
 	var active *instanceai.RunActiveError
 	if errors.As(err, &active) && req.RunID != "" && active.RunID == req.RunID {
@@ -447,7 +447,7 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.RequestID == "" {
 		req.RequestID = instanceai.NewID("cr_")
-	} else if asked, err := a.core.Store.GetConfirmation(r.Context(), req.RequestID); err == nil {
+	} else if asked, err := a.core.Confirmation(r.Context(), req.RequestID); err == nil {
 		a.askedBefore(w, p, asked)
 		return
 	} else if !errors.Is(err, instanceai.ErrNotFound) {

@@ -239,8 +239,8 @@ func (a *API) lookup(r *http.Request) (*producer, error) {
 	}
 	p := a.ps.get(vars["runId"])
 	if p == nil || p.run.ThreadID != vars["threadId"] {
-		row, err := a.core.Store.ActiveRun(ctx, vars["threadId"])
-		if err == nil && row.RunID == vars["runId"] && row.Owner != "" && row.Owner != a.core.Runs.Instance() {
+		row, err := a.core.ClaimedRun(ctx, vars["threadId"])
+		if err == nil && row.RunID == vars["runId"] && row.Owner != "" && row.Owner != a.core.Instance() {
 			// A load balancer sent the producer to an instance that does
 			// not hold its run: it is to try the one that does.
 			return nil, httpjson.NewError(http.StatusConflict, "run_on_another_instance", "runId",

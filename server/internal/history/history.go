@@ -22,10 +22,13 @@ import (
 // what a thread of long tool outputs or pasted documents may hold.
 const DefaultMaxBytes = 4 << 20
 
-// Store is what the history is read from.
+// Store is what the history is read from: a thread's log a page at a time
+// (instanceai.PageReader) and its user messages. The surfaces read it
+// through their instanceai.Core.
 type Store interface {
-	instanceai.EventLog
-	instanceai.MessageStore
+	instanceai.PageReader
+	MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error)
+	MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error)
 }
 
 // Entry is one message of the conversation, as a head: a stored user
@@ -232,7 +235,7 @@ const (
 )
 
 // scan calls fn with each row of the log after after up to through, in
-// pages read through instanceai.ReadPage: with sizesOnly, the rows' sizes
+// pages read through the store's ReadPage: with sizesOnly, the rows' sizes
 // without their bytes; otherwise the rows whole, in pages bounded in
 // bytes. A page asks for no row past through (seqs are contiguous), so
 // the scan reads nothing of the log beyond it.
@@ -246,7 +249,7 @@ func scan(ctx context.Context, store Store, threadID string, after, through int6
 		if sizesOnly {
 			q = instanceai.PageQuery{After: after, Limit: int(min(left, sizesPage)), SizesOnly: true}
 		}
-		rows, err := instanceai.ReadPage(ctx, store, threadID, q)
+		rows, err := store.ReadPage(ctx, threadID, q)
 		if err != nil {
 			return err
 		}
