@@ -162,10 +162,10 @@ func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, erro
 	return c.runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message, req.Attachments) })
 }
 
-// StartRun starts a run on the thread for req as Chat does, recording no
-// user message: for work that carries no message of a person (a producer
-// outside Threadline that drives the run itself, say). The errors are
-// Runs.Start's.
+// StartRun starts a run on the thread for req and records no user
+// message: for work that carries no message of a person (a producer
+// outside Threadline that drives the run itself, say). req.Trace is the
+// caller's to set. The errors are Runs.Start's.
 func (c *Core) StartRun(req StartRequest) (*Run, error) { return c.runs.Start(req) }
 
 // recordMessage stores the user message of a run that is starting and, if
