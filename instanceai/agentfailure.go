@@ -21,7 +21,7 @@ import (
 // Either way the registry stops the agents (their work would be lost) and
 // marks them: once the log answers, their owner settles each from the log,
 // as the sweep settles an agent whose process is gone, before it lets go
-// of the agent's row (see letGoAgent).
+// of the agent's row (see releaseAgentRow).
 
 // failAgentsOnly fails the background agents of run runID whose events are
 // in items, a batch the log refused for good, if they are all the run has
@@ -81,15 +81,12 @@ func (m *Runs) AgentFailed(threadID, runID, agentID string, err error) {
 // takes anything queued after the batch it gave up on, so an agent that
 // Sync finds unmarked had its events stored.
 func (m *Runs) failAgents(threadID, runID, agentID string, err error) {
-	m.mu.Lock()
-	var tasks []*BackgroundTask
-	for _, t := range m.background[threadID] {
-		if t.RunID == runID && (agentID == "" || t.AgentID == agentID) {
-			t.unstored.Store(true)
-			tasks = append(tasks, t)
-		}
+	tasks := m.background.matching(threadID, func(t *BackgroundTask) bool {
+		return t.RunID == runID && (agentID == "" || t.AgentID == agentID)
+	})
+	for _, t := range tasks {
+		t.unstored.Store(true)
 	}
-	m.mu.Unlock()
 	for _, t := range tasks {
 		t.cancel(fmt.Errorf("%w: %w", errAgentUnstored, err))
 	}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 )
 
 // Background agents' rows (see AgentClaims): renewed by their instance's
 // heartbeat while the agent works (renewAgents), taken by the settlement
-// of their run (fenceAgents), and let go of once the agent ended.
+// of their run (takeAgentRows), and let go of once the agent ended.
 //
 // A background agent's row goes once its agent-completed is in the log:
 // deleted sooner, a crash in between would leave the agent open with
@@ -27,45 +25,15 @@ import (
 // writes it from the log reads the log first, and writes under the row's
 // token, which a take makes stale.
 
-// endedAgents are the background agents that ended in this process and
-// whose rows it has not let go of yet.
-type endedAgents struct {
-	mu     sync.Mutex
-	agents []endedAgent
-}
-
-// endedAgent is an agent that ended here, with the token of its row (0:
-// it holds none; it wrote under its run's claim or under none).
-type endedAgent struct {
-	task *BackgroundTask
-	row  int64
-}
-
-func (e *endedAgents) add(a endedAgent) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.agents = append(e.agents, a)
-}
-
-// take removes and returns every ended agent: the caller adds back those
-// it is not done with.
-func (e *endedAgents) take() []endedAgent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	agents := e.agents
-	e.agents = nil
-	return agents
-}
-
-// letGoEnded tries once more to let go of the row of each agent that ended
-// here; those it cannot let go of yet wait for the next try.
-func (m *Runs) letGoEnded(ctx context.Context) {
-	for _, a := range m.ended.take() {
+// retryEndedAgentRows tries once more to let go of the row of each agent
+// that ended here; those it cannot let go of yet wait for the next try.
+func (m *Runs) retryEndedAgentRows(ctx context.Context) {
+	for _, a := range m.background.ended.take() {
 		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		done := ctx.Err() == nil && m.letGoAgent(tctx, a.task, a.row)
+		done := ctx.Err() == nil && m.releaseAgentRow(tctx, a.task, a.row)
 		cancel()
 		if !done {
-			m.ended.add(a)
+			m.background.ended.add(a)
 			continue
 		}
 		m.log.Info("let go of an ended background agent's row", "thread", a.task.ThreadID, "run", a.task.RunID,
@@ -73,24 +41,14 @@ func (m *Runs) letGoEnded(ctx context.Context) {
 	}
 }
 
-// rowOf returns the token of t's row, 0 when it holds none.
-func (m *Runs) rowOf(t *BackgroundTask) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !t.claimed {
-		return 0
-	}
-	return t.fence.token()
-}
-
-// letGoAgent lets go of row, the row of t, an agent that ended here, once
-// the log holds its agent-completed: it releases the row, or finds it gone
-// with its thread or taken by another instance. An agent whose events the
-// writer could not store is first settled from the log, once the log
+// releaseAgentRow lets go of row, the row of t, an agent that ended here,
+// once the log holds its agent-completed: it releases the row, or finds it
+// gone with its thread or taken by another instance. An agent whose events
+// the writer could not store is first settled from the log, once the log
 // answers and shows its run finished. It reports whether it is done with
 // the row; if not, the caller tries again later.
-func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) bool {
-	if m.agentsDB == nil {
+func (m *Runs) releaseAgentRow(ctx context.Context, t *BackgroundTask, row int64) bool {
+	if m.leases.agentRows == nil {
 		return true
 	}
 	if err := m.writer.Sync(ctx, t.ThreadID); err != nil {
@@ -98,16 +56,14 @@ func (m *Runs) letGoAgent(ctx context.Context, t *BackgroundTask, row int64) boo
 	}
 	// From here the row is let go of, and no longer renewed: a heartbeat
 	// that no longer finds it knows it was released, not taken.
-	m.mu.Lock()
-	t.claimed = false
-	m.mu.Unlock()
+	m.background.unclaim(t)
 	if t.unstored.Load() {
 		return m.settleUnstored(ctx, t, row)
 	}
 	if row == 0 {
 		return true
 	}
-	err := m.agentsDB.ReleaseAgent(ctx, t.ref(), row)
+	err := m.leases.agentRows.ReleaseAgent(ctx, t.ref(), row)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 		m.log.Debug("could not release a background agent's row", "thread", t.ThreadID, "agent", t.AgentID, "err", err)
 		return false
@@ -150,43 +106,23 @@ func (m *Runs) settleUnstored(ctx context.Context, t *BackgroundTask, row int64)
 // agent whose row no longer holds its token was settled by another
 // instance, which believed us dead: it stops without writing anything more.
 func (m *Runs) renewAgents(ctx context.Context) bool {
-	if m.agentsDB == nil {
+	if m.leases.agentRows == nil {
 		return true
 	}
-	before, fences := m.liveAgentFences()
+	before, fences := m.background.claimedFences()
 	if len(fences) == 0 {
 		return true
 	}
-	held, err := m.agentsDB.RenewAgents(ctx, m.instance, m.lease, fences)
+	held, err := m.leases.renewAgentRows(ctx, fences)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("could not renew background agent leases", "err", err)
 		}
 		return false
 	}
-	m.mu.Lock()
-	var lost []*BackgroundTask
-	for _, t := range before {
-		// An agent released meanwhile holds no row on purpose.
-		if t.claimed && !slices.ContainsFunc(held, func(c AgentClaim) bool { return c.AgentRef == t.ref() && c.Fence == t.fence.token() }) {
-			lost = append(lost, t)
-		}
-	}
-	var asked []*BackgroundTask
-	var reasons []string
-	for _, c := range held {
-		if c.CancelReason == "" {
-			continue
-		}
-		for _, t := range m.background[c.ThreadID] {
-			if t.AgentID == c.AgentID && t.fence.token() == c.Fence {
-				asked, reasons = append(asked, t), append(reasons, c.CancelReason)
-			}
-		}
-	}
-	m.mu.Unlock()
+	lost, asked, reasons := m.background.judgeRenewal(before, held)
 	for _, t := range lost {
-		m.stopTaken(t, "its row holds another instance's claim (its lease ran out here)")
+		m.stopTakenOverAgent(t, "its row holds another instance's claim (its lease ran out here)")
 	}
 	for i, t := range asked {
 		t.cancel(cancelled{reasons[i]})
@@ -194,41 +130,23 @@ func (m *Runs) renewAgents(ctx context.Context) bool {
 	return true
 }
 
-// liveAgentFences returns this process's background agents that hold a row
-// and the tokens of those rows, the ones its heartbeat renews.
-func (m *Runs) liveAgentFences() ([]*BackgroundTask, []int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var tasks []*BackgroundTask
-	var fences []int64
-	for _, ts := range m.background {
-		for _, t := range ts {
-			if t.claimed {
-				tasks = append(tasks, t)
-				fences = append(fences, t.fence.token())
-			}
-		}
-	}
-	return tasks, fences
-}
-
-// stopTaken stops a background agent whose claim another instance took,
-// writing nothing more of it; why says how this process found out.
-func (m *Runs) stopTaken(t *BackgroundTask, why string) {
+// stopTakenOverAgent stops a background agent whose claim another instance
+// took, writing nothing more of it; why says how this process found out.
+func (m *Runs) stopTakenOverAgent(t *BackgroundTask, why string) {
 	m.log.Warn("another instance settled this background agent; stopping it without writing",
 		"thread", t.ThreadID, "run", t.RunID, "agent", t.AgentID, "why", why)
 	t.cancel(errLeaseLost)
 	m.writer.dropFence(t.ThreadID, t.fence)
 }
 
-// fenceAgents claims the rows of the run's background agents that the log
+// takeAgentRows claims the rows of the run's background agents that the log
 // shows at work (spawned, not completed), before the run's settlement
 // completes them: an instance that still runs one (cut off from the
 // database past its lease) then holds a stale token for it, and nothing
 // it writes lands after the settlement. It returns the rows it claimed,
 // with their tokens, to release once the settlement is stored.
-func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
-	if m.agentsDB == nil {
+func (m *Runs) takeAgentRows(ctx context.Context, ref RunRef, rows []StoredEvent, runFence int64) (map[AgentRef]int64, error) {
+	if m.leases.agentRows == nil {
 		return nil, nil
 	}
 	w := openWorkOf(ref.RunID, rows)
@@ -238,7 +156,7 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 	// was still on its way when the run was taken, and their own events
 	// would land after the settlement's run-finish. (A row made after the
 	// take is refused: see AgentClaims.ClaimAgent.)
-	claimed, err := m.agentsDB.RunAgents(ctx, ref.ThreadID, ref.RunID)
+	claimed, err := m.leases.agentRows.RunAgents(ctx, ref.ThreadID, ref.RunID)
 	if err != nil {
 		return taken, fmt.Errorf("list the agents of run %s: %w", ref.RunID, err)
 	}
@@ -249,7 +167,7 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 	}
 	for _, agent := range agents {
 		a := AgentRef{ThreadID: ref.ThreadID, RunID: ref.RunID, AgentID: agent}
-		token, err := m.agentsDB.ClaimAgent(ctx, a, m.instance, m.lease, runFence)
+		token, err := m.leases.claimAgentRow(ctx, a, runFence)
 		if errors.Is(err, ErrNotFound) {
 			return taken, nil // the thread is gone: nothing to settle
 		}
@@ -261,9 +179,9 @@ func (m *Runs) fenceAgents(ctx context.Context, ref RunRef, rows []StoredEvent, 
 	return taken, nil
 }
 
-// releaseAgents releases the agents' rows that a settlement took (see
-// fenceAgents), once what the thread has queued is stored.
-func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
+// releaseTakenAgentRows releases the agents' rows that a settlement took
+// (see takeAgentRows), once what the thread has queued is stored.
+func (m *Runs) releaseTakenAgentRows(threadID string, agents map[AgentRef]int64) {
 	if len(agents) == 0 {
 		return
 	}
@@ -273,7 +191,7 @@ func (m *Runs) releaseAgents(threadID string, agents map[AgentRef]int64) {
 		m.log.Warn("releasing settled agents' rows before their settlement is stored", "thread", threadID, "err", err)
 	}
 	for agent, token := range agents {
-		err := m.agentsDB.ReleaseAgent(ctx, agent, token)
+		err := m.leases.agentRows.ReleaseAgent(ctx, agent, token)
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 			m.log.Error("could not release a settled agent's row", "thread", threadID, "agent", agent.AgentID, "err", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -25,21 +26,222 @@ type BackgroundTask struct {
 
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed once agent-completed is queued
-	// claimed is set (under Runs.mu) once the agent holds its row in the
-	// claims: from then on the heartbeat expects to renew it.
+	// claimed is set (under backgroundAgents.mu) once the agent holds its
+	// row in the claims: from then on the heartbeat expects to renew it.
 	claimed bool
-	// refused is set (under Runs.mu) when its run was taken before it could
-	// claim a row: it writes under the run's stale token to the end, never
-	// under a holder of its own (see Run.unshareClaimLocked).
+	// refused is set (under backgroundAgents.mu) when its run was taken
+	// before it could claim a row: it writes under the run's stale token
+	// to the end, never under a holder of its own (see
+	// Run.unshareClaimLocked).
 	refused bool
 	// fence holds the token the agent's events are written under: its
 	// row's, or, when it could not claim one, its run's until the run's
 	// finish and none from then on (see Run.unshareClaimLocked). Set and
-	// changed under Runs.mu and its run's lock.
+	// changed under backgroundAgents.mu and its run's lock.
 	fence *fence
 	// unstored is set when the writer could not store the agent's events
 	// (see failAgents): its agent-completed may not be in the log.
 	unstored atomic.Bool
+}
+
+// backgroundAgents are the background agents at work in this process, by
+// thread, and those that ended here whose rows it still holds. Its lock
+// also guards each task's claimed, refused and fence (fence is set under
+// the task's run's lock too).
+type backgroundAgents struct {
+	mu       sync.Mutex
+	byThread map[string][]*BackgroundTask
+	// ended are the agents that ended here whose rows are still held (see
+	// Runs.releaseAgentRow).
+	ended endedAgents
+}
+
+func newBackgroundAgents() backgroundAgents {
+	return backgroundAgents{byThread: map[string][]*BackgroundTask{}}
+}
+
+func (b *backgroundAgents) add(t *BackgroundTask) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.byThread[t.ThreadID] = append(b.byThread[t.ThreadID], t)
+}
+
+func (b *backgroundAgents) remove(t *BackgroundTask) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tasks := b.byThread[t.ThreadID]
+	if i := slices.Index(tasks, t); i >= 0 {
+		tasks = slices.Delete(tasks, i, i+1)
+	}
+	if len(tasks) == 0 {
+		delete(b.byThread, t.ThreadID)
+	} else {
+		b.byThread[t.ThreadID] = tasks
+	}
+}
+
+// matching returns the thread's agents that match.
+func (b *backgroundAgents) matching(threadID string, match func(*BackgroundTask) bool) []*BackgroundTask {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tasks []*BackgroundTask
+	for _, t := range b.byThread[threadID] {
+		if match(t) {
+			tasks = append(tasks, t)
+		}
+	}
+	return tasks
+}
+
+// ofThread returns the thread's agents.
+func (b *backgroundAgents) ofThread(threadID string) []*BackgroundTask {
+	return b.matching(threadID, func(*BackgroundTask) bool { return true })
+}
+
+// any reports whether an agent of the thread matches.
+func (b *backgroundAgents) any(threadID string, match func(*BackgroundTask) bool) bool {
+	return len(b.matching(threadID, match)) > 0
+}
+
+// all returns every agent at work here.
+func (b *backgroundAgents) all() []*BackgroundTask {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tasks []*BackgroundTask
+	for _, ts := range b.byThread {
+		tasks = append(tasks, ts...)
+	}
+	return tasks
+}
+
+// runIDs returns the ids of the runs whose agents work on the thread,
+// after those in ids, each once.
+func (b *backgroundAgents) runIDs(threadID string, ids []string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.byThread[threadID] {
+		if !slices.Contains(ids, t.RunID) {
+			ids = append(ids, t.RunID)
+		}
+	}
+	return ids
+}
+
+// hold gives t the token holder its events are written under: claimed
+// says it is the agent's own row's, refused that its run was taken before
+// the agent could claim one.
+func (b *backgroundAgents) hold(t *BackgroundTask, f *fence, claimed, refused bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.fence, t.claimed, t.refused = f, claimed, refused
+}
+
+// rowToken returns the token of t's row, 0 when it holds none.
+func (b *backgroundAgents) rowToken(t *BackgroundTask) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !t.claimed {
+		return 0
+	}
+	return t.fence.token()
+}
+
+// unclaim records that t's row is let go of: the heartbeat no longer
+// renews it.
+func (b *backgroundAgents) unclaim(t *BackgroundTask) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.claimed = false
+}
+
+// claimedFences returns the agents that hold a row and the tokens of those
+// rows, the ones the heartbeat renews.
+func (b *backgroundAgents) claimedFences() ([]*BackgroundTask, []int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var tasks []*BackgroundTask
+	var fences []int64
+	for _, ts := range b.byThread {
+		for _, t := range ts {
+			if t.claimed {
+				tasks = append(tasks, t)
+				fences = append(fences, t.fence.token())
+			}
+		}
+	}
+	return tasks, fences
+}
+
+// judgeRenewal sorts out a renewal's answer, held, for the agents that
+// held a row before it, before: those still claimed whose row it did not
+// renew under their token (another instance took it), and those whose row
+// carries a cancel request, with its reason.
+func (b *backgroundAgents) judgeRenewal(before []*BackgroundTask, held []AgentClaim) (lost, asked []*BackgroundTask, reasons []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range before {
+		// An agent released meanwhile holds no row on purpose.
+		if t.claimed && !slices.ContainsFunc(held, func(c AgentClaim) bool { return c.AgentRef == t.ref() && c.Fence == t.fence.token() }) {
+			lost = append(lost, t)
+		}
+	}
+	for _, c := range held {
+		if c.CancelReason == "" {
+			continue
+		}
+		for _, t := range b.byThread[c.ThreadID] {
+			if t.AgentID == c.AgentID && t.fence.token() == c.Fence {
+				asked, reasons = append(asked, t), append(reasons, c.CancelReason)
+			}
+		}
+	}
+	return lost, asked, reasons
+}
+
+// unshareClaim gives r's live background agents that write under r's
+// claim a holder of their own with no token (see Run.unshareClaimLocked);
+// r.mu is held.
+func (b *backgroundAgents) unshareClaim(r *Run) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.byThread[r.ThreadID] {
+		if t.RunID == r.ID && t.fence == r.fence && !t.refused {
+			t.fence = newFence(r.ID, t.AgentID, 0)
+			if r.liveAgents[t.AgentID] != nil {
+				r.liveAgents[t.AgentID] = t.fence
+			}
+		}
+	}
+}
+
+// endedAgents are the background agents that ended in this process and
+// whose rows it has not let go of yet.
+type endedAgents struct {
+	mu     sync.Mutex
+	agents []endedAgent
+}
+
+// endedAgent is an agent that ended here, with the token of its row (0:
+// it holds none; it wrote under its run's claim or under none).
+type endedAgent struct {
+	task *BackgroundTask
+	row  int64
+}
+
+func (e *endedAgents) add(a endedAgent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.agents = append(e.agents, a)
+}
+
+// take removes and returns every ended agent: the caller adds back those
+// it is not done with.
+func (e *endedAgents) take() []endedAgent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	agents := e.agents
+	e.agents = nil
+	return agents
 }
 
 func (t *BackgroundTask) ref() AgentRef {
@@ -91,10 +293,8 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 		return nil, err
 	}
 	m := r.runs
-	m.mu.Lock()
-	m.background[r.ThreadID] = append(m.background[r.ThreadID], task)
-	m.wg.Add(1)
-	m.mu.Unlock()
+	m.running.Add(1)
+	m.background.add(task)
 	m.claimAgent(task, r)
 	r.mu.Lock()
 	if r.liveAgents == nil {
@@ -109,7 +309,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 }
 
 func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, role string, work BackgroundWork) {
-	defer m.wg.Done()
+	defer m.running.Done()
 	result, err := func() (result string, err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -157,29 +357,19 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 	// The row goes once the agent-completed is stored. A first try is made
 	// while the agent still counts as working here (a deletion of the
 	// thread waits for it); if the database does not let it happen now,
-	// the heartbeat tries again (see letGoAgent).
-	letGo := lost
+	// the heartbeat tries again (see releaseAgentRow).
+	released := lost
 	var row int64
 	if !lost {
-		row = m.rowOf(agent.task)
+		row = m.background.rowToken(agent.task)
 		lctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-		letGo = m.letGoAgent(lctx, agent.task, row)
+		released = m.releaseAgentRow(lctx, agent.task, row)
 		cancel()
 	}
 
-	m.mu.Lock()
-	tasks := m.background[r.ThreadID]
-	if i := slices.Index(tasks, agent.task); i >= 0 {
-		tasks = slices.Delete(tasks, i, i+1)
-	}
-	if len(tasks) == 0 {
-		delete(m.background, r.ThreadID)
-	} else {
-		m.background[r.ThreadID] = tasks
-	}
-	m.mu.Unlock()
-	if !letGo {
-		m.ended.add(endedAgent{task: agent.task, row: row})
+	m.background.remove(agent.task)
+	if !released {
+		m.background.ended.add(endedAgent{task: agent.task, row: row})
 		m.log.Warn("a background agent's row stays until the database lets it go; trying again at every heartbeat",
 			"thread", r.ThreadID, "run", r.ID, "agent", agent.ID, "unstored", agent.task.unstored.Load())
 	}
@@ -191,10 +381,8 @@ func (m *Runs) executeBackground(ctx context.Context, r *Run, agent *SubAgent, r
 // its run's (which the agent stops sharing at the run's finish).
 func (m *Runs) claimAgent(t *BackgroundTask, r *Run) {
 	runFence := r.fence
-	if m.agentsDB == nil {
-		m.mu.Lock()
-		t.fence = runFence
-		m.mu.Unlock()
+	if m.leases.agentRows == nil {
+		m.background.hold(t, runFence, false, false)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
@@ -204,28 +392,24 @@ func (m *Runs) claimAgent(t *BackgroundTask, r *Run) {
 	// agent-spawned may not be stored), so the agent must not get a token
 	// the settlement does not hold.
 	var under int64
-	if m.fenced {
+	if m.leases.fenced {
 		under = runFence.token()
 	}
-	token, err := m.agentsDB.ClaimAgent(ctx, t.ref(), m.instance, m.lease, under)
+	token, err := m.leases.claimAgentRow(ctx, t.ref(), under)
 	if errors.Is(err, ErrStaleFence) && m.finishedHere(ctx, r) {
 		// The run finished meanwhile (a cancel does not wait for its
 		// orchestrator) and its row went with its run-finish: nobody
 		// took it, nobody settles the agent. It works on without a
 		// token, as the run's finish left the agents that shared its
 		// claim (see Run.unshareClaimLocked).
-		m.mu.Lock()
-		t.fence = newFence(t.RunID, t.AgentID, 0)
-		m.mu.Unlock()
+		m.background.hold(t, newFence(t.RunID, t.AgentID, 0), false, false)
 		return
 	}
 	if errors.Is(err, ErrStaleFence) {
 		// Its run was taken: another instance settles it. The agent stops
 		// at once, and what it writes before it notices goes under the
 		// run's stale token, which the log refuses.
-		m.mu.Lock()
-		t.fence, t.refused = runFence, true
-		m.mu.Unlock()
+		m.background.hold(t, runFence, false, true)
 		t.cancel(errLeaseLost)
 		return
 	}
@@ -236,15 +420,10 @@ func (m *Runs) claimAgent(t *BackgroundTask, r *Run) {
 			m.log.Error("could not record a background agent; a crash would leave it open", "thread", t.ThreadID,
 				"run", t.RunID, "agent", t.AgentID, "err", err)
 		}
-		m.mu.Lock()
-		t.fence = runFence
-		m.mu.Unlock()
+		m.background.hold(t, runFence, false, false)
 		return
 	}
-	m.mu.Lock()
-	t.fence = newFence(t.RunID, t.AgentID, token)
-	t.claimed = true
-	m.mu.Unlock()
+	m.background.hold(t, newFence(t.RunID, t.AgentID, token), true, false)
 }
 
 // finishedHere reports whether r's run-finish, queued here, is in the log
@@ -282,21 +461,18 @@ type BackgroundInfo struct {
 // of this process, or else the thread's active run as the claims table
 // knows it (run by another instance, or suspended with no process).
 func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
-	m.mu.Lock()
-	r := m.active[threadID]
-	tasks := append([]*BackgroundTask(nil), m.background[threadID]...)
-	m.mu.Unlock()
+	r, tasks := m.workOf(threadID, func(*BackgroundTask) bool { return true })
 	st := ThreadStatus{BackgroundTasks: []BackgroundInfo{}}
 	if r != nil {
 		st.HasActiveRun, st.RunID = true, r.ID
 		r.mu.Lock()
-		st.IsSuspended = r.suspended > 0
+		st.IsSuspended = r.waiting.suspended > 0
 		r.mu.Unlock()
 	}
 	if r == nil {
 		// A row can outlive its run-finish by a moment (the writer frees it
 		// right after the commit), so a finished run is not reported.
-		if row, err := m.claims.ActiveRun(ctx, threadID); err == nil && !m.runEnded(ctx, threadID, row.RunID) {
+		if row, err := m.leases.claims.ActiveRun(ctx, threadID); err == nil && !m.runEnded(ctx, threadID, row.RunID) {
 			st.HasActiveRun, st.IsSuspended, st.RunID = true, row.Suspended, row.RunID
 		}
 	}
@@ -310,18 +486,13 @@ func (m *Runs) Status(ctx context.Context, threadID string) ThreadStatus {
 // LiveRuns returns the ids of the thread's runs that are live in this
 // process: the active run and the runs whose background agents still work.
 func (m *Runs) LiveRuns(threadID string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
 	var ids []string
-	if r := m.active[threadID]; r != nil {
+	if r := m.table.byThread[threadID]; r != nil {
 		ids = append(ids, r.ID)
 	}
-	for _, t := range m.background[threadID] {
-		if !slices.Contains(ids, t.RunID) {
-			ids = append(ids, t.RunID)
-		}
-	}
-	return ids
+	return m.background.runIDs(threadID, ids)
 }
 
 // Wait blocks until nothing of the thread runs in this process: no active
@@ -330,15 +501,14 @@ func (m *Runs) LiveRuns(threadID string) []string {
 // wait for exactly that instead of polling.
 func (m *Runs) Wait(ctx context.Context, threadID string) error {
 	for {
-		m.mu.Lock()
+		r, tasks := m.workOf(threadID, func(*BackgroundTask) bool { return true })
 		var pending []<-chan struct{}
-		if r := m.active[threadID]; r != nil {
+		if r != nil {
 			pending = append(pending, r.done)
 		}
-		for _, t := range m.background[threadID] {
+		for _, t := range tasks {
 			pending = append(pending, t.done)
 		}
-		m.mu.Unlock()
 		if len(pending) == 0 {
 			return nil
 		}

@@ -48,7 +48,7 @@ func TestClusterCarriesTheTraceContext(t *testing.T) {
 	recv := NewCluster(&scriptedBus{}, NewHub(8), ClusterConfig{Instance: "other"})
 	m.Origin = "me"
 	payload, _ := json.Marshal(m)
-	recv.receive([][]byte{payload})
+	recv.receiver.receive([][]byte{payload})
 	var got trace.Link
 	n := 0
 	for _, s := range rec.Ended() {
@@ -73,7 +73,7 @@ func TestClusterCarriesTheTraceContext(t *testing.T) {
 	if _, ok := asMap["tp"]; ok {
 		t.Fatal("an empty traceparent is encoded")
 	}
-	recv.receive([][]byte{old})
+	recv.receiver.receive([][]byte{old})
 	n = 0
 	for _, s := range rec.Ended() {
 		if s.Name() == "bus.receive" {

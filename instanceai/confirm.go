@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -54,13 +55,60 @@ func (e *ConfirmationExpiredError) Error() string {
 	return fmt.Sprintf("confirmation %q expired at %s: it can only be denied", e.RequestID, e.At)
 }
 
+// confirmations are the confirmation requests of the runs: where they
+// are stored, when an answer comes too late, and the runs of this process
+// that wait for an answer, by request id (each answer goes to its run's
+// channel).
+type confirmations struct {
+	store ConfirmationStore // nil: agents cannot ask for approval
+	// expired reports whether a pending confirmation may now only be
+	// denied (see RunsConfig.Expired); nil: none expire.
+	expired func(c *Confirmation, now time.Time) (at string, expired bool)
+
+	mu      sync.Mutex
+	waiters map[string]chan Answer
+}
+
+// await opens a wait for the request's answer.
+func (c *confirmations) await(requestID string) chan Answer {
+	wait := make(chan Answer, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiters[requestID] = wait
+	return wait
+}
+
+func (c *confirmations) stopWaiting(requestID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waiters, requestID)
+}
+
+// waiter returns the wait for the request's answer, nil when none is open.
+func (c *confirmations) waiter(requestID string) chan Answer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiters[requestID]
+}
+
+// awaited returns the requests waited for here.
+func (c *confirmations) awaited() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.waiters))
+	for id := range c.waiters {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Confirm publishes a confirmation-request for a tool call and suspends the
 // caller until a person answers or ctx ends. The request is stored first,
 // so it survives a restart and the status endpoint reports the run as
 // suspended meanwhile. agentID "" means the orchestrator.
 func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationRequest) (Answer, error) {
 	m := r.runs
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return Answer{}, errors.New("confirmations need a confirmation store")
 	}
 	if req.RequestID == "" {
@@ -77,16 +125,9 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	if err != nil {
 		return Answer{}, err
 	}
-	wait := make(chan Answer, 1)
-	m.mu.Lock()
-	m.waiters[req.RequestID] = wait
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.waiters, req.RequestID)
-		m.mu.Unlock()
-	}()
-	if err := m.confirms.AddConfirmation(ctx, Confirmation{
+	wait := m.confirmations.await(req.RequestID)
+	defer m.confirmations.stopWaiting(req.RequestID)
+	if err := m.confirmations.store.AddConfirmation(ctx, Confirmation{
 		RequestID: req.RequestID, ThreadID: r.ThreadID, RunID: r.ID, AgentID: agentID, ToolCallID: req.ToolCallID,
 		OwnerID: r.UserID, Request: raw, Status: ConfirmationPending, CreatedAt: m.now(), Fence: m.fenceOf(r, agentID),
 	}); err != nil {
@@ -99,23 +140,23 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 		return Answer{}, fmt.Errorf("store confirmation: %w", err)
 	}
 	// The suspension is stored before the request goes out, and the run
-	// disowned only once the request is in the log (see disownWaiting): a
+	// disowned only once the request is in the log (see disownWhileWaiting): a
 	// process that dies before then leaves a run its lease expires on, which
 	// the sweep settles, and never a run that waits for a request nobody
 	// was sent.
 	r.mu.Lock()
-	r.suspended++
-	first := r.suspended == 1
-	r.awaiting = append(r.awaiting, req.RequestID)
+	r.waiting.suspended++
+	first := r.waiting.suspended == 1
+	r.waiting.awaiting = append(r.waiting.awaiting, req.RequestID)
 	r.mu.Unlock()
 	if first {
 		m.markSuspended(r, true)
 	}
 	defer func() {
 		r.mu.Lock()
-		r.suspended--
-		last := r.suspended == 0
-		r.awaiting = slices.DeleteFunc(r.awaiting, func(id string) bool { return id == req.RequestID })
+		r.waiting.suspended--
+		last := r.waiting.suspended == 0
+		r.waiting.awaiting = slices.DeleteFunc(r.waiting.awaiting, func(id string) bool { return id == req.RequestID })
 		r.mu.Unlock()
 		if last && ctx.Err() == nil {
 			m.markSuspended(r, false)
@@ -131,15 +172,15 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 	// below, which waits for the log: a shutdown in between would close a
 	// question a client may already hold.
 	r.mu.Lock()
-	r.asked++
+	r.waiting.asked++
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.asked--
+		r.waiting.asked--
 		r.mu.Unlock()
 	}()
 	if first {
-		m.disownWaiting(ctx, r)
+		m.disownWhileWaiting(ctx, r)
 	}
 	select {
 	case a := <-wait:
@@ -162,7 +203,7 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 // a live background agent's claim's, else the run's; none when the
 // registry's claims are not the store's.
 func (m *Runs) fenceOf(r *Run, agentID string) int64 {
-	if !m.fenced {
+	if !m.leases.fenced {
 		return 0
 	}
 	r.mu.Lock()
@@ -184,7 +225,7 @@ func (r *Run) liveAgentID(agentID string) string {
 // closeConfirmation marks an unanswered confirmation as cancelled, so that
 // it is not reported as pending once its run is gone.
 func (m *Runs) closeConfirmation(requestID string) {
-	err := m.confirms.AnswerConfirmation(context.Background(), requestID, ConfirmationCancelled, nil)
+	err := m.confirmations.store.AnswerConfirmation(context.Background(), requestID, ConfirmationCancelled, nil)
 	if err != nil && !errors.Is(err, ErrAlreadyAnswered) {
 		m.log.Warn("could not close confirmation", "request", requestID, "err", err)
 	}
@@ -196,17 +237,18 @@ func (m *Runs) closeConfirmation(requestID string) {
 func (m *Runs) markSuspended(r *Run, suspended bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	m.claimWarn(r, m.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
+	m.logSuspensionUpdate(r, m.leases.claims.SuspendRun(ctx, r.ThreadID, r.ID, r.fence.token(), suspended))
 }
 
-// disownWaiting hands a suspended run the agent can resume to no process
-// once its confirmation-request is in the log: whichever instance gets the
-// answer (or a cancel) then takes it with a conditional update, even after
-// this process died. The waiting goroutine here must retake it to go on
-// (see retake). Until the request is stored the run stays owned, so that a
-// crash before then is swept like any other: a suspended run with no owner
-// is never swept, and one whose request was lost would wait forever.
-func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
+// disownWhileWaiting hands a suspended run the agent can resume to no
+// process once its confirmation-request is in the log: whichever instance
+// gets the answer (or a cancel) then takes it with a conditional update,
+// even after this process died. The waiting goroutine here must retake it
+// to go on (see retake). Until the request is stored the run stays owned,
+// so that a crash before then is swept like any other: a suspended run with
+// no owner is never swept, and one whose request was lost would wait
+// forever.
+func (m *Runs) disownWhileWaiting(ctx context.Context, r *Run) {
 	if !m.agentResumes() {
 		return
 	}
@@ -218,22 +260,22 @@ func (m *Runs) disownWaiting(ctx context.Context, r *Run) {
 	sctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	r.mu.Lock()
-	waiting := r.suspended > 0
+	waiting := r.waiting.suspended > 0
 	r.mu.Unlock()
 	if !waiting {
 		return
 	}
-	err := m.claims.DisownRun(sctx, r.ThreadID, r.ID, r.fence.token())
+	err := m.leases.claims.DisownRun(sctx, r.ThreadID, r.ID, r.fence.token())
 	if err == nil {
 		r.mu.Lock()
-		r.disowned = true
+		r.waiting.disowned = true
 		r.mu.Unlock()
 	}
-	m.claimWarn(r, err)
+	m.logSuspensionUpdate(r, err)
 }
 
-// claimWarn logs a failed update of a waiting run's claim.
-func (m *Runs) claimWarn(r *Run, err error) {
+// logSuspensionUpdate logs a failed update of a waiting run's claim.
+func (m *Runs) logSuspensionUpdate(r *Run, err error) {
 	switch {
 	case errors.Is(err, ErrStaleFence):
 		// Taken by another instance: the run's next write is refused, and
@@ -250,7 +292,7 @@ func (m *Runs) claimWarn(r *Run, err error) {
 // abandoned here and retake reports false.
 func (r *Run) retake() bool {
 	r.mu.Lock()
-	disowned := r.disowned
+	disowned := r.waiting.disowned
 	r.mu.Unlock()
 	if !disowned {
 		return true
@@ -259,11 +301,11 @@ func (r *Run) retake() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
 	r.fence.mu.Lock()
-	token, won, err := m.claims.TakeRun(ctx, r.ThreadID, r.ID, m.instance, m.lease)
+	token, won, err := m.leases.takeRun(ctx, r.ThreadID, r.ID)
 	if won {
 		r.fence.v.Store(token)
 		r.mu.Lock()
-		r.disowned = false
+		r.waiting.disowned = false
 		r.mu.Unlock()
 	}
 	r.fence.mu.Unlock()
@@ -271,7 +313,7 @@ func (r *Run) retake() bool {
 		m.log.Error("could not retake a suspended run", "thread", r.ThreadID, "run", r.ID, "err", err)
 	}
 	if !won {
-		m.abandon(r, "another instance took the suspended run before it could go on")
+		m.stopTakenOver(r, "another instance took the suspended run before it could go on")
 		return false
 	}
 	return true
@@ -291,10 +333,10 @@ func (r *Run) retake() bool {
 // takes it at its next lease renewal at the latest (Accepted): it waits a
 // few seconds for a run of another instance to go on.
 func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (string, ControlOutcome, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return "", "", ErrNotFound
 	}
-	c, err := m.confirms.GetConfirmation(ctx, requestID)
+	c, err := m.confirmations.store.GetConfirmation(ctx, requestID)
 	if err != nil {
 		return "", "", err
 	}
@@ -309,8 +351,8 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 	default:
 		return c.RunID, "", ErrAlreadyAnswered
 	}
-	if a.Approved && m.expired != nil {
-		if at, gone := m.expired(&c, m.now()); gone {
+	if a.Approved && m.confirmations.expired != nil {
+		if at, gone := m.confirmations.expired(&c, m.now()); gone {
 			return c.RunID, "", &ConfirmationExpiredError{RequestID: requestID, At: at}
 		}
 	}
@@ -321,13 +363,13 @@ func (m *Runs) Answer(ctx context.Context, userID, requestID string, a Answer) (
 // answer records a pending confirmation's answer and hands it to its run.
 func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOutcome, error) {
 	requestID := c.RequestID
-	m.mu.Lock()
-	wait := m.waiters[requestID]
-	live := m.active[c.ThreadID] != nil && m.active[c.ThreadID].ID == c.RunID
-	m.mu.Unlock()
+	m.table.mu.Lock()
+	wait := m.confirmations.waiter(requestID)
+	live := m.table.isLocked(c.ThreadID, c.RunID)
+	m.table.mu.Unlock()
 	remote, free := false, false
 	if wait == nil && !live {
-		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		row, err := m.leases.claims.ActiveRun(ctx, c.ThreadID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return "", err
 		}
@@ -348,10 +390,10 @@ func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOu
 	if err != nil {
 		return "", err
 	}
-	if err := m.confirms.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
+	if err := m.confirmations.store.AnswerConfirmation(ctx, requestID, status, raw); err != nil {
 		if errors.Is(err, ErrAlreadyAnswered) {
 			// Closed or answered since it was read: say which.
-			if now, gerr := m.confirms.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
+			if now, gerr := m.confirmations.store.GetConfirmation(ctx, requestID); gerr == nil && now.Status == ConfirmationCancelled {
 				return "", ErrConfirmationClosed
 			}
 		}
@@ -372,7 +414,7 @@ func (m *Runs) answer(ctx context.Context, c *Confirmation, a Answer) (ControlOu
 		// A process that still waits for it in memory wakes, fails to
 		// retake the run and lets go of it.
 		m.control.SendControl(Control{Kind: ControlAnswer, ThreadID: c.ThreadID, RequestID: requestID})
-		token, won, err := m.claims.TakeRun(ctx, c.ThreadID, c.RunID, m.instance, m.lease)
+		token, won, err := m.leases.takeRun(ctx, c.ThreadID, c.RunID)
 		if err != nil {
 			return "", err
 		}
@@ -394,7 +436,7 @@ func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		row, err := m.claims.ActiveRun(ctx, c.ThreadID)
+		row, err := m.leases.claims.ActiveRun(ctx, c.ThreadID)
 		if errors.Is(err, ErrNotFound) || (err == nil && (row.RunID != c.RunID || !row.Suspended)) {
 			return Applied
 		}
@@ -411,13 +453,7 @@ func (m *Runs) waitAnswered(ctx context.Context, c *Confirmation) ControlOutcome
 // another instance reaches its run by the bus at once, or by this, the
 // heartbeat's look, at the latest.
 func (m *Runs) deliverStoredAnswers() {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.waiters))
-	for id := range m.waiters {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range m.confirmations.awaited() {
 		m.deliverAnswer(id)
 	}
 }
@@ -426,28 +462,28 @@ func (m *Runs) deliverStoredAnswers() {
 // in this process, on another live instance, or suspended with no process
 // when the agent can resume it. Oldest first.
 func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return nil, nil
 	}
-	pending, err := m.confirms.PendingConfirmations(ctx, threadID)
+	pending, err := m.confirmations.store.PendingConfirmations(ctx, threadID)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	row, rowErr := m.claims.ActiveRun(ctx, threadID)
+	row, rowErr := m.leases.claims.ActiveRun(ctx, threadID)
 	if rowErr != nil && !errors.Is(rowErr, ErrNotFound) {
 		return nil, rowErr
 	}
 	resumes := m.agentResumes()
 	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
 	var out []Confirmation
 	for _, c := range pending {
-		_, waiting := m.waiters[c.RequestID]
-		live := m.active[threadID] != nil && m.active[threadID].ID == c.RunID
+		waiting := m.confirmations.waiter(c.RequestID) != nil
+		live := m.table.isLocked(threadID, c.RunID)
 		elsewhere := !live && rowErr == nil && row.RunID == c.RunID && row.Suspended && (!row.Free(now) || resumes)
 		if waiting || elsewhere {
 			out = append(out, c)
@@ -461,12 +497,10 @@ func (m *Runs) Awaited(ctx context.Context, threadID string) ([]Confirmation, er
 // instead of being recorded for a run that will never use it.
 func (m *Runs) closeAwaited(r *Run) {
 	r.mu.Lock()
-	ids := slices.Clone(r.awaiting)
+	ids := slices.Clone(r.waiting.awaiting)
 	r.mu.Unlock()
 	for _, id := range ids {
-		m.mu.Lock()
-		delete(m.waiters, id)
-		m.mu.Unlock()
+		m.confirmations.stopWaiting(id)
 		m.closeConfirmation(id)
 	}
 }

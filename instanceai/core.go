@@ -127,15 +127,15 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	c.runs = NewRuns(c.writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store,
 		Expired: cfg.Expired, Limits: cfg.Limits})
-	c.runs.liveText = c.hub.LiveText
+	c.runs.leases.hubText = c.hub.LiveText
 	if c.cluster != nil {
 		c.cluster.HoldDeltas(c.runs.LiveHeld)
 	}
 	if c.registry != nil {
-		c.runs.peers = c.registry.LiveInstances
+		c.runs.leases.peers = c.registry.LiveInstances
 	}
 	if c.cluster != nil && c.cluster.Routed() {
-		c.runs.heard = c.hub.HeardRun
+		c.runs.leases.heardRun = c.hub.HeardRun
 	}
 	if c.cluster != nil {
 		c.cluster.Attach(c.runs)

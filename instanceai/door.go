@@ -12,7 +12,8 @@ import (
 // Emit stamps an event with the run's ids and the time, checks it and
 // hands it to the writer. RunID is always the run's; an empty AgentID
 // means the orchestrator, an empty UserID the run's user, a zero TS now,
-// and an agent-spawned's empty parentId the orchestrator.
+// and an agent-spawned's empty parentId the orchestrator; a delta without
+// a responseId gets its segment's (see segmentNamer).
 //
 // Emit is the run's one door: every producer's events come through it
 // (the built-in agents, an upstream AG-UI agent's stream, the publish
@@ -123,6 +124,7 @@ func (r *Run) emit(ev Event, background bool) error {
 	}
 	var over error
 	if delta {
+		r.names.name(&ev, r.runs.now())
 		text := ev.Payload.(*Text).Text
 		fits, err := r.meter.admit(&ev, text, limits.MaxSegmentBytes)
 		var rule *RuleError
@@ -152,6 +154,7 @@ func (r *Run) emit(ev Event, background bool) error {
 		return err
 	}
 	r.recordLocked(&ev, background)
+	r.names.counted()
 	if ev.Type == TypeRunStart {
 		r.begun = true
 	}
@@ -217,8 +220,10 @@ func (r *Run) recordLocked(ev *Event, background bool) {
 	switch {
 	case ev.Type == TypeRunFinish:
 		r.meter.closeAll()
+		r.names.closeAll()
 	case DurabilityOf(ev.Type) == Structural:
 		r.meter.closeAgent(ev.AgentID)
+		r.names.closeAgent(ev.AgentID)
 	case ev.Type == TypeTextDelta && !r.sawText && !r.started.IsZero():
 		r.sawText = true
 		r.runs.obs.FirstText(time.Since(r.started))
@@ -244,13 +249,9 @@ func (r *Run) overflow(agentID string, err error) {
 	le.Agent = live
 	m.log.Warn("a streamed message went past its bound; stopping it", "thread", r.ThreadID, "run", r.ID, "agent", agentID, "err", err)
 	if live {
-		m.mu.Lock()
-		for _, t := range m.background[r.ThreadID] {
-			if t.RunID == r.ID && t.AgentID == agentID {
-				t.cancel(err)
-			}
+		for _, t := range m.background.matching(r.ThreadID, func(t *BackgroundTask) bool { return t.RunID == r.ID && t.AgentID == agentID }) {
+			t.cancel(err)
 		}
-		m.mu.Unlock()
 		return
 	}
 	// The error and the finish are queued in one hold of the lock, so

@@ -232,7 +232,7 @@ func TestSettlementBlocksTakeLiveText(t *testing.T) {
 	}
 	after := []int64{3, 3, 3, 3, 3}
 	rows := []StoredEvent{{Seq: 4, Event: block(TypeTextBlock, "c", "w", "closed")}}
-	got := withLiveText(slices.Clone(pieces), rows, open, after, "")
+	got := withHubText(slices.Clone(pieces), rows, open, after, "")
 	var texts []string
 	for _, b := range got {
 		texts = append(texts, b.AgentID+":"+b.Payload.(*Text).Text)
@@ -240,7 +240,7 @@ func TestSettlementBlocksTakeLiveText(t *testing.T) {
 	if want := []string{"a:hello world", "a:think hard", "b:only live", "d:other agent"}; !slices.Equal(texts, want) {
 		t.Fatalf("blocks %q, want %q", texts, want)
 	}
-	if got := withLiveText(nil, rows, open, after, "b"); len(got) != 1 || got[0].AgentID != "b" {
+	if got := withHubText(nil, rows, open, after, "b"); len(got) != 1 || got[0].AgentID != "b" {
 		t.Fatalf("one agent's settlement took %+v", got)
 	}
 }

@@ -37,9 +37,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 		return err
 	}
 	rules := m.restoredRules(c.ThreadID, c.RunID)
-	m.mu.Lock()
-	if r := m.active[c.ThreadID]; r != nil {
-		m.mu.Unlock()
+	if r := m.table.get(c.ThreadID); r != nil {
 		if r.ID == c.RunID {
 			return ErrRunActive
 		}
@@ -47,20 +45,20 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 		// the thread here lost it: one that waited for a person in memory
 		// while another instance took it with its answer, and has not
 		// heard yet (its bus link is down; its heartbeat would tell it).
-		m.abandon(r, "another instance took the thread's row while this run waited")
-		m.mu.Lock()
-		if m.active[c.ThreadID] != nil {
-			m.mu.Unlock()
-			return ErrRunActive
-		}
+		m.stopTakenOver(r, "another instance took the thread's row while this run waited")
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	r := &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
-		runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), claimed: true, fence: newFence(c.RunID, "", fence),
-		started: time.Now(), begun: true, rules: rules}
-	m.active[c.ThreadID] = r
-	m.wg.Add(1)
-	m.mu.Unlock()
+	var r *Run
+	adopted := m.table.adopt(c.ThreadID, func() *Run {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		r = &Run{ID: c.RunID, StartRequest: StartRequest{ThreadID: c.ThreadID, UserID: c.OwnerID}, AgentID: OrchestratorAgentID(c.RunID),
+			runs: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), marks: tableMarks{claimed: true}, fence: newFence(c.RunID, "", fence),
+			doorState: doorState{started: time.Now(), begun: true, rules: rules}}
+		m.running.Add(1)
+		return r
+	})
+	if !adopted {
+		return ErrRunActive
+	}
 	go m.execute(r, func(ctx context.Context) error { return resumer.Resume(ctx, r, &req, a) })
 	return nil
 }
@@ -72,11 +70,7 @@ func (m *Runs) resume(c *Confirmation, a Answer, fence int64) error {
 func (m *Runs) waitStarting(threadID string) error {
 	deadline := time.Now().Add(claimTimeout)
 	for {
-		m.mu.Lock()
-		r := m.active[threadID]
-		starting := r != nil && !r.claimed
-		m.mu.Unlock()
-		if !starting {
+		if !m.table.starting(threadID) {
 			return nil
 		}
 		if time.Now().After(deadline) {

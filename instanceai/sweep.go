@@ -2,16 +2,12 @@ package instanceai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
-
-// interruptedToolError is what a tool call left in flight by a dead process
-// is settled with (n8n's wording).
-const interruptedToolError = "Interrupted by a process restart — effect unverified; verify before retrying."
 
 // Sweep settles the runs a crash left open, across all threads: every run
 // with a run-start and no run-finish that no live process holds gets
@@ -73,15 +69,15 @@ func (m *Runs) Sweep(ctx context.Context, index RunIndex) (int, error) {
 // spawned and not completed, gets tool-interrupted for each of its calls
 // without an outcome and agent-completed{status:"error"}, as a crashed
 // run's agents do (see settleAgent); so is the row of an agent that ended
-// without its owner letting go of it (see letGoAgent). An agent of a run
+// without its owner letting go of it (see releaseAgentRow). An agent of a run
 // without a run-finish is left to that run's settlement, which completes
 // it with the run: its row, taken and not renewed, runs out again. It
 // returns how many agents it settled, after their events are stored.
 func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
-	if m.agentsDB == nil || m.index == nil {
+	if m.leases.agentRows == nil || m.index == nil {
 		return 0, nil
 	}
-	rows, err := m.agentsDB.ExpiredAgents(ctx)
+	rows, err := m.leases.agentRows.ExpiredAgents(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: list expired background agents: %w", err)
 	}
@@ -102,7 +98,7 @@ func (m *Runs) sweepAgents(ctx context.Context) (int, error) {
 		if !finished {
 			continue
 		}
-		token, won, err := m.agentsDB.TakeAgent(ctx, row.AgentRef, m.instance, m.lease)
+		token, won, err := m.leases.takeAgentRow(ctx, row.AgentRef)
 		if err != nil {
 			return n, fmt.Errorf("sweep: %w", err)
 		}
@@ -161,7 +157,7 @@ func (m *Runs) settleAgent(ctx context.Context, ref AgentRef, fence int64, why s
 		if fence == 0 {
 			return outcome, nil
 		}
-		err := m.agentsDB.ReleaseAgent(ctx, ref, fence)
+		err := m.leases.agentRows.ReleaseAgent(ctx, ref, fence)
 		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStaleFence) {
 			return 0, err
 		}
@@ -239,14 +235,7 @@ func (m *Runs) loggedFinish(ctx context.Context, ref RunRef) (bool, error) {
 
 // isLiveAgent reports whether the agent works in this process.
 func (m *Runs) isLiveAgent(ref AgentRef) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, t := range m.background[ref.ThreadID] {
-		if t.AgentID == ref.AgentID {
-			return true
-		}
-	}
-	return false
+	return m.background.any(ref.ThreadID, func(t *BackgroundTask) bool { return t.AgentID == ref.AgentID })
 }
 
 // claimForSweep decides whether an unfinished run is dead and, if so, makes
@@ -254,7 +243,7 @@ func (m *Runs) isLiveAgent(ref AgentRef) bool {
 // It returns the token of the claim it took, 0 for a run that holds no
 // row.
 func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine bool, err error) {
-	row, err := m.claims.ActiveRun(ctx, ref.ThreadID)
+	row, err := m.leases.claims.ActiveRun(ctx, ref.ThreadID)
 	switch {
 	case err == nil && row.RunID == ref.RunID:
 		if row.Suspended && m.agentResumes() {
@@ -266,7 +255,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
 			return 0, false, nil
 		}
-		return m.claims.TakeRun(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+		return m.leases.takeRun(ctx, ref.ThreadID, ref.RunID)
 	case err == nil:
 		// The thread's row is another run's, so this one holds nothing: no
 		// process can be running it.
@@ -275,7 +264,7 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		return 0, false, err
 	}
 	// No row at all: a run written before runs were claimed. Claim it now.
-	row, err = m.claims.ClaimThread(ctx, ref.ThreadID, ref.RunID, m.instance, m.lease)
+	row, err = m.leases.claimThread(ctx, ref.ThreadID, ref.RunID)
 	if err != nil {
 		if errors.Is(err, ErrRunActive) {
 			return 0, false, nil
@@ -287,8 +276,8 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 		if c, err := m.pendingOf(ctx, ref); err != nil {
 			return 0, false, err
 		} else if c != nil {
-			err := errors.Join(m.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, row.Fence, true),
-				m.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, row.Fence))
+			err := errors.Join(m.leases.claims.SuspendRun(ctx, ref.ThreadID, ref.RunID, row.Fence, true),
+				m.leases.claims.DisownRun(ctx, ref.ThreadID, ref.RunID, row.Fence))
 			return 0, false, err
 		}
 	}
@@ -297,10 +286,10 @@ func (m *Runs) claimForSweep(ctx context.Context, ref RunRef) (fence int64, mine
 
 // pendingOf returns the run's pending confirmation, if any.
 func (m *Runs) pendingOf(ctx context.Context, ref RunRef) (*Confirmation, error) {
-	if m.confirms == nil {
+	if m.confirmations.store == nil {
 		return nil, nil
 	}
-	pending, err := m.confirms.PendingConfirmations(ctx, ref.ThreadID)
+	pending, err := m.confirmations.store.PendingConfirmations(ctx, ref.ThreadID)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			err = nil
@@ -316,168 +305,8 @@ func (m *Runs) pendingOf(ctx context.Context, ref RunRef) (*Confirmation, error)
 }
 
 func (m *Runs) isLive(ref RunRef) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if r := m.active[ref.ThreadID]; r != nil && r.ID == ref.RunID {
-		return true
-	}
-	for _, t := range m.background[ref.ThreadID] {
-		if t.RunID == ref.RunID {
-			return true
-		}
-	}
-	return false
-}
-
-// openWork is what a run's events leave open, folded by the rules the
-// run's door keeps (runRules): its tool calls without an outcome, in call
-// order, and its spawned agents that never completed, with the run's user
-// and whether its run-finish is there.
-type openWork struct {
-	userID   string
-	rules    *runRules
-	finished bool
-}
-
-func openWorkOf(runID string, rows []StoredEvent) openWork {
-	w := openWork{rules: newRunRules(OrchestratorAgentID(runID))}
-	w.rules.restore(rows)
-	for _, row := range rows {
-		if row.Event.UserID != "" {
-			w.userID = row.Event.UserID
-		}
-		if row.Event.Type == TypeRunFinish {
-			w.finished = true
-		}
-	}
-	return w
-}
-
-// working returns the role of a spawned agent that has not completed.
-func (w openWork) working(agentID string) (role string, ok bool) {
-	a := w.rules.agents[agentID]
-	if a == nil || a.completed {
-		return "", false
-	}
-	return a.role, true
-}
-
-func interruptedCall(runID string, c liveCall, userID, why string, now int64) Event {
-	return Event{Type: TypeToolInterrupted, RunID: runID, AgentID: c.agentID, UserID: userID, TS: now,
-		Payload: &ToolError{ToolCallID: c.id, Error: why}}
-}
-
-func interruptedAgent(runID, agentID, role, userID, why string, now int64) Event {
-	return Event{Type: TypeAgentCompleted, RunID: runID, AgentID: agentID, UserID: userID, TS: now,
-		Payload: &AgentCompleted{Role: role, Status: RunError, Error: why}}
-}
-
-// settleInterrupted returns the events that close an interrupted run.
-func settleInterrupted(runID string, rows []StoredEvent, now int64) []Event {
-	w := openWorkOf(runID, rows)
-	var out []Event
-	for _, c := range w.rules.calls {
-		out = append(out, interruptedCall(runID, c, w.userID, crashedAgent.tool, now))
-	}
-	for _, a := range w.rules.spawnedWorking() {
-		role, _ := w.working(a)
-		out = append(out, interruptedAgent(runID, a, role, w.userID, crashedAgent.agent, now))
-	}
-	out = append(out, Event{Type: TypeRunFinish, RunID: runID, AgentID: OrchestratorAgentID(runID), UserID: w.userID, TS: now,
-		Payload: &RunFinish{Status: RunInterrupted, Reason: ReasonCrashed}})
-	return out
-}
-
-// openText returns the blocks of the run's segments (agent's only, when
-// it is set) that a writer checkpointed and did not live to close (see
-// Checkpoint), and whether the store holds pieces of them at all.
-//
-// The text this instance's hub passed on live of such a segment counts
-// too: the writer checkpoints what it has published, so its pieces lag its
-// deltas by up to the checkpoint interval, and the clients that followed
-// the run hold what they were sent. Where this instance heard more of a
-// segment than its pieces hold (both are its writer's text from the
-// start), the block is written from what it heard, so that the clients
-// here, and on every instance that heard as much, hold the block's text.
-func (m *Runs) openText(ctx context.Context, ref RunRef, rows []StoredEvent, agent string) ([]Event, bool, error) {
-	var blocks []Event
-	var pieces []Checkpoint
-	if cs, ok := m.index.(CheckpointStore); ok {
-		var err error
-		if pieces, err = cs.RunCheckpoints(ctx, ref.ThreadID, ref.RunID); err != nil {
-			return nil, false, fmt.Errorf("read the checkpoints of run %s: %w", ref.RunID, err)
-		}
-		blocks = openSegmentBlocks(rows, pieces, agent)
-	}
-	if m.liveText != nil {
-		open, after := m.liveText(ref.ThreadID, ref.RunID)
-		blocks = withLiveText(blocks, rows, open, after, agent)
-	}
-	for i := range blocks {
-		// Pieces stored before segments were bounded may hold more than a
-		// block may: the settlement keeps what the bound allows.
-		if t := blocks[i].Payload.(*Text).Text; escapedLen(t) > m.limits.MaxSegmentBytes {
-			blocks[i].Payload = &Text{Text: cutEscaped(t, m.limits.MaxSegmentBytes)}
-		}
-	}
-	return blocks, len(pieces) > 0, nil
-}
-
-// withLiveText merges the live text of open segments into the blocks
-// made of checkpoint pieces: a live text that extends a block's replaces
-// it; one of a segment without pieces, that no stored block closed since
-// it began, is a block of its own, after the others.
-func withLiveText(blocks []Event, rows []StoredEvent, open []Event, after []int64, agent string) []Event {
-	for i := range open {
-		live := &open[i]
-		if agent != "" && live.AgentID != agent {
-			continue
-		}
-		typ := TypeTextBlock
-		if live.Type == TypeReasoningDelta {
-			typ = TypeReasoningBlock
-		}
-		text := live.Payload.(*Text).Text
-		j := slices.IndexFunc(blocks, func(b Event) bool {
-			return b.Type == typ && b.AgentID == live.AgentID && b.ResponseID == live.ResponseID
-		})
-		if j >= 0 {
-			if had := blocks[j].Payload.(*Text).Text; len(text) > len(had) && strings.HasPrefix(text, had) {
-				blocks[j].Payload = &Text{Text: text}
-			}
-			continue
-		}
-		closed := slices.ContainsFunc(rows, func(r StoredEvent) bool {
-			return r.Seq > after[i] && r.Event.Type == typ && r.Event.AgentID == live.AgentID && r.Event.ResponseID == live.ResponseID
-		})
-		if !closed {
-			blocks = append(blocks, Event{Type: typ, RunID: live.RunID, AgentID: live.AgentID, UserID: live.UserID,
-				ResponseID: live.ResponseID, TS: live.TS, Payload: &Text{Text: text}})
-		}
-	}
-	return blocks
-}
-
-// dropPieces deletes the run's checkpoint pieces (agent's only, when it is
-// set) once the blocks made of them are stored: the writer's Sync first.
-func (m *Runs) dropPieces(ctx context.Context, ref RunRef, agent string) error {
-	if err := m.writer.Sync(ctx, ref.ThreadID); err != nil {
-		return err
-	}
-	if err := m.index.(CheckpointStore).DeleteRunCheckpoints(ctx, ref.ThreadID, ref.RunID, agent); err != nil {
-		return fmt.Errorf("delete the checkpoints of run %s: %w", ref.RunID, err)
-	}
-	return nil
-}
-
-// holdsLiveText reports whether the hub holds text of the run that is in
-// no block yet, each segment of it whole from its start (see Hub.LiveText).
-func (m *Runs) holdsLiveText(ref RunRef) bool {
-	if m.liveText == nil {
-		return false
-	}
-	open, _ := m.liveText(ref.ThreadID, ref.RunID)
-	return len(open) > 0
+	r, tasks := m.workOf(ref.ThreadID, func(t *BackgroundTask) bool { return t.RunID == ref.RunID })
+	return (r != nil && r.ID == ref.RunID) || len(tasks) > 0
 }
 
 // leaveToPeer reports whether the settlement of work on the thread whose
@@ -495,26 +324,168 @@ func (m *Runs) holdsLiveText(ref RunRef) bool {
 // the run and holds none of its text): after that it settles the work
 // anyway.
 func (m *Runs) leaveToPeer(ctx context.Context, ref RunRef, owner string, expires time.Time) bool {
-	lastRenewal := expires.Add(-m.lease)
-	unheard := m.heard != nil && !m.heard(ref.ThreadID, ref.RunID)
-	wait := m.lease
-	if unheard && !m.holdsLiveText(ref) {
+	lastRenewal := expires.Add(-m.leases.ttl)
+	unheard := m.leases.heardRun != nil && !m.leases.heardRun(ref.ThreadID, ref.RunID)
+	wait := m.leases.ttl
+	if unheard && !m.hubHoldsText(ref) {
 		// One that holds none of the run's text waits a lease longer
 		// than one that began to follow the thread after the run started
 		// but heard a segment of it whole: that one settles first.
-		wait = 2 * m.lease
+		wait = 2 * m.leases.ttl
 	}
-	if m.peers == nil || m.now().After(expires.Add(wait)) {
+	if m.leases.peers == nil || m.now().After(expires.Add(wait)) {
 		return false
 	}
-	if !unheard && !m.born.After(lastRenewal) {
+	if !unheard && !m.leases.startedAt.After(lastRenewal) {
 		return false
 	}
-	live, err := m.peers(ctx)
+	live, err := m.leases.peers(ctx)
 	if err != nil {
 		return false // settle now rather than not at all
 	}
 	return slices.ContainsFunc(live, func(o Instance) bool {
-		return o.ID != m.instance && o.ID != owner && (unheard || o.StartedAt.Before(lastRenewal))
+		return o.ID != m.leases.instance && o.ID != owner && (unheard || o.StartedAt.Before(lastRenewal))
 	})
+}
+
+// SweepExpired settles the runs whose owner's lease ran out, which no other
+// instance took first. A run suspended on a confirmation is waiting, not
+// dead, and is left alone when the agent can resume it, unless its
+// confirmation was answered while its process was gone: then it resumes
+// here. It returns the number of runs settled or resumed.
+func (m *Runs) SweepExpired(ctx context.Context) (int, error) {
+	rows, err := m.leases.claims.ExpiredRuns(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list expired runs: %w", err)
+	}
+	n := 0
+	for _, row := range rows {
+		ref := RunRef{ThreadID: row.ThreadID, RunID: row.RunID}
+		if m.isLive(ref) {
+			continue
+		}
+		if row.Suspended && m.agentResumes() {
+			resumed, waits, err := m.resumeAnswered(ctx, row)
+			if err != nil {
+				return n, err
+			}
+			if resumed {
+				n++
+			}
+			if waits && !resumed && row.Owner != "" {
+				// Its process died after storing the request but before
+				// handing the run to no one: do that for it, so that an
+				// answer or a cancel acts on it at once; a cancel asked
+				// meanwhile ends it now.
+				if err := m.disownForDeadOwner(ctx, row); err != nil {
+					return n, err
+				}
+			}
+			if resumed || waits {
+				continue
+			}
+			// The row says the run waits for a person, but its log says
+			// it does not (it went on after the answer, then lost its
+			// process; or it ended): it is settled as any run whose
+			// process is gone, or only released when it ended.
+		}
+		if m.leaveToPeer(ctx, ref, row.Owner, row.LeaseExpires) {
+			continue
+		}
+		token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
+		if err != nil {
+			return n, err
+		}
+		if !won {
+			continue
+		}
+		settled, err := m.settleRun(ctx, ref, token)
+		if err != nil {
+			return n, err
+		}
+		if settled {
+			n++
+		}
+	}
+	agents, err := m.sweepAgents(ctx)
+	return n + agents, err
+}
+
+// resumeAnswered continues a suspended run whose process is gone if the
+// confirmation it waits for has been answered meanwhile (the answer reached
+// the dead owner only, or the instance that got it died before it took the
+// run). It reports whether it resumed the run, and whether the run's log
+// shows it waiting for a confirmation at all: a run that went on after its
+// answer (another instance resumed it, then died), or that ended, does
+// not, whatever its row says, and must not be resumed a second time.
+func (m *Runs) resumeAnswered(ctx context.Context, row ActiveRun) (resumed, waits bool, err error) {
+	events, err := m.index.RunEvents(ctx, row.ThreadID, row.RunID)
+	if err != nil {
+		return false, false, err
+	}
+	requestID := awaitedRequest(events)
+	if requestID == "" {
+		return false, false, nil
+	}
+	c, err := m.confirmations.store.GetConfirmation(ctx, requestID)
+	if err != nil || (c.Status != ConfirmationApproved && c.Status != ConfirmationDenied) {
+		return false, true, nil
+	}
+	var a Answer
+	if err := json.Unmarshal(c.Answer, &a); err != nil {
+		return false, true, fmt.Errorf("stored answer of %s: %w", requestID, err)
+	}
+	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
+	if err != nil || !won {
+		return false, true, err
+	}
+	if err := m.resume(&c, a, token); err != nil {
+		return false, true, err
+	}
+	m.log.Info("resumed a run answered while its process was gone", "thread", row.ThreadID, "run", row.RunID)
+	return true, true, nil
+}
+
+// awaitedRequest returns the request id of the confirmation a run's log
+// shows it waiting for: its last confirmation-request, if the run has not
+// finished and the request's tool call has no outcome after it. "" when
+// the log shows the run waiting for none.
+func awaitedRequest(events []StoredEvent) string {
+	var req *ConfirmationRequest
+	for i := range events {
+		switch p := events[i].Event.Payload.(type) {
+		case *ConfirmationRequest:
+			req = p
+		case *RunFinish:
+			return ""
+		case *ToolResult:
+			if req != nil && p.ToolCallID == req.ToolCallID {
+				req = nil
+			}
+		case *ToolError:
+			if req != nil && p.ToolCallID == req.ToolCallID {
+				req = nil
+			}
+		}
+	}
+	if req == nil {
+		return ""
+	}
+	return req.RequestID
+}
+
+// disownForDeadOwner takes a suspended run whose owner died while it still
+// held it, and leaves it suspended and owned by no process, as its owner
+// would have (see disownWhileWaiting); or ends it cancelled when a cancel
+// of it was asked meanwhile.
+func (m *Runs) disownForDeadOwner(ctx context.Context, row ActiveRun) error {
+	if row.CancelReason != "" {
+		return m.settleUnheld(ctx, row, row.CancelReason)
+	}
+	token, won, err := m.leases.takeRun(ctx, row.ThreadID, row.RunID)
+	if err != nil || !won {
+		return err
+	}
+	return errors.Join(m.leases.claims.SuspendRun(ctx, row.ThreadID, row.RunID, token, true),
+		m.leases.claims.DisownRun(ctx, row.ThreadID, row.RunID, token))
 }

@@ -52,15 +52,16 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			at := c.now
-			m := &Runs{instance: "self", lease: lease, born: c.born, now: func() time.Time { return at },
-				peers: func(context.Context) ([]Instance, error) {
-					return append(c.peers, Instance{ID: "self", StartedAt: c.born}), c.err
-				}}
+			m := &Runs{now: func() time.Time { return at }}
+			m.leases.instance, m.leases.ttl, m.leases.startedAt = "self", lease, c.born
+			m.leases.peers = func(context.Context) ([]Instance, error) {
+				return append(c.peers, Instance{ID: "self", StartedAt: c.born}), c.err
+			}
 			if c.routed != "" {
-				m.heard = func(thread, run string) bool { return thread == "t" && run == "r" && c.routed == "heard" }
+				m.leases.heardRun = func(thread, run string) bool { return thread == "t" && run == "r" && c.routed == "heard" }
 			}
 			if c.holds {
-				m.liveText = func(thread, run string) ([]Event, []int64) {
+				m.leases.hubText = func(thread, run string) ([]Event, []int64) {
 					return []Event{{Type: TypeTextDelta, RunID: run, Payload: &Text{Text: "heard"}}}, []int64{0}
 				}
 			}
@@ -69,29 +70,9 @@ func TestSettlementIsLeftToAnInstanceThatHeardTheRun(t *testing.T) {
 			}
 		})
 	}
-	if (&Runs{lease: lease, born: now, now: time.Now}).leaveToPeer(context.Background(), RunRef{ThreadID: "t", RunID: "r"}, "dead", expires) {
+	alone := &Runs{now: time.Now}
+	alone.leases.ttl, alone.leases.startedAt = lease, now
+	if alone.leaveToPeer(context.Background(), RunRef{ThreadID: "t", RunID: "r"}, "dead", expires) {
 		t.Fatal("a store without a registry left the settlement to nobody")
-	}
-}
-
-// Text stops going out live once the leases were last renewed longer ago
-// than the lease less its margin, and only where claims are the store's.
-func TestLiveHeldFollowsTheLastRenewal(t *testing.T) {
-	m := &Runs{fenced: true, lease: 10 * time.Second}
-	if m.LiveHeld() {
-		t.Fatal("held before the heartbeat ran")
-	}
-	m.holdLiveFrom(time.Now().Add(-9 * time.Second))
-	if !m.LiveHeld() {
-		t.Fatal("not held 9 s into a 10 s lease that was not renewed")
-	}
-	m.holdLiveFrom(time.Now())
-	if m.LiveHeld() {
-		t.Fatal("held just after a renewal")
-	}
-	local := &Runs{lease: 10 * time.Second}
-	local.holdLiveFrom(time.Now().Add(-time.Hour))
-	if local.LiveHeld() {
-		t.Fatal("held with claims that are not the store's")
 	}
 }

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/instanceai/agenttree"
 	"github.com/threadline/threadline/internal/testpg"
 	"github.com/threadline/threadline/server"
-	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/server/servertest"
 	"github.com/threadline/threadline/storage/memory"
 )
@@ -182,7 +182,7 @@ func TestPublishRun(t *testing.T) {
 // taken for gone after its lease, as a crashed agent's run is settled.
 func TestPublishCancelAndLease(t *testing.T) {
 	store := servertest.OpenStore(t, "memory")
-	h := start(t, store, servertest.Options{Config: server.Config{Producers: publishapi.NewProducers(300 * time.Millisecond)}})
+	h := start(t, store, servertest.Options{Config: server.Config{Producers: external.NewProducers(300 * time.Millisecond)}})
 	p := &publisher{t: t, url: h.URL, thread: "pub-cancel"}
 	if code, out := p.start(""); code != http.StatusCreated {
 		t.Fatalf("start: %d %v", code, out)
@@ -372,7 +372,7 @@ func TestPublishScopes(t *testing.T) {
 // attaches to ends with an error that says so.
 func TestPublishExternalAgent(t *testing.T) {
 	store := servertest.OpenStore(t, "memory")
-	producers := publishapi.NewProducers(time.Minute)
+	producers := external.NewProducers(time.Minute)
 	h := start(t, store, servertest.Options{Agent: producers.Agent(500 * time.Millisecond),
 		Config: server.Config{Producers: producers}})
 	run := h.Chat("ext", "translate this")

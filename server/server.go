@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/builder"
 	"github.com/threadline/threadline/builder/op"
 	"github.com/threadline/threadline/instanceai"
@@ -92,8 +93,8 @@ type Config struct {
 	CopilotKitPath string
 	// Producers is the registry of the runs external producers drive
 	// through the publish API, shared with the external agent (one with
-	// publishapi.DefaultLease when nil).
-	Producers *publishapi.Producers
+	// external.DefaultLease when nil).
+	Producers *external.Producers
 	// LLMHealth, when set, serves GET /llm/health (the openai agent's
 	// probe of its model server); without it /llm/health answers 503,
 	// naming AgentName as an agent without an LLM.

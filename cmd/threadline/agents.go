@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/agent/n8n"
 	"github.com/threadline/threadline/agent/openai"
 	"github.com/threadline/threadline/agent/script"
@@ -19,7 +20,6 @@ import (
 	"github.com/threadline/threadline/agent/tools/n8napi"
 	"github.com/threadline/threadline/agent/upstream"
 	"github.com/threadline/threadline/instanceai"
-	"github.com/threadline/threadline/server/publishapi"
 )
 
 // agentNames lists the --agent values.
@@ -97,7 +97,7 @@ func agentFlags(f *envFlags, c *agentConfig) {
 
 // newAgent builds the configured agent. llmHealth is the openai agent's
 // /llm/health handler (nil for the others).
-func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, producers *publishapi.Producers,
+func newAgent(c *serveConfig, store instanceai.Store, obs n8n.CaptureObserver, producers *external.Producers,
 	mcp *mcptools.Manager, logger *slog.Logger) (agent instanceai.Agent, llmHealth http.Handler, err error) {
 	if mcp != nil && c.agent != "openai" {
 		return nil, nil, usageError{fmt.Sprintf("--mcp-config: MCP tools are for --agent openai, not %s", c.agent)}

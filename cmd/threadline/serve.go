@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/bus"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/internal/tracing"
@@ -26,7 +27,6 @@ import (
 	"github.com/threadline/threadline/server/cors"
 	"github.com/threadline/threadline/server/guard"
 	"github.com/threadline/threadline/server/httpjson"
-	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/storage"
 	"github.com/threadline/threadline/workflow/catalog"
 )
@@ -121,7 +121,7 @@ func serveFlags(out io.Writer) (*envFlags, *serveConfig) {
 			"a command line is visible to other local users); none configured = single-user mode, no authentication")
 	f.Secret(&c.publishTokens, "publish-tokens", "THREADLINE_PUBLISH_TOKENS",
 		"bearer tokens that may only publish (the publish API, /publish/…), token=user,…: a producer's secret cannot read its user's threads, and API tokens cannot publish")
-	f.Duration(&c.publishLease, "publish-lease", "THREADLINE_PUBLISH_LEASE", publishapi.DefaultLease,
+	f.Duration(&c.publishLease, "publish-lease", "THREADLINE_PUBLISH_LEASE", external.DefaultLease,
 		"how long a run driven through the publish API waits for its producer's next request before it ends in error (producer_gone)")
 	f.String(&c.tokensFile, "tokens-file", "THREADLINE_TOKENS_FILE", "",
 		"file of bearer tokens: one \"token user\" or \"token=user\" per line; lines starting with # are comments; re-read on SIGHUP")
@@ -413,7 +413,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	m := metrics.New()
-	producers := publishapi.NewProducers(c.publishLease)
+	producers := external.NewProducers(c.publishLease)
 	mcp, err := startMCP(ctx, &c.agents, logger)
 	if err != nil {
 		return err

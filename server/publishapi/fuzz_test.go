@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/server"
 	"github.com/threadline/threadline/server/publishapi"
 	"github.com/threadline/threadline/server/servertest"
@@ -29,7 +30,7 @@ func FuzzAppendBodies(f *testing.F) {
 		f.Add(seed.body, seed.seq)
 	}
 	s := servertest.Start(f, servertest.OpenStore(f, "memory"), servertest.Options{
-		Config: server.Config{Producers: publishapi.NewProducers(time.Hour)}})
+		Config: server.Config{Producers: external.NewProducers(time.Hour)}})
 	client := &http.Client{Timeout: 20 * time.Second}
 	post := func(tb testing.TB, path, contentType, body string, header map[string]string) (int, string) {
 		tb.Helper()

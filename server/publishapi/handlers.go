@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/threadline/threadline/agent/external"
 	"github.com/threadline/threadline/instanceai"
 	"github.com/threadline/threadline/server/auth"
 	"github.com/threadline/threadline/server/httpjson"
@@ -83,33 +84,26 @@ func (a *API) startRun(w http.ResponseWriter, r *http.Request) (startAnswer, int
 	if err != nil {
 		return startAnswer{}, 0, err
 	}
-	p := a.ps.newProducer()
-	p.attach.Do(func() { close(p.attached) })
-	sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: p, WorkName: "publish",
-		Trace: trace.SpanContextFromContext(ctx)}
-	var run *instanceai.Run
-	if req.Message != "" {
-		run, err = a.core.Chat(ctx, t, sr)
-	} else {
-		run, err = a.core.StartRun(sr)
-	}
-	var active *instanceai.RunActiveError
-	if errors.As(err, &active) && req.RunID != "" && active.RunID == req.RunID {
-		if again := a.ps.get(req.RunID); again != nil {
-			return a.answer(again.run), http.StatusOK, nil
+	p, again, err := a.ps.Start(req.RunID, func(work instanceai.Agent) (*instanceai.Run, error) {
+		sr := instanceai.StartRequest{ThreadID: threadID, UserID: user, Message: req.Message, RunID: req.RunID, Work: work, WorkName: "publish",
+			Trace: trace.SpanContextFromContext(ctx)}
+		if req.Message != "" {
+			return a.core.Chat(ctx, t, sr)
 		}
-	}
+		return a.core.StartRun(sr)
+	})
 	if err != nil {
 		return startAnswer{}, 0, err
 	}
-	p.run = run
-	a.ps.track(p)
-	return a.answer(run), http.StatusCreated, nil
+	if again {
+		return a.answer(p.Run()), http.StatusOK, nil
+	}
+	return a.answer(p.Run()), http.StatusCreated, nil
 }
 
 func (a *API) answer(run *instanceai.Run) startAnswer {
 	return startAnswer{ThreadID: run.ThreadID, RunID: run.ID, AgentID: run.AgentID, Message: run.Message,
-		LeaseSeconds: a.ps.lease.Seconds()}
+		LeaseSeconds: a.ps.Lease().Seconds()}
 }
 
 // attach takes a run that waits for its producer (one the external agent
@@ -122,13 +116,13 @@ func (a *API) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case <-p.run.Done():
-		httpjson.WriteError(w, runError(p.over()))
+	case <-p.Run().Done():
+		httpjson.WriteError(w, runError(p.Over()))
 		return
 	default:
 	}
-	p.hold()()
-	httpjson.Write(w, http.StatusOK, a.answer(p.run))
+	p.Hold()()
+	httpjson.Write(w, http.StatusOK, a.answer(p.Run()))
 }
 
 // producerHeaders reads an append's producer id, epoch and first sequence.
@@ -162,6 +156,7 @@ func printable(s string) bool {
 	return true
 }
 
+// appendAnswer is an append's answer: its external.Receipt.
 type appendAnswer struct {
 	// NextSeq is the sequence number the producer's next event takes.
 	NextSeq int64 `json:"nextSeq"`
@@ -169,20 +164,6 @@ type appendAnswer struct {
 	// those already stored by an earlier try, acknowledged again.
 	Stored     int `json:"stored"`
 	Duplicates int `json:"duplicates"`
-	// durable is set when an event of it, stored now or acknowledged as
-	// a duplicate, is one the log stores as it comes: the answer then
-	// waits until it is stored (see appendEvents). A duplicate's first
-	// try may still be on its way to the log, or have been dropped (its
-	// run taken over): it is acknowledged only once it is there.
-	durable bool
-}
-
-// add counts another append's answer into a.
-func (a *appendAnswer) add(b appendAnswer) {
-	a.NextSeq = b.NextSeq
-	a.Stored += b.Stored
-	a.Duplicates += b.Duplicates
-	a.durable = a.durable || b.durable
 }
 
 // appendEvents appends a JSON event, a JSON array of events, or (with
@@ -204,39 +185,42 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	release := p.hold()
+	release := p.Hold()
 	defer release()
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var ans appendAnswer
+	var got external.Receipt
 	if mt == NDJSON {
-		ans, err = a.appendStream(w, r, p, id, epoch, seq)
+		got, err = a.appendStream(w, r, p, id, epoch, seq)
 	} else {
-		ans, err = a.appendBody(w, r, p, id, epoch, seq)
+		got, err = a.appendBody(w, r, p, id, epoch, seq)
 	}
-	if err == nil && ans.durable {
-		err = p.run.Sync(r.Context())
+	if err == nil && got.Durable {
+		// A duplicate's first try may still be on its way to the log,
+		// or have been dropped (its run taken over): it is acknowledged
+		// only once it is there, as the events stored now are.
+		err = p.Run().Sync(r.Context())
 	}
 	if err != nil {
 		// Whatever stopped the append, the producer learns where to go
 		// on from.
-		err = runError(err)
+		err = runError(producerError(err))
 		if e := httpjson.FromCore(err); e != nil {
 			if e.Detail.Details == nil {
 				e.Detail.Details = map[string]any{}
 			}
-			e.Detail.Details["nextSeq"] = ans.NextSeq
+			e.Detail.Details["nextSeq"] = got.NextSeq
 			err = e
 		}
 		httpjson.WriteError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, ans)
+	httpjson.Write(w, http.StatusOK, appendAnswer{NextSeq: got.NextSeq, Stored: got.Stored, Duplicates: got.Duplicates})
 }
 
 // appendBody appends a JSON body's events, all of them or, when one is
 // invalid, none.
-func (a *API) appendBody(w http.ResponseWriter, r *http.Request, p *producer, id string, epoch, seq int64) (appendAnswer, error) {
-	none := appendAnswer{NextSeq: p.nextSeq()}
+func (a *API) appendBody(w http.ResponseWriter, r *http.Request, p *external.Producer, id string, epoch, seq int64) (external.Receipt, error) {
+	none := external.Receipt{NextSeq: p.NextSeq()}
 	data, err := httpjson.ReadBody(w, r, a.cfg.MaxBody)
 	if err != nil {
 		return none, err
@@ -254,53 +238,61 @@ func (a *API) appendBody(w http.ResponseWriter, r *http.Request, p *producer, id
 	}
 	events := make([]instanceai.Event, len(raws))
 	for i, raw := range raws {
-		if events[i], err = p.decode(raw); err != nil {
+		if events[i], err = decode(p, raw); err != nil {
 			return none, atIndex(err, fmt.Sprintf("events[%d]", i))
 		}
 	}
-	return p.append(id, epoch, seq, events, func(i int) string { return fmt.Sprintf("events[%d]", i) })
+	got, err := p.Append(id, epoch, seq, events)
+	var refused *external.RefusedError
+	if errors.As(err, &refused) {
+		err = refusedAt(refused, fmt.Sprintf("events[%d]", refused.Index))
+	}
+	return got, err
 }
 
 // appendStream appends an NDJSON stream's events as they come, each line
 // one event with the next sequence number. A bad line ends the append
 // with what came before it stored; a cancel of the run ends it too.
-func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *producer, id string, epoch, seq int64) (appendAnswer, error) {
+func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *external.Producer, id string, epoch, seq int64) (external.Receipt, error) {
 	// The run's end cuts the read short, so a stream waiting for its next
 	// line ends with the run.
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		select {
-		case <-p.run.Done():
+		case <-p.Run().Done():
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		case <-stop:
 		}
 	}()
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), int(a.cfg.MaxBody))
-	var total appendAnswer
-	total.NextSeq = p.nextSeq()
+	total := external.Receipt{NextSeq: p.NextSeq()}
 	for line := 0; sc.Scan(); line++ {
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			line--
 			continue
 		}
-		ev, err := p.decode(raw)
+		ev, err := decode(p, raw)
 		if err != nil {
 			return total, atIndex(err, fmt.Sprintf("line %d", line+1))
 		}
-		ans, err := p.append(id, epoch, seq+int64(line), []instanceai.Event{ev}, func(int) string { return fmt.Sprintf("line %d", line+1) })
-		total.add(ans)
+		got, err := p.Append(id, epoch, seq+int64(line), []instanceai.Event{ev})
+		total.Add(got)
+		var refused *external.RefusedError
+		if errors.As(err, &refused) {
+			return total, refusedAt(refused, fmt.Sprintf("line %d", line+1))
+		}
 		if err != nil {
 			return total, err
 		}
-		p.touch()
+		p.Touch()
 	}
 	if err := sc.Err(); err != nil {
 		select {
-		case <-p.run.Done():
-			return total, p.over()
+		case <-p.Run().Done():
+			return total, p.Over()
 		default:
 		}
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -312,120 +304,13 @@ func (a *API) appendStream(w http.ResponseWriter, r *http.Request, p *producer, 
 	return total, nil
 }
 
-// refusedAt names where in the request an event the run's door refused
-// was: a rule of the log it breaks (400, the field within the event), or a
-// size bound it is over (413). Other errors are the run's, not the event's.
-func refusedAt(err error, where string) error {
-	var rule *instanceai.RuleError
-	var limit *instanceai.LimitError
-	switch {
-	case errors.As(err, &rule):
-		return httpjson.NewError(http.StatusBadRequest, instanceai.CodeRuleBroken, where+"."+rule.Field, "%s: %v", where, err).
-			With(map[string]any{"rule": rule.Rule, "eventType": rule.Type})
-	case errors.As(err, &limit):
-		return httpjson.NewError(http.StatusRequestEntityTooLarge, limit.Code, where, "%s: %v", where, err).
-			With(map[string]any{"limit": limit.Limit, "eventType": limit.Type})
-	}
-	return err
-}
-
-// atIndex names where in the body an invalid event was.
-func atIndex(err error, where string) error {
-	var e *httpjson.Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return httpjson.NewError(http.StatusBadRequest, "invalid_event", where, "%s: %v", where, err)
-}
-
-// refused are the event types a producer does not append: the run's start
-// and finish are Threadline's (the finish route ends the run), and a
-// confirmation is asked through the confirm route, which waits for the
-// answer.
-var refused = map[instanceai.EventType]string{
-	instanceai.TypeRunStart:       "the run-start is Threadline's",
-	instanceai.TypeRunFinish:      "finish the run with POST …/finish",
-	instanceai.TypeConfirmRequest: "ask with POST …/confirm, which answers with the person's answer",
-}
-
-// decode reads and checks one event as the run would take it.
-func (p *producer) decode(raw []byte) (instanceai.Event, error) {
+// decode reads one event and checks it as the run would take it.
+func decode(p *external.Producer, raw []byte) (instanceai.Event, error) {
 	var ev instanceai.Event
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return ev, err
 	}
-	if why, ok := refused[ev.Type]; ok {
-		return ev, fmt.Errorf("a producer does not append %s events: %s", ev.Type, why)
-	}
-	// The run, its user and the time are Threadline's to stamp.
-	ev.UserID, ev.TS = "", 0
-	ev = p.run.Stamp(ev)
-	return ev, ev.Validate()
-}
-
-// over is why a request to the run's producer, which has ended, fails:
-// what became of events it was sent (another instance took the run over),
-// its cancel, or its finish.
-func (p *producer) over() error {
-	if err := p.run.NotStored(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancelled {
-		return errCancelled
-	}
-	return instanceai.ErrRunFinished
-}
-
-func (p *producer) nextSeq() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.next
-}
-
-// append stores the events whose sequence numbers start at seq, skipping
-// those an earlier try stored. where names the i-th event in the request,
-// for a refusal.
-func (p *producer) append(id string, epoch, seq int64, events []instanceai.Event, where func(i int) string) (appendAnswer, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.id == "":
-		p.id, p.epoch = id, epoch
-	case id != p.id:
-		return appendAnswer{NextSeq: p.next}, httpjson.NewError(http.StatusConflict, "producer_conflict", HeaderProducerID,
-			"the run is driven by another producer")
-	case epoch < p.epoch:
-		return appendAnswer{NextSeq: p.next}, httpjson.NewError(http.StatusConflict, "producer_fenced", HeaderProducerEpoch,
-			"epoch %d is fenced off: epoch %d of this producer has taken over", epoch, p.epoch)
-	case epoch > p.epoch:
-		// The producer restarted: its new epoch counts from 0.
-		p.epoch, p.next = epoch, 0
-	}
-	if seq > p.next {
-		return appendAnswer{NextSeq: p.next}, httpjson.NewError(http.StatusConflict, "sequence_gap", HeaderProducerSeq,
-			"%s %d leaves a gap: the next event is %d", HeaderProducerSeq, seq, p.next)
-	}
-	ans := appendAnswer{Duplicates: int(min(p.next-seq, int64(len(events))))}
-	for _, ev := range events[:ans.Duplicates] {
-		ans.durable = ans.durable || instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral
-	}
-	for i, ev := range events[ans.Duplicates:] {
-		p.segmentID(&ev)
-		if err := p.run.Emit(ev); err != nil {
-			ans.NextSeq = p.next
-			if p.cancelled {
-				err = errCancelled
-			}
-			return ans, refusedAt(err, where(ans.Duplicates+i))
-		}
-		p.next++
-		ans.Stored++
-		ans.durable = ans.durable || instanceai.DurabilityOf(ev.Type) != instanceai.Ephemeral
-	}
-	ans.NextSeq = p.next
-	return ans, nil
+	return p.Check(ev)
 }
 
 // confirm asks the person a confirmation-request (the body is its
@@ -438,7 +323,7 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	release := p.hold()
+	release := p.Hold()
 	defer release()
 	var req instanceai.ConfirmationRequest
 	if err := httpjson.Decode(w, r, a.cfg.MaxBody, &req); err != nil {
@@ -454,12 +339,12 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, err)
 		return
 	}
-	ev := instanceai.Event{Type: instanceai.TypeConfirmRequest, RunID: p.run.ID, AgentID: p.run.AgentID, Payload: &req}
+	ev := instanceai.Event{Type: instanceai.TypeConfirmRequest, RunID: p.Run().ID, AgentID: p.Run().AgentID, Payload: &req}
 	if err := ev.Validate(); err != nil {
 		httpjson.WriteError(w, atIndex(err, "payload"))
 		return
 	}
-	answer, err := p.run.Confirm(r.Context(), "", req)
+	answer, err := p.Run().Confirm(r.Context(), "", req)
 	if err != nil {
 		httpjson.WriteError(w, runError(err))
 		return
@@ -471,9 +356,9 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 // producer retrying after its long poll broke. An answered question gets
 // its answer again; one withdrawn when the poll broke (or of another run)
 // is a 409, to be asked again under a new requestId.
-func (a *API) askedBefore(w http.ResponseWriter, p *producer, c instanceai.Confirmation) {
+func (a *API) askedBefore(w http.ResponseWriter, p *external.Producer, c instanceai.Confirmation) {
 	switch {
-	case c.RunID != p.run.ID:
+	case c.RunID != p.Run().ID:
 		httpjson.WriteError(w, httpjson.NewError(http.StatusConflict, "request_id_taken", "requestId",
 			"requestId %q names another run's confirmation; ask with a new one", c.RequestID))
 	case c.Status == instanceai.ConfirmationApproved || c.Status == instanceai.ConfirmationDenied:
@@ -525,20 +410,20 @@ func (a *API) finish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case <-p.run.Done():
+	case <-p.Run().Done():
 		httpjson.WriteError(w, runError(instanceai.ErrRunFinished))
 		return
 	default:
 	}
-	p.once.Do(func() { p.finish <- end })
+	p.Finish(end)
 	select {
-	case <-p.run.Done():
+	case <-p.Run().Done():
 	case <-r.Context().Done():
 		return
 	}
-	if err := p.run.Sync(r.Context()); err != nil {
+	if err := p.Run().Sync(r.Context()); err != nil {
 		httpjson.WriteError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, map[string]string{"runId": p.run.ID, "status": cmp.Or(req.Status, "completed")})
+	httpjson.Write(w, http.StatusOK, map[string]string{"runId": p.Run().ID, "status": cmp.Or(req.Status, "completed")})
 }
