@@ -159,7 +159,7 @@ func TestAFailedWriteSettlesTheBackgroundAgentOnce(t *testing.T) {
 				return context.Cause(ctx)
 			})
 			core := p.core(t, p.store, agent)
-			run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
+			run, err := core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +226,7 @@ func TestASettlementTheLogCouldNotStoreKeepsTheRow(t *testing.T) {
 	b := instanceai.NewCore(failing, idle, instanceai.CoreConfig{Instance: "inst-b", Lease: 50 * time.Millisecond,
 		Writer: instanceai.WriterConfig{IdleFlush: time.Hour, Retries: 1, RetryBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	t.Cleanup(func() { _ = b.Shutdown(ctx) })
-	if n, err := b.Runs.SweepExpired(ctx); err == nil || n != 0 {
+	if n, err := b.Runs().SweepExpired(ctx); err == nil || n != 0 {
 		t.Fatalf("SweepExpired while the log fails = %d, %v; want the settlement reported as not stored", n, err)
 	}
 	if rows, err := store.RunAgents(ctx, "orphaned", "run_dead"); err != nil || len(rows) != 1 || rows[0].Owner != "inst-b" {
@@ -238,7 +238,7 @@ func TestASettlementTheLogCouldNotStoreKeepsTheRow(t *testing.T) {
 		expired, err := store.ExpiredAgents(ctx)
 		return err == nil && len(expired) == 1
 	})
-	if n, err := b.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired once the log answers = %d, %v; want the agent settled", n, err)
 	}
 	if rows, err := store.RunAgents(ctx, "orphaned", "run_dead"); err != nil || len(rows) != 0 {

@@ -179,7 +179,7 @@ func TestAnAgentsRowIsReleasedOnceTheDatabaseIsBack(t *testing.T) {
 		return err
 	})
 	core := p.core(t, store, agent)
-	run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
+	run, err := core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,15 +262,15 @@ func TestAnEndedAgentsRowIsNotRenewedAndTheSweepLetsItGo(t *testing.T) {
 		defer cancel()
 		_ = a.Shutdown(sctx)
 	})
-	if _, err := a.Runs.Start(instanceai.StartRequest{ThreadID: "busy", UserID: "u", Message: "work"}); err != nil {
+	if _, err := a.Runs().Start(instanceai.StartRequest{ThreadID: "busy", UserID: "u", Message: "work"}); err != nil {
 		t.Fatal(err)
 	}
-	run, err := a.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
+	run, err := a.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-run.Done()
-	if err := a.Writer.Sync(ctx, "t"); err != nil {
+	if err := a.Writer().Sync(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
 	close(finish)
@@ -284,7 +284,7 @@ func TestAnEndedAgentsRowIsNotRenewedAndTheSweepLetsItGo(t *testing.T) {
 	}
 
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
-	if _, err := b.core.Runs.SweepExpired(ctx); err != nil {
+	if _, err := b.core.Runs().SweepExpired(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rows, err := store.RunAgents(ctx, "t", run.ID); err != nil || len(rows) != 0 {

@@ -58,7 +58,7 @@ func (l *lifecycle) waitIdle(thread string) {
 	l.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := l.core.Runs.Wait(ctx, thread); err != nil {
+	if err := l.core.Runs().Wait(ctx, thread); err != nil {
 		l.t.Fatal(err)
 	}
 	l.sync(thread)
@@ -85,18 +85,18 @@ func TestBackgroundAgentOutlivesTheOrchestratorsFinish(t *testing.T) {
 
 	// The orchestrator has finished: the thread is free and the
 	// orchestrator can no longer write, but the builder still works.
-	if a := l.core.Runs.Active("t"); a != nil {
+	if a := l.core.Runs().Active("t"); a != nil {
 		t.Fatalf("active run after the orchestrator's finish: %s", a.ID)
 	}
 	if err := run.Emit(toolCall("late")); !errors.Is(err, instanceai.ErrRunFinished) {
 		t.Fatalf("orchestrator emit after its finish: %v, want ErrRunFinished", err)
 	}
-	st := l.core.Runs.Status(ctx, "t")
+	st := l.core.Runs().Status(ctx, "t")
 	if st.HasActiveRun || len(st.BackgroundTasks) != 1 || st.BackgroundTasks[0].TaskID != s.task.TaskID ||
 		st.BackgroundTasks[0].Status != instanceai.BackgroundRunning || st.BackgroundTasks[0].RunID != run.ID {
 		t.Fatalf("status while the builder works = %+v", st)
 	}
-	if live := l.core.Runs.LiveRuns("t"); len(live) != 1 || live[0] != run.ID {
+	if live := l.core.Runs().LiveRuns("t"); len(live) != 1 || live[0] != run.ID {
 		t.Fatalf("live runs = %v, want the builder's run", live)
 	}
 
@@ -107,7 +107,7 @@ func TestBackgroundAgentOutlivesTheOrchestratorsFinish(t *testing.T) {
 	l.expectLog("t", run.ID, append(orchestratorPart,
 		`tool-result:b1="built" @builder`,
 		"agent-completed:builder:completed:workflow built: @builder")...)
-	if st := l.core.Runs.Status(ctx, "t"); len(st.BackgroundTasks) != 0 {
+	if st := l.core.Runs().Status(ctx, "t"); len(st.BackgroundTasks) != 0 {
 		t.Fatalf("background tasks after the builder completed: %+v", st.BackgroundTasks)
 	}
 	// Once completed, the builder's agent id is refused like the
@@ -153,7 +153,7 @@ func TestBackgroundAgentEnds(t *testing.T) {
 			l, run := s.start(t)
 			if c.cancel {
 				// The orchestrator is finished; Cancel reaches the builder.
-				if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
+				if got, _, _ := l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled); got != nil {
 					t.Fatalf("Cancel returned a run (%s) although only a background agent works", got.ID)
 				}
 			} else {
@@ -191,7 +191,7 @@ func TestCancelStopsTheOrchestratorAndItsBackgroundAgents(t *testing.T) {
 	waitUntil(t, "both calls are stored", func() bool { l.sync("t"); return len(l.rows("t")) == 4 })
 	helper := l.rows("t")[1].Event.AgentID
 	l.name(helper, "helper")
-	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v", got)
 	}
 	l.waitIdle("t")

@@ -183,8 +183,8 @@ func TestSweepWritesCheckpointedText(t *testing.T) {
 			time.Sleep(5 * time.Millisecond) // the dead instance's lease runs out
 			core := instanceai.NewCore(store, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }),
 				instanceai.CoreConfig{Instance: "inst-b"})
-			defer core.Writer.Close(ctx)
-			if n, err := core.Runs.Sweep(ctx, store); err != nil || n != 1 {
+			defer core.Writer().Close(ctx)
+			if n, err := core.Runs().Sweep(ctx, store); err != nil || n != 1 {
 				t.Fatalf("Sweep = %d, %v; want 1 run settled", n, err)
 			}
 			rows, err := store.ReadAfter(ctx, "t", 0, 0)
@@ -295,8 +295,8 @@ func TestSweepCutsCheckpointedTextAtTheSegmentBound(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // the dead instance's lease runs out
 	core := instanceai.NewCore(store, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }),
 		instanceai.CoreConfig{Instance: "inst-b", Limits: instanceai.Limits{MaxSegmentBytes: 9, MaxEventBytes: 128 << 10}})
-	defer core.Writer.Close(ctx)
-	if n, err := core.Runs.Sweep(ctx, store); err != nil || n != 1 {
+	defer core.Writer().Close(ctx)
+	if n, err := core.Runs().Sweep(ctx, store); err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1 run settled", n, err)
 	}
 	rows, err := store.ReadAfter(ctx, "t", 0, 0)

@@ -52,11 +52,11 @@ func (l *lifecycle) suspended(thread string) *instanceai.Run {
 			return r.Event.Type == instanceai.TypeConfirmRequest
 		})
 	})
-	if !l.core.Runs.Status(ctx, thread).IsSuspended {
+	if !l.core.Runs().Status(ctx, thread).IsSuspended {
 		l.t.Fatal("a run whose request is out is not suspended")
 	}
 	l.expectLog(thread, run.ID, "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr1 @orch")
-	awaited, err := l.core.Runs.Awaited(ctx, thread)
+	awaited, err := l.core.Runs().Awaited(ctx, thread)
 	if err != nil || len(awaited) != 1 || awaited[0].RequestID != "cr1" || awaited[0].RunID != run.ID ||
 		awaited[0].ToolCallID != "c1" || awaited[0].OwnerID != "u" {
 		l.t.Fatalf("awaited = %+v, %v", awaited, err)
@@ -106,17 +106,17 @@ func TestConfirmationSuspendsTheRunUntilAnswered(t *testing.T) {
 			}
 
 			// Answers that are not this request's change nothing.
-			if _, _, err := l.core.Runs.Answer(ctx, "u", "cr-unknown", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
+			if _, _, err := l.core.Runs().Answer(ctx, "u", "cr-unknown", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
 				t.Fatalf("answer to an unknown request: %v, want ErrNotFound", err)
 			}
-			if _, _, err := l.core.Runs.Answer(ctx, "mallory", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
+			if _, _, err := l.core.Runs().Answer(ctx, "mallory", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrNotFound) {
 				t.Fatalf("answer by another user: %v, want ErrNotFound", err)
 			}
-			if !l.core.Runs.Status(ctx, "t").IsSuspended {
+			if !l.core.Runs().Status(ctx, "t").IsSuspended {
 				t.Fatal("a refused answer woke the run")
 			}
 
-			runID, _, err := l.core.Runs.Answer(ctx, "u", "cr1", c.answer)
+			runID, _, err := l.core.Runs().Answer(ctx, "u", "cr1", c.answer)
 			if err != nil || runID != run.ID {
 				t.Fatalf("answer = %q, %v; want run %s", runID, err, run.ID)
 			}
@@ -133,10 +133,10 @@ func TestConfirmationSuspendsTheRunUntilAnswered(t *testing.T) {
 				t.Fatalf("stored answer %s (%v), want %+v", stored.Answer, err, c.answer)
 			}
 			// One answer wins.
-			if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: !c.answer.Approved}); !errors.Is(err, instanceai.ErrAlreadyAnswered) {
+			if _, _, err := l.core.Runs().Answer(ctx, "u", "cr1", instanceai.Answer{Approved: !c.answer.Approved}); !errors.Is(err, instanceai.ErrAlreadyAnswered) {
 				t.Fatalf("second answer: %v, want ErrAlreadyAnswered", err)
 			}
-			if awaited, err := l.core.Runs.Awaited(ctx, "t"); err != nil || len(awaited) != 0 {
+			if awaited, err := l.core.Runs().Awaited(ctx, "t"); err != nil || len(awaited) != 0 {
 				t.Fatalf("awaited after the answer = %+v, %v", awaited, err)
 			}
 		})
@@ -147,7 +147,7 @@ func TestCancelWhileSuspendedClosesTheConfirmation(t *testing.T) {
 	ctx := context.Background()
 	l := newLifecycle(t, instanceai.AgentFunc(askingAgent), "t")
 	run := l.suspended("t")
-	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v", got)
 	}
 	// The confirmation is closed before Cancel returns.
@@ -159,7 +159,7 @@ func TestCancelWhileSuspendedClosesTheConfirmation(t *testing.T) {
 		"tool-result:c1=" + cancelledResult + " @orch", "run-finish:cancelled:user_cancelled @orch"}
 	l.expectLog("t", run.ID, want...)
 	// A late answer is refused and writes nothing.
-	if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrAlreadyAnswered) &&
+	if _, _, err := l.core.Runs().Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrAlreadyAnswered) &&
 		!errors.Is(err, instanceai.ErrConfirmationClosed) {
 		t.Fatalf("answer after cancel: %v, want a refusal", err)
 	}
@@ -178,9 +178,9 @@ func TestAnswerAfterCancelIsConfirmationClosed(t *testing.T) {
 	ctx := context.Background()
 	l := newLifecycle(t, instanceai.AgentFunc(askingAgent), "t")
 	run := l.suspended("t")
-	l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled)
+	l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled)
 	l.settle(run)
-	if _, _, err := l.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrConfirmationClosed) {
+	if _, _, err := l.core.Runs().Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); !errors.Is(err, instanceai.ErrConfirmationClosed) {
 		t.Fatalf("answer after cancel: %v, want ErrConfirmationClosed", err)
 	}
 }
@@ -268,8 +268,8 @@ func newGatedCore(t *testing.T, gate *typeGate, agent instanceai.Agent, cfg inst
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		_ = core.Runs.Shutdown(ctx)
-		_ = core.Writer.Close(ctx)
+		_ = core.Runs().Shutdown(ctx)
+		_ = core.Writer().Close(ctx)
 	})
 	return core
 }
@@ -287,7 +287,7 @@ func TestWaitingRunIsDisownedOnlyOnceItsRequestIsStored(t *testing.T) {
 	}
 	gate := newTypeGate(store, instanceai.TypeConfirmRequest)
 	core := newGatedCore(t, gate, resumingAgent{askingAgent}, instanceai.CoreConfig{Instance: "inst-a", Lease: time.Minute})
-	run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "delete it"})
+	run, err := core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "delete it"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestWaitingRunIsDisownedOnlyOnceItsRequestIsStored(t *testing.T) {
 		row, err := store.ActiveRun(ctx, "t")
 		return err == nil && row.Owner == "" && row.Suspended && row.RunID == run.ID
 	})
-	if _, _, err := core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
+	if _, _, err := core.Runs().Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -351,16 +351,16 @@ func TestAnswerResumesPastAStaleWaitingRun(t *testing.T) {
 	}
 	first := b.start("t", "cr-first")
 	waiting(first.ID)
-	if _, outcome, err := a.core.Runs.Answer(ctx, "u", "cr-first", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
+	if _, outcome, err := a.core.Runs().Answer(ctx, "u", "cr-first", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
 		t.Fatalf("answer through inst-a = %q, %v", outcome, err)
 	}
 	ended(first.ID)
 	second := a.start("t", "cr-second")
 	waiting(second.ID)
-	if b.core.Runs.Active("t") != first {
+	if b.core.Runs().Active("t") != first {
 		t.Fatal("inst-b no longer holds its stale run: the case is not set up")
 	}
-	if _, outcome, err := b.core.Runs.Answer(ctx, "u", "cr-second", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
+	if _, outcome, err := b.core.Runs().Answer(ctx, "u", "cr-second", instanceai.Answer{Approved: true}); err != nil || outcome != instanceai.Applied {
 		t.Fatalf("answer through inst-b, which holds a stale run of the thread = %q, %v; want applied", outcome, err)
 	}
 	ended(second.ID)

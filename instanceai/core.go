@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -17,15 +14,17 @@ import (
 // Core is the front door to the engine: the thread's ordered writer, the
 // hub that fans its frames out, the run registry, and the link to the other
 // instances when there are several, built and wired to one another once.
-// The HTTP surfaces take a Core; none of them builds or connects these
-// parts, and none lends another a callback.
+// The HTTP surfaces take a Core and use its methods alone: none of them
+// builds, connects or reaches into these parts (a surface that read the
+// store or started runs past the registry would step around what the core
+// guarantees about them), and none lends another a callback.
 type Core struct {
-	Store  Store
-	Hub    *Hub
-	Writer *Writer
-	Runs   *Runs
-	// Cluster is nil on a single instance (no bus).
-	Cluster *Cluster
+	store  Store
+	hub    *Hub
+	writer *Writer
+	runs   *Runs
+	// cluster is nil on a single instance (no bus).
+	cluster *Cluster
 	log     *slog.Logger
 
 	// joined is this instance's record in the store's registry, once Join
@@ -50,6 +49,10 @@ type CoreConfig struct {
 	SubscriberQueue int
 	// SubscriberQueueBytes bounds it in bytes (Hub.LimitQueueBytes).
 	SubscriberQueueBytes int
+	// Hub, when set, is the hub the core fans frames out through (made
+	// with NewHub by a caller that publishes to it or subscribes to it
+	// directly, as tests do); nil makes one of SubscriberQueue frames.
+	Hub *Hub
 	// TopicIdle is how long a thread's published state stays in the hub
 	// with nothing to do (Hub.Evict; DefaultTopicIdle when 0).
 	TopicIdle time.Duration
@@ -87,16 +90,19 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	if cfg.TopicIdle <= 0 {
 		cfg.TopicIdle = DefaultTopicIdle
 	}
-	c := &Core{Store: store, Hub: NewHub(cfg.SubscriberQueue), log: cfg.Logger, bus: cfg.Bus, lease: cfg.Lease, topicIdle: cfg.TopicIdle}
-	c.Hub.LimitQueueBytes(cfg.SubscriberQueueBytes)
+	if cfg.Hub == nil {
+		cfg.Hub = NewHub(cfg.SubscriberQueue)
+	}
+	c := &Core{store: store, hub: cfg.Hub, log: cfg.Logger, bus: cfg.Bus, lease: cfg.Lease, topicIdle: cfg.TopicIdle}
+	c.hub.LimitQueueBytes(cfg.SubscriberQueueBytes)
 	c.registry, _ = store.(InstanceRegistry)
 	c.loopsCtx, c.stopLoops = context.WithCancel(context.Background())
-	var publisher Publisher = c.Hub
+	var publisher Publisher = c.hub
 	var control Controller
 	if cfg.Bus != nil {
-		c.Cluster = NewCluster(cfg.Bus, c.Hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger,
+		c.cluster = NewCluster(cfg.Bus, c.hub, ClusterConfig{Instance: cfg.Instance, PollInterval: cfg.PollInterval, Log: store, Logger: cfg.Logger,
 			Broadcast: cfg.BusBroadcast, Observer: cfg.Observer})
-		publisher, control = c.Cluster, c.Cluster
+		publisher, control = c.cluster, c.cluster
 	}
 	wcfg := cfg.Writer
 	wcfg.Logger = cfg.Logger
@@ -106,43 +112,36 @@ func NewCore(store Store, agent Agent, cfg CoreConfig) *Core {
 	}
 	// A run whose events the store refused for good is ended by its
 	// registry: the writer reports it, the registry is built after it.
-	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.Runs.Fail(threadID, runID, err) }
-	wcfg.OnAgentFailed = func(threadID, runID, agentID string, err error) { c.Runs.AgentFailed(threadID, runID, agentID, err) }
-	wcfg.OnRunGone = func(threadID, runID string) { c.Runs.Gone(threadID, runID) }
-	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.Runs.Fenced(threadID, runID, agentID) }
+	wcfg.OnRunFailed = func(threadID, runID string, err error) { c.runs.Fail(threadID, runID, err) }
+	wcfg.OnAgentFailed = func(threadID, runID, agentID string, err error) { c.runs.AgentFailed(threadID, runID, agentID, err) }
+	wcfg.OnRunGone = func(threadID, runID string) { c.runs.Gone(threadID, runID) }
+	wcfg.OnRunFenced = func(threadID, runID, agentID string) { c.runs.Fenced(threadID, runID, agentID) }
 	// Deltas go out live only while the other instances can hear them:
 	// one of them may settle this instance's runs from the text it heard
 	// over the bus, and a client here must not have been shown more. So
 	// they are held while the leases may have run out, and while the bus
 	// is lost (a database reset takes the PostgreSQL bus with it). Their
 	// text still reaches clients, in its block.
-	wcfg.LiveHeld = func() bool { return c.Runs.LiveHeld() || (c.Cluster != nil && c.Cluster.Lost()) }
-	c.Writer = NewWriter(store, publisher, wcfg)
-	c.Runs = NewRuns(c.Writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
+	wcfg.LiveHeld = func() bool { return c.runs.LiveHeld() || (c.cluster != nil && c.cluster.Lost()) }
+	c.writer = NewWriter(store, publisher, wcfg)
+	c.runs = NewRuns(c.writer, agent, RunsConfig{Logger: cfg.Logger, Confirmations: store, Observer: cfg.Observer,
 		Claims: store, Index: store, Instance: cfg.Instance, Lease: cfg.Lease, Control: control, Threads: store,
 		Expired: cfg.Expired, Limits: cfg.Limits})
-	c.Runs.leases.hubText = c.Hub.LiveText
-	if c.Cluster != nil {
-		c.Cluster.HoldDeltas(c.Runs.LiveHeld)
+	c.runs.leases.hubText = c.hub.LiveText
+	if c.cluster != nil {
+		c.cluster.HoldDeltas(c.runs.LiveHeld)
 	}
 	if c.registry != nil {
-		c.Runs.leases.peers = c.registry.LiveInstances
+		c.runs.leases.peers = c.registry.LiveInstances
 	}
-	if c.Cluster != nil && c.Cluster.Routed() {
-		c.Runs.leases.heardRun = c.Hub.HeardRun
+	if c.cluster != nil && c.cluster.Routed() {
+		c.runs.leases.heardRun = c.hub.HeardRun
 	}
-	if c.Cluster != nil {
-		c.Cluster.Attach(c.Runs)
+	if c.cluster != nil {
+		c.cluster.Attach(c.runs)
 	}
 	return c
 }
-
-// Title limits: MaxTitle characters after trimming; one derived from the
-// first message is cut at DerivedTitle.
-const (
-	MaxTitle     = 200
-	DerivedTitle = 60
-)
 
 // SystemAgentID is the agent id of events the server emits on its own
 // behalf, such as thread-title-updated.
@@ -158,10 +157,16 @@ func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, erro
 		req.Trace = trace.SpanContextFromContext(ctx)
 	}
 	if req.ToolResult != nil {
-		return c.Runs.Start(req)
+		return c.runs.Start(req)
 	}
-	return c.Runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message, req.Attachments) })
+	return c.runs.start(req, func(run *Run) { c.recordMessage(ctx, t, req.UserID, run.ID, req.Message, req.Attachments) })
 }
+
+// StartRun starts a run on the thread for req and records no user
+// message: for work that carries no message of a person (a producer
+// outside Threadline that drives the run itself, say). req.Trace is the
+// caller's to set. The errors are Runs.Start's.
+func (c *Core) StartRun(req StartRequest) (*Run, error) { return c.runs.Start(req) }
 
 // recordMessage stores the user message of a run that is starting and, if
 // the thread has no title yet, titles it after the message. The run is
@@ -171,7 +176,7 @@ func (c *Core) Chat(ctx context.Context, t Thread, req StartRequest) (*Run, erro
 func (c *Core) recordMessage(ctx context.Context, t Thread, user, runID, message string, attachments []Attachment) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := c.Store.AddMessage(ctx, Message{ID: NewID("msg_"), ThreadID: t.ID, RunID: runID, Role: "user", Content: message, Attachments: attachments})
+	err := c.store.AddMessage(ctx, Message{ID: NewID("msg_"), ThreadID: t.ID, RunID: runID, Role: "user", Content: message, Attachments: attachments})
 	if err != nil {
 		c.log.Error("could not store the user message", "thread", t.ID, "run", runID, "err", err)
 	}
@@ -193,7 +198,7 @@ func (c *Core) recordMessage(ctx context.Context, t Thread, user, runID, message
 // its log, in runID (the thread's active run when empty, else a fresh id).
 // A missing thread is *ThreadNotFoundError.
 func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string) error {
-	if err := c.Store.RenameThread(ctx, threadID, title); err != nil {
+	if err := c.store.RenameThread(ctx, threadID, title); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return &ThreadNotFoundError{ThreadID: threadID}
 		}
@@ -201,7 +206,7 @@ func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string
 	}
 	if runID == "" {
 		runID = NewID("run_")
-		if run := c.Runs.Active(threadID); run != nil {
+		if run := c.runs.Active(threadID); run != nil {
 			runID = run.ID
 		}
 	}
@@ -210,7 +215,7 @@ func (c *Core) Rename(ctx context.Context, threadID, userID, runID, title string
 	if err := ev.Validate(); err != nil {
 		return err
 	}
-	if err := c.Writer.Enqueue(threadID, ev); err != nil {
+	if err := c.writer.Enqueue(threadID, ev); err != nil {
 		// Only a closing writer refuses, at shutdown: the rename is stored
 		// and shows in the thread list; only the live notice is lost.
 		c.log.Warn("thread renamed without a thread-title-updated event", "thread", threadID, "err", err)
@@ -229,21 +234,21 @@ const followWait = 2 * time.Second
 // time only delays the frames: the head check reads what it missed from
 // the log.
 func (c *Core) Follow(ctx context.Context, threadID string) {
-	if c.Cluster == nil || !c.Cluster.Routed() {
+	if c.cluster == nil || !c.cluster.Routed() {
 		return
 	}
-	c.Hub.Watch(threadID)
-	if !c.Cluster.Up() {
+	c.hub.Watch(threadID)
+	if !c.cluster.Up() {
 		return // followed once the listener is back, which a wait would not hasten
 	}
 	ctx, cancel := context.WithTimeout(ctx, followWait)
 	defer cancel()
-	_ = c.Cluster.AwaitFollow(ctx, threadID)
+	_ = c.cluster.AwaitFollow(ctx, threadID)
 }
 
 // Feed opens a connection's view of the thread after the cursor.
 func (c *Core) Feed(threadID string, after int64) *Feed {
-	return OpenFeed(c.Store, c.Hub, threadID, after)
+	return OpenFeed(c.store, c.hub, threadID, after)
 }
 
 // LiveFeed opens a feed of the thread from the log's end, registered
@@ -251,7 +256,7 @@ func (c *Core) Feed(threadID string, after int64) *Feed {
 // that run (see OpenLiveFeed); its Last is the log's end.
 func (c *Core) LiveFeed(ctx context.Context, threadID string) (*Feed, error) {
 	c.Follow(ctx, threadID)
-	return OpenLiveFeed(ctx, c.Store, c.Hub, threadID)
+	return OpenLiveFeed(ctx, c.store, c.hub, threadID)
 }
 
 // Thread returns the thread if userID owns it; a missing thread, another
@@ -261,7 +266,7 @@ func (c *Core) Thread(ctx context.Context, threadID, userID string) (Thread, err
 	if !ThreadAllowed(ctx, threadID) {
 		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
 	}
-	t, err := c.Store.GetThread(ctx, threadID)
+	t, err := c.store.GetThread(ctx, threadID)
 	if errors.Is(err, ErrNotFound) || (err == nil && t.OwnerID != userID) {
 		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
 	}
@@ -276,7 +281,7 @@ func (c *Core) OpenThread(ctx context.Context, threadID, userID string) (Thread,
 		// Checked first: a request limited to other threads creates none.
 		return Thread{}, &ThreadNotFoundError{ThreadID: threadID}
 	}
-	t, _, err := c.Store.EnsureThread(ctx, Thread{ID: threadID, OwnerID: userID})
+	t, _, err := c.store.EnsureThread(ctx, Thread{ID: threadID, OwnerID: userID})
 	if err != nil {
 		return Thread{}, err
 	}
@@ -286,47 +291,59 @@ func (c *Core) OpenThread(ctx context.Context, threadID, userID string) (Thread,
 	return t, nil
 }
 
+// EnsureThread creates thread t unless a thread has its id, and returns
+// the stored thread; created reports whether this call made it. Unlike
+// OpenThread it leaves the stored owner to the caller to compare, for a
+// surface that answers another user's id otherwise than not found.
+func (c *Core) EnsureThread(ctx context.Context, t Thread) (stored Thread, created bool, err error) {
+	return c.store.EnsureThread(ctx, t)
+}
+
+// Sync waits until every event queued for the thread before the call is
+// stored and published (or dropped after a failure).
+func (c *Core) Sync(ctx context.Context, threadID string) error { return c.writer.Sync(ctx, threadID) }
+
 // Cancel stops the thread's active run and its background agents, here
 // and on the instance that runs them, and says whether the work stopped
 // (Applied) or only the request is recorded (Accepted); see
 // Runs.Cancel.
 func (c *Core) Cancel(threadID string) (ControlOutcome, error) {
-	_, outcome, err := c.Runs.Cancel(threadID, ReasonUserCancelled)
+	_, outcome, err := c.runs.Cancel(threadID, ReasonUserCancelled)
 	return outcome, err
 }
 
 // Answer answers the confirmation requestID for userID and returns its run
 // id and whether the run took the answer (see Runs.Answer).
 func (c *Core) Answer(ctx context.Context, userID, requestID string, a Answer) (string, ControlOutcome, error) {
-	return c.Runs.Answer(ctx, userID, requestID, a)
+	return c.runs.Answer(ctx, userID, requestID, a)
 }
 
 // Status reports the thread's activity (see Runs.Status).
 func (c *Core) Status(ctx context.Context, threadID string) ThreadStatus {
-	return c.Runs.Status(ctx, threadID)
+	return c.runs.Status(ctx, threadID)
 }
 
 // Active returns the thread's active run in this process, if any.
-func (c *Core) Active(threadID string) *Run { return c.Runs.Active(threadID) }
+func (c *Core) Active(threadID string) *Run { return c.runs.Active(threadID) }
 
 // LiveRuns returns the ids of the thread's runs live in this process.
-func (c *Core) LiveRuns(threadID string) []string { return c.Runs.LiveRuns(threadID) }
+func (c *Core) LiveRuns(threadID string) []string { return c.runs.LiveRuns(threadID) }
 
 // Awaited returns the confirmations the thread's run waits for.
 func (c *Core) Awaited(ctx context.Context, threadID string) ([]Confirmation, error) {
-	return c.Runs.Awaited(ctx, threadID)
+	return c.runs.Awaited(ctx, threadID)
 }
 
 // ActiveRuns counts the runs working in this process.
-func (c *Core) ActiveRuns() int { return c.Runs.Count() }
+func (c *Core) ActiveRuns() int { return c.runs.Count() }
 
 // Draining reports whether Drain began: new runs are refused.
-func (c *Core) Draining() bool { return c.Runs.Draining() }
+func (c *Core) Draining() bool { return c.runs.Draining() }
 
 // Archive sets the thread's archived flag (ThreadStore.ArchiveThread). A
 // missing thread is *ThreadNotFoundError.
 func (c *Core) Archive(ctx context.Context, threadID string, archived bool) error {
-	err := c.Store.ArchiveThread(ctx, threadID, archived)
+	err := c.store.ArchiveThread(ctx, threadID, archived)
 	if errors.Is(err, ErrNotFound) {
 		return &ThreadNotFoundError{ThreadID: threadID}
 	}
@@ -346,18 +363,18 @@ const QuiesceTimeout = 5 * time.Second
 // its first refused append stop it (see Runs.Gone). A missing thread is
 // *ThreadNotFoundError.
 func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
-	defer c.Runs.beginDelete(threadID)()
+	defer c.runs.beginDelete(threadID)()
 	// The deletion is the database's: work of the thread on another
 	// instance stops when its row goes with the thread (its next renewal
 	// finds it gone), whatever this cancel came to.
-	_, _, _ = c.Runs.Cancel(threadID, ReasonUserCancelled)
+	_, _, _ = c.runs.Cancel(threadID, ReasonUserCancelled)
 	if err := c.quiesce(ctx, threadID); err != nil {
 		return err
 	}
-	if err := c.Writer.Sync(ctx, threadID); err != nil {
+	if err := c.writer.Sync(ctx, threadID); err != nil {
 		return err
 	}
-	if err := c.Store.DeleteThread(ctx, threadID); err != nil {
+	if err := c.store.DeleteThread(ctx, threadID); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return &ThreadNotFoundError{ThreadID: threadID}
 		}
@@ -367,11 +384,11 @@ func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
 	// batch just before it: the hub forgets the thread once that batch is
 	// published, or it would hold the deleted thread's seqs for a thread
 	// made again under the same id.
-	if err := c.Writer.Sync(ctx, threadID); err != nil {
+	if err := c.writer.Sync(ctx, threadID); err != nil {
 		return err
 	}
-	c.Hub.Forget(threadID)
-	c.Runs.ThreadDeleted(threadID)
+	c.hub.Forget(threadID)
+	c.runs.ThreadDeleted(threadID)
 	return nil
 }
 
@@ -382,8 +399,8 @@ func (c *Core) DeleteThread(ctx context.Context, threadID string) error {
 // run is stopped.
 func (c *Core) ThreadsPruned(ids []string) {
 	for _, id := range ids {
-		c.Hub.Forget(id)
-		c.Runs.ThreadDeleted(id)
+		c.hub.Forget(id)
+		c.runs.ThreadDeleted(id)
 	}
 }
 
@@ -394,10 +411,10 @@ func (c *Core) ThreadsPruned(ids []string) {
 func (c *Core) quiesce(ctx context.Context, threadID string) error {
 	wctx, cancel := context.WithTimeout(ctx, QuiesceTimeout)
 	defer cancel()
-	err := c.Runs.Wait(wctx, threadID)
+	err := c.runs.Wait(wctx, threadID)
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("deleting a thread whose agents did not stop in time", "thread", threadID,
-			"runs", c.Runs.LiveRuns(threadID))
+			"runs", c.runs.LiveRuns(threadID))
 		return nil
 	}
 	return err
@@ -415,7 +432,7 @@ func (c *Core) Join(ctx context.Context, host string, pid int, gone func(Instanc
 	if c.registry == nil {
 		return nil
 	}
-	self := Instance{ID: c.Runs.Instance(), Bus: MemoryBus, Host: host, PID: pid}
+	self := Instance{ID: c.runs.Instance(), Bus: MemoryBus, Host: host, PID: pid}
 	if id, ok := c.bus.(BusIdentifier); ok {
 		name, err := id.Identity(ctx)
 		if err != nil {
@@ -483,14 +500,14 @@ func (c *Core) Start(renew time.Duration) {
 		return
 	}
 	c.started = true
-	c.loops.Go(func() { c.Runs.Maintain(c.loopsCtx, renew) })
+	c.loops.Go(func() { c.runs.Maintain(c.loopsCtx, renew) })
 	c.loops.Go(func() { c.evictIdle(c.loopsCtx) })
 	if c.joined.ID != "" {
 		c.loops.Go(func() { c.renewJoin(c.loopsCtx, renew) })
 	}
-	if c.Cluster != nil {
+	if c.cluster != nil {
 		c.loops.Go(func() {
-			if err := c.Cluster.Run(c.loopsCtx); err != nil && c.loopsCtx.Err() == nil {
+			if err := c.cluster.Run(c.loopsCtx); err != nil && c.loopsCtx.Err() == nil {
 				c.log.Error("bus listener stopped", "err", err)
 			}
 		})
@@ -507,7 +524,7 @@ func (c *Core) evictIdle(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			c.Hub.Evict(c.topicIdle)
+			c.hub.Evict(c.topicIdle)
 		}
 	}
 }
@@ -517,12 +534,12 @@ func (c *Core) evictIdle(ctx context.Context) {
 // after the listener is bound (a process that cannot serve must not touch
 // runs) and before serving.
 func (c *Core) Sweep(ctx context.Context) (int, error) {
-	return c.Runs.Sweep(ctx, c.Store)
+	return c.runs.Sweep(ctx, c.store)
 }
 
 // Drain refuses new runs (ErrDraining) and waits until the runs working
 // here finished or ctx ends; it returns how many still work.
-func (c *Core) Drain(ctx context.Context) int { return c.Runs.Drain(ctx) }
+func (c *Core) Drain(ctx context.Context) int { return c.runs.Drain(ctx) }
 
 // Shutdown cancels the active runs (run-finish cancelled, reason
 // service_shutdown; runs waiting for approval stay suspended), flushes
@@ -531,10 +548,10 @@ func (c *Core) Drain(ctx context.Context) int { return c.Runs.Drain(ctx) }
 // last events. It does not close the store.
 func (c *Core) Shutdown(ctx context.Context) error {
 	var errs []error
-	if err := c.Runs.Shutdown(ctx); err != nil {
+	if err := c.runs.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("runs shutdown: %w", err))
 	}
-	if err := c.Writer.Close(ctx); err != nil {
+	if err := c.writer.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	c.stopLoops()
@@ -547,46 +564,4 @@ func (c *Core) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	return errors.Join(errs...)
-}
-
-// DeriveTitle makes a title of a message's first non-blank line: spaces
-// collapsed, at most DerivedTitle characters, cut ones ending in "…".
-func DeriveTitle(message string) string {
-	var line string
-	for l := range strings.Lines(message) {
-		if line = strings.Join(strings.FieldsFunc(l, isTitleSpace), " "); line != "" {
-			break
-		}
-	}
-	if utf8.RuneCountInString(line) <= DerivedTitle {
-		return line
-	}
-	runes := []rune(line)[:DerivedTitle-1]
-	return strings.TrimRightFunc(string(runes), unicode.IsSpace) + "…"
-}
-
-func isTitleSpace(r rune) bool { return unicode.IsSpace(r) || NotInTitle(r) }
-
-// CleanTitle trims a client's title and checks it: at most MaxTitle
-// characters, and none of the characters NotInTitle names (a title is one
-// line). The error says what is wrong in words a client can act on.
-func CleanTitle(title string) (string, error) {
-	title = strings.TrimSpace(title)
-	if n := utf8.RuneCountInString(title); n > MaxTitle {
-		return "", fmt.Errorf("must be at most %d characters, got %d", MaxTitle, n)
-	}
-	if strings.ContainsFunc(title, NotInTitle) {
-		return "", errors.New("must be one line without control characters, line or paragraph separators (U+2028, U+2029) or bidirectional controls (U+202A-U+202E, U+2066-U+2069)")
-	}
-	return title, nil
-}
-
-// NotInTitle reports the characters a title, which is one line shown as
-// it is, must not hold: control characters, the line and paragraph
-// separators (U+2028, U+2029) and the bidirectional embedding, override
-// and isolate controls (U+202A–U+202E, U+2066–U+2069), which would reorder
-// the text shown after the title.
-func NotInTitle(r rune) bool {
-	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' ||
-		(r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069')
 }

@@ -132,7 +132,7 @@ func TestCoreDeleteThreadQuiescesTheRun(t *testing.T) {
 		t.Fatalf("an emit after the delete: %v; want ErrRunFinished", err)
 	}
 	<-run.Done()
-	if err := core.Writer.Sync(ctx, "th"); err != nil {
+	if err := core.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := store.ReadAfter(ctx, "th", 0, 0)
@@ -153,7 +153,7 @@ func TestCoreCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := core.Runs.Cancel("th", instanceai.ReasonUserCancelled); got == nil || got.ID != run.ID {
+	if got, _, _ := core.Runs().Cancel("th", instanceai.ReasonUserCancelled); got == nil || got.ID != run.ID {
 		t.Fatalf("Cancel returned %v; want run %s", got, run.ID)
 	}
 	select {
@@ -161,7 +161,7 @@ func TestCoreCancel(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the cancelled run did not end")
 	}
-	if err := core.Writer.Sync(ctx, "th"); err != nil {
+	if err := core.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := store.RunEvents(ctx, "th", run.ID)
@@ -173,7 +173,7 @@ func TestCoreCancel(t *testing.T) {
 	if !ok || fin.Status != instanceai.RunCancelled || fin.Reason != instanceai.ReasonUserCancelled {
 		t.Fatalf("last event = %s %+v; want run-finish cancelled/%s", last.Type, last.Payload, instanceai.ReasonUserCancelled)
 	}
-	if got, _, _ := core.Runs.Cancel("th", instanceai.ReasonUserCancelled); got != nil {
+	if got, _, _ := core.Runs().Cancel("th", instanceai.ReasonUserCancelled); got != nil {
 		t.Fatal("a second cancel found a run")
 	}
 }
@@ -207,7 +207,7 @@ func TestCoreChatTitlesInsideTheRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-run.Done()
-		if err := core.Writer.Sync(ctx, id); err != nil {
+		if err := core.Writer().Sync(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := store.RunEvents(ctx, id, run.ID)
@@ -286,7 +286,7 @@ func TestCoreRunWhoseThreadIsGoneStops(t *testing.T) {
 	if core.Active("th") != nil {
 		t.Fatal("the run of a deleted thread is still the thread's active run")
 	}
-	if err := core.Writer.Sync(ctx, "th"); err != nil {
+	if err := core.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	if rows, err := store.ReadAfter(ctx, "th", 0, 0); err != nil || len(rows) != 0 {
@@ -299,7 +299,7 @@ func TestCoreRunWhoseThreadIsGoneStops(t *testing.T) {
 	}
 	core.Cancel("th")
 	<-bobs.Done()
-	if err := core.Writer.Sync(ctx, "th"); err != nil {
+	if err := core.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := store.ReadAfter(ctx, "th", 0, 0)

@@ -173,7 +173,7 @@ func TestTheDoorsRulesHoldThroughACancel(t *testing.T) {
 	l := newLifecycleOn(t, memory.New(), agent, instanceai.CoreConfig{}, "t")
 	run := l.start("t", "go")
 	<-emitted
-	if _, _, err := l.core.Runs.Cancel("t", "user_cancelled"); err != nil {
+	if _, _, err := l.core.Runs().Cancel("t", "user_cancelled"); err != nil {
 		t.Fatal(err)
 	}
 	l.settle(run)

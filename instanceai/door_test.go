@@ -252,14 +252,14 @@ func TestTheFinishClosesWhatTheProducerLeftOpen(t *testing.T) {
 			l.name("sub2", "sub2")
 			// pick_color is a tool of the client's: its call stays open at a
 			// completed finish, for the client to answer in the next run.
-			run, err := l.core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go",
+			run, err := l.core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "go",
 				Tools: []instanceai.ToolSpec{{Name: "pick_color"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			<-emitted
 			if c.cancel {
-				if _, _, err := l.core.Runs.Cancel("t", "user_cancelled"); err != nil {
+				if _, _, err := l.core.Runs().Cancel("t", "user_cancelled"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -167,7 +167,7 @@ func TestEmitWhileACancelIsUnderWayReturnsItsCause(t *testing.T) {
 	})
 	l := newLifecycle(t, agent, "t")
 	run := l.start("t", "go")
-	l.core.Runs.Cancel("t", instanceai.ReasonTimeout)
+	l.core.Runs().Cancel("t", instanceai.ReasonTimeout)
 	// Either the agent's emit met the cancel's cause, or the cancel had
 	// already queued the finish.
 	err := <-stopped
@@ -185,7 +185,7 @@ func TestEmitAfterTheWriterClosedFails(t *testing.T) {
 	})
 	l := newLifecycle(t, agent, "t")
 	run := l.start("t", "go")
-	if err := l.core.Writer.Close(context.Background()); err != nil {
+	if err := l.core.Writer().Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Emit(toolCall("c1")); !errors.Is(err, instanceai.ErrWriterClosed) {

@@ -316,7 +316,7 @@ func TestARunTakenOverStopsAtItsNextWrite(t *testing.T) {
 		return err == nil && row.Free(time.Now())
 	})
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
-	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
 	}
 	b.sync("th")
@@ -335,7 +335,7 @@ func TestARunTakenOverStopsAtItsNextWrite(t *testing.T) {
 		t.Fatal("the run went on after its write was refused")
 	}
 	a.settle(run)
-	if a.core.Runs.Active("th") != nil {
+	if a.core.Runs().Active("th") != nil {
 		t.Fatal("the taken run is still active here")
 	}
 	if err := run.Emit(toolCall("c3")); !errors.Is(err, instanceai.ErrRunFinished) {
@@ -384,8 +384,8 @@ func TestSettlementFencesTheRunsBackgroundAgents(t *testing.T) {
 	})
 	a := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond}, "th")
 	run := a.start("th", "work")
-	waitUntil(t, "the helper works", func() bool { return len(a.core.Runs.Status(ctx, "th").BackgroundTasks) == 1 })
-	helper := a.core.Runs.Status(ctx, "th").BackgroundTasks[0].AgentID
+	waitUntil(t, "the helper works", func() bool { return len(a.core.Runs().Status(ctx, "th").BackgroundTasks) == 1 })
+	helper := a.core.Runs().Status(ctx, "th").BackgroundTasks[0].AgentID
 	a.name(helper, "helper")
 	a.sync("th")
 	waitUntil(t, "inst-a's leases ran out", func() bool {
@@ -394,7 +394,7 @@ func TestSettlementFencesTheRunsBackgroundAgents(t *testing.T) {
 		return err == nil && len(expired) == 1 && rerr == nil && row.Free(time.Now())
 	})
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
-	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
 	}
 	b.sync("th")
@@ -412,7 +412,7 @@ func TestSettlementFencesTheRunsBackgroundAgents(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the helper went on after its write was refused")
 	}
-	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.core.Runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.core.Runs().Status(ctx, "th").BackgroundTasks) == 0 })
 	a.sync("th")
 	a.expectLog("th", run.ID, settled...)
 }
@@ -527,7 +527,7 @@ func TestConfirmationOfATakenRunIsRefused(t *testing.T) {
 		t.Fatalf("the refused request: %v, want ErrNotFound", err)
 	}
 	a.expectLog("th", run.ID, "run-start @orch")
-	if a.core.Runs.Active("th") != nil {
+	if a.core.Runs().Active("th") != nil {
 		t.Fatal("the taken run is still active here")
 	}
 }
@@ -703,11 +703,11 @@ func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
 	})
 	gate := newTypeGate(store, instanceai.TypeAgentSpawned)
 	a := newGatedCore(t, gate, agent, instanceai.CoreConfig{Instance: "inst-a", Lease: 20 * time.Millisecond})
-	run, err := a.Runs.Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "work"})
+	run, err := a.Runs().Start(instanceai.StartRequest{ThreadID: "th", UserID: "u", Message: "work"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Writer.Sync(ctx, "th"); err != nil {
+	if err := a.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	close(spawn)
@@ -730,7 +730,7 @@ func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
 		t.Fatalf("RenewAgents = %+v, %v", rows, err)
 	}
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
-	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
 	}
 	b.sync("th")
@@ -745,8 +745,8 @@ func TestSettlementFencesAnAgentItsLogDoesNotShow(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the helper did not return")
 	}
-	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.Runs.Status(ctx, "th").BackgroundTasks) == 0 })
-	if err := a.Writer.Sync(ctx, "th"); err != nil {
+	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.Runs().Status(ctx, "th").BackgroundTasks) == 0 })
+	if err := a.Writer().Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	b.expectLog("th", run.ID, settled...)
@@ -787,7 +787,7 @@ func TestAnAgentSpawnedAfterATakeoverWritesNothing(t *testing.T) {
 		return err == nil && row.Free(time.Now())
 	})
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
-	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired on inst-b = %d, %v; want the run settled", n, err)
 	}
 	b.sync("th")
@@ -806,7 +806,7 @@ func TestAnAgentSpawnedAfterATakeoverWritesNothing(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the helper did not return")
 	}
-	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.core.Runs.Status(ctx, "th").BackgroundTasks) == 0 })
+	waitUntil(t, "the helper is gone from inst-a", func() bool { return len(a.core.Runs().Status(ctx, "th").BackgroundTasks) == 0 })
 	a.sync("th")
 	b.expectLog("th", run.ID, settled...)
 	if agents, err := store.RunAgents(ctx, "th", run.ID); err != nil || len(agents) != 0 {

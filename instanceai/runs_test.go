@@ -59,8 +59,8 @@ func newLifecycleOn(t *testing.T, store *memory.Store, agent instanceai.Agent, c
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, waitFor)
 		defer cancel()
-		_ = core.Runs.Shutdown(sctx)
-		_ = core.Writer.Close(sctx)
+		_ = core.Runs().Shutdown(sctx)
+		_ = core.Writer().Close(sctx)
 	})
 	_, resumes := agent.(instanceai.Resumer)
 	return &lifecycle{t: t, store: store, core: core, agents: map[string]string{}, resumes: resumes}
@@ -68,7 +68,7 @@ func newLifecycleOn(t *testing.T, store *memory.Store, agent instanceai.Agent, c
 
 func (l *lifecycle) start(thread, message string) *instanceai.Run {
 	l.t.Helper()
-	run, err := l.core.Runs.Start(instanceai.StartRequest{ThreadID: thread, UserID: "u", Message: message})
+	run, err := l.core.Runs().Start(instanceai.StartRequest{ThreadID: thread, UserID: "u", Message: message})
 	if err != nil {
 		l.t.Fatalf("start a run on %s: %v", thread, err)
 	}
@@ -98,7 +98,7 @@ func (l *lifecycle) sync(thread string) {
 	l.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := l.core.Writer.Sync(ctx, thread); err != nil {
+	if err := l.core.Writer().Sync(ctx, thread); err != nil {
 		l.t.Fatal(err)
 	}
 }
@@ -244,13 +244,13 @@ func TestRunStartEventsFinishCompleted(t *testing.T) {
 		`tool-result:c1={"ok":true} @orch`,
 		"text-block:done @orch",
 		"run-finish:completed: @orch")
-	if a := l.core.Runs.Active("t"); a != nil {
+	if a := l.core.Runs().Active("t"); a != nil {
 		t.Fatalf("active run after the finish: %s", a.ID)
 	}
 	if _, err := l.store.ActiveRun(context.Background(), "t"); !errors.Is(err, instanceai.ErrNotFound) {
 		t.Fatalf("claim after the finish is stored: %v, want ErrNotFound", err)
 	}
-	st := l.core.Runs.Status(context.Background(), "t")
+	st := l.core.Runs().Status(context.Background(), "t")
 	if st.HasActiveRun || st.IsSuspended || len(st.BackgroundTasks) != 0 {
 		t.Fatalf("status after the finish = %+v", st)
 	}
@@ -289,7 +289,7 @@ func TestOneActiveRunPerThread(t *testing.T) {
 	})
 	l := newLifecycle(t, agent, "t", "other")
 	first := l.start("t", "wait")
-	second, err := l.core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "again"})
+	second, err := l.core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "again"})
 	if !errors.Is(err, instanceai.ErrRunActive) {
 		t.Fatalf("second start: %v, want ErrRunActive", err)
 	}
@@ -299,7 +299,7 @@ func TestOneActiveRunPerThread(t *testing.T) {
 	// Another thread is not held by it.
 	other := l.start("other", "quick")
 	l.settle(other)
-	if n := l.core.Runs.Count(); n != 1 {
+	if n := l.core.Runs().Count(); n != 1 {
 		t.Fatalf("active runs = %d, want 1", n)
 	}
 	close(release)
@@ -318,14 +318,14 @@ func TestOneActiveRunPerThread(t *testing.T) {
 
 func TestUnknownAgentNameIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 	l := newLifecycle(t, instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil }), "t")
-	_, err := l.core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", AgentName: "nope"})
+	_, err := l.core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", AgentName: "nope"})
 	var unknown *instanceai.UnknownAgentError
 	if !errors.As(err, &unknown) || unknown.Name != "nope" {
 		t.Fatalf("start with an unknown agent: %v", err)
 	}
 	l.sync("t")
 	l.expectLog("t", "")
-	if l.core.Runs.Active("t") != nil {
+	if l.core.Runs().Active("t") != nil {
 		t.Fatal("a refused start left an active run")
 	}
 }
@@ -373,7 +373,7 @@ func TestAgentFailureEndsTheRunWithAnError(t *testing.T) {
 				rows := l.rows("t")
 				c.check(t, rows[3].Event.Payload.(*instanceai.ErrorPayload))
 			}
-			if l.core.Runs.Active("t") != nil {
+			if l.core.Runs().Active("t") != nil {
 				t.Fatal("a failed run is still active")
 			}
 			// The thread takes a next run.

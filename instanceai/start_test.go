@@ -45,18 +45,18 @@ func TestCancelWhileARunStarts(t *testing.T) {
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, waitFor)
 		defer cancel()
-		_ = core.Runs.Shutdown(sctx)
-		_ = core.Writer.Close(sctx)
+		_ = core.Runs().Shutdown(sctx)
+		_ = core.Writer().Close(sctx)
 	})
 	started := make(chan error, 1)
 	var run *instanceai.Run
 	go func() {
 		var err error
-		run, err = core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "work"})
+		run, err = core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u", Message: "work"})
 		started <- err
 	}()
 	<-claims.claiming
-	if r, _, _ := core.Runs.Cancel("t", instanceai.ReasonUserCancelled); r == nil {
+	if r, _, _ := core.Runs().Cancel("t", instanceai.ReasonUserCancelled); r == nil {
 		t.Fatal("the starting run was not found to cancel")
 	}
 	close(claims.release)
@@ -85,7 +85,7 @@ func TestSweepSettlesARunThatNeverBegan(t *testing.T) {
 		row, err := store.ActiveRun(ctx, "never")
 		return err == nil && row.Free(time.Now())
 	})
-	if n, err := l.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := l.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
 	}
 	l.sync("never")
@@ -152,7 +152,7 @@ func TestSweepResumesOnlyARunThatWaits(t *testing.T) {
 		toolResult("c1", `"done"`), instanceai.Event{Type: instanceai.TypeRunFinish, Payload: &instanceai.RunFinish{Status: instanceai.RunCompleted}})
 	leaveAnsweredRun(t, store, "went-on", "run_went_on", toolResult("c1", `"done"`))
 	leaveAnsweredRun(t, store, "waits", "run_waits")
-	if _, err := l.core.Runs.SweepExpired(ctx); err != nil {
+	if _, err := l.core.Runs().SweepExpired(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, th := range []string{"finished", "went-on", "waits"} {

@@ -69,11 +69,11 @@ func TestCancelFinishesTheRunAndSettlesOpenToolCalls(t *testing.T) {
 	l := newLifecycle(t, agent, "t")
 	run := l.start("t", "go")
 	<-working
-	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != run {
+	if got, _, _ := l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled); got != run {
 		t.Fatalf("Cancel returned %v, want the run", got)
 	}
 	// The run is finished when Cancel returns, before its agent noticed.
-	if a := l.core.Runs.Active("t"); a != nil {
+	if a := l.core.Runs().Active("t"); a != nil {
 		t.Fatalf("active run after cancel: %s", a.ID)
 	}
 	if err := run.Emit(toolCall("c3")); !errors.Is(err, instanceai.ErrRunFinished) {
@@ -95,7 +95,7 @@ func TestCancelFinishesTheRunAndSettlesOpenToolCalls(t *testing.T) {
 		"tool-result:c1="+cancelledResult+" @orch",
 		"run-finish:cancelled:user_cancelled @orch")
 	// Cancel is idempotent: a second one finds nothing and writes nothing.
-	if got, _, _ := l.core.Runs.Cancel("t", instanceai.ReasonUserCancelled); got != nil {
+	if got, _, _ := l.core.Runs().Cancel("t", instanceai.ReasonUserCancelled); got != nil {
 		t.Fatalf("second cancel returned %v", got)
 	}
 	l.sync("t")
@@ -117,7 +117,7 @@ func TestShutdownCancelsRunsAsServiceShutdown(t *testing.T) {
 	waitUntil(t, "the tool call is stored", func() bool { l.sync("t"); return len(l.rows("t")) == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := l.core.Runs.Shutdown(ctx); err != nil {
+	if err := l.core.Runs().Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	l.settle(run)

@@ -97,7 +97,7 @@ func TestSweepSettlesExpiredRunsOnly(t *testing.T) {
 
 	b := newLifecycleOn(t, store, agent, instanceai.CoreConfig{Instance: "inst-b"})
 	b.name("agent_dead", "helper")
-	n, err := b.core.Runs.SweepExpired(ctx)
+	n, err := b.core.Runs().SweepExpired(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("SweepExpired = %d, %v; want 1 run settled", n, err)
 	}
@@ -112,20 +112,20 @@ func TestSweepSettlesExpiredRunsOnly(t *testing.T) {
 
 	// Neither sweep touches the waiting run nor the working one, and a
 	// second sweep finds nothing to settle.
-	if n, err := b.core.Runs.SweepExpired(ctx); err != nil || n != 0 {
+	if n, err := b.core.Runs().SweepExpired(ctx); err != nil || n != 0 {
 		t.Fatalf("second SweepExpired = %d, %v", n, err)
 	}
-	if n, err := b.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+	if n, err := b.core.Runs().Sweep(ctx, store); err != nil || n != 0 {
 		t.Fatalf("Sweep = %d, %v; want nothing settled", n, err)
 	}
-	if n, err := a.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+	if n, err := a.core.Runs().Sweep(ctx, store); err != nil || n != 0 {
 		t.Fatalf("Sweep by the runs' own instance = %d, %v", n, err)
 	}
 	b.sync("waiting")
 	b.sync("busy")
 	a.expectLog("waiting", waiting.ID, "run-start @orch", "tool-call:c1 @orch", "confirmation-request:cr1 @orch")
 	a.expectLog("busy", busy.ID, "run-start @orch", "tool-call:c1 @orch")
-	if a.core.Runs.Active("waiting") != waiting || a.core.Runs.Active("busy") != busy {
+	if a.core.Runs().Active("waiting") != waiting || a.core.Runs().Active("busy") != busy {
 		t.Fatal("a sweep took a run from its live instance")
 	}
 	if row, err := store.ActiveRun(ctx, "busy"); err != nil || row.Owner != "inst-a" {
@@ -139,7 +139,7 @@ func TestSweepSettlesExpiredRunsOnly(t *testing.T) {
 	}
 
 	// The waiting run still takes its answer.
-	if _, _, err := a.core.Runs.Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
+	if _, _, err := a.core.Runs().Answer(ctx, "u", "cr1", instanceai.Answer{Approved: true}); err != nil {
 		t.Fatal(err)
 	}
 	a.settle(waiting)
@@ -160,7 +160,7 @@ func TestStartupSweepSettlesADeadInstancesRun(t *testing.T) {
 	l.name("agent_dead", "helper")
 	live := l.start("live", "work")
 	leaveCrashedRun(t, store, "crashed", "run_dead")
-	n, err := l.core.Runs.Sweep(ctx, store)
+	n, err := l.core.Runs().Sweep(ctx, store)
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1", n, err)
 	}
@@ -168,7 +168,7 @@ func TestStartupSweepSettlesADeadInstancesRun(t *testing.T) {
 	l.expectLog("crashed", "run_dead", settledCrashLog...)
 	l.sync("live")
 	l.expectLog("live", live.ID, "run-start @orch")
-	if l.core.Runs.Active("live") != live {
+	if l.core.Runs().Active("live") != live {
 		t.Fatal("the startup sweep took this process's own run")
 	}
 }
@@ -202,7 +202,7 @@ func TestSweepSettlesASuspendedRunWhoseRequestWasNeverStored(t *testing.T) {
 		row, err := store.ActiveRun(ctx, "unasked")
 		return err == nil && row.Free(time.Now())
 	})
-	if n, err := l.core.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := l.core.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
 	}
 	l.sync("unasked")
@@ -269,7 +269,7 @@ func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
 	// sweep must still tell its live agent from a dead one.
 	time.Sleep(60 * time.Millisecond)
 
-	if n, err := a.core.Runs.Sweep(ctx, store); err != nil || n != 1 {
+	if n, err := a.core.Runs().Sweep(ctx, store); err != nil || n != 1 {
 		t.Fatalf("Sweep by inst-a = %d, %v; want the orphaned agent settled", n, err)
 	}
 	a.name("agent_dead", "helper")
@@ -295,13 +295,13 @@ func TestSweepSettlesOrphanedBackgroundAgents(t *testing.T) {
 		return err == nil && len(expired) == 0
 	})
 	for _, sweep := range []func(context.Context) (int, error){
-		b.core.Runs.SweepExpired, func(ctx context.Context) (int, error) { return b.core.Runs.Sweep(ctx, store) },
+		b.core.Runs().SweepExpired, func(ctx context.Context) (int, error) { return b.core.Runs().Sweep(ctx, store) },
 	} {
 		if n, err := sweep(ctx); err != nil || n != 0 {
 			t.Fatalf("a second sweep = %d, %v; want nothing settled", n, err)
 		}
 	}
-	if st := a.core.Runs.Status(ctx, "busy"); len(st.BackgroundTasks) != 1 {
+	if st := a.core.Runs().Status(ctx, "busy"); len(st.BackgroundTasks) != 1 {
 		t.Fatalf("inst-a's live agent is gone from its status: %+v", st)
 	}
 	a.sync("orphaned")
@@ -348,7 +348,7 @@ func TestSweepLeavesTheAgentOfARunTheLogHasNotSeenFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.core.Runs.Sweep(ctx, store); err != nil || n != 0 {
+	if n, err := b.core.Runs().Sweep(ctx, store); err != nil || n != 0 {
 		t.Fatalf("Sweep by inst-b = %d, %v; want nothing settled", n, err)
 	}
 	held, err := store.RenewAgents(ctx, "inst-a", time.Minute, []int64{token})
@@ -380,7 +380,7 @@ func TestBackgroundAgentWhoseRowWasTakenStopsSilently(t *testing.T) {
 	run := a.start("th", "work")
 	a.settle(run)
 	<-working
-	st := a.core.Runs.Status(ctx, "th")
+	st := a.core.Runs().Status(ctx, "th")
 	if len(st.BackgroundTasks) != 1 {
 		t.Fatalf("status = %+v; want one background task", st)
 	}
@@ -439,7 +439,7 @@ func TestSweepHandsOverAWaitingRunItsDeadOwnerStillHeld(t *testing.T) {
 			row, err := store.ActiveRun(ctx, "t")
 			return err == nil && row.Free(time.Now())
 		})
-		if _, err := l.core.Runs.SweepExpired(ctx); err != nil {
+		if _, err := l.core.Runs().SweepExpired(ctx); err != nil {
 			t.Fatal(err)
 		}
 		l.sync("t")
@@ -513,10 +513,10 @@ func TestASettlementDoesNotCompleteAnAgentThatCompletedMeanwhile(t *testing.T) {
 	idle := instanceai.AgentFunc(func(context.Context, *instanceai.Run) error { return nil })
 	b := instanceai.NewCore(wrapped, idle, instanceai.CoreConfig{Instance: "inst-b"})
 	t.Cleanup(func() { _ = b.Shutdown(ctx) })
-	if n, err := b.Runs.SweepExpired(ctx); err != nil || n != 1 {
+	if n, err := b.Runs().SweepExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepExpired = %d, %v; want the run settled", n, err)
 	}
-	if err := b.Writer.Sync(ctx, "t"); err != nil {
+	if err := b.Writer().Sync(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
 	l := &lifecycle{t: t, store: store, agents: map[string]string{"agent_cut": "helper"}}

@@ -709,16 +709,16 @@ func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
 	core := instanceai.NewCore(storeWithLog{store, log}, agent, instanceai.CoreConfig{
 		Limits: instanceai.Limits{MaxEventBytes: maxEvent, MaxSegmentBytes: 1 << 10},
 		Writer: instanceai.WriterConfig{IdleFlush: time.Hour}})
-	run, err := core.Runs.Start(instanceai.StartRequest{ThreadID: "t", UserID: "u"})
+	run, err := core.Runs().Start(instanceai.StartRequest{ThreadID: "t", UserID: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The drain holds one pass in its blocked append; the queue then fills
 	// to its room, four of the largest events, and the producer waits.
 	room := 4 * maxEvent
-	waitUntil(t, "the queue holds its room", func() bool { return instanceai.QueuedBytes(core.Writer, "t") > room })
+	waitUntil(t, "the queue holds its room", func() bool { return instanceai.QueuedBytes(core.Writer(), "t") > room })
 	for range 20 {
-		if q := instanceai.QueuedBytes(core.Writer, "t"); q > room+maxEvent+1<<10 {
+		if q := instanceai.QueuedBytes(core.Writer(), "t"); q > room+maxEvent+1<<10 {
 			t.Fatalf("the queue holds %d bytes, past its room %d and one event", q, room)
 		}
 		runtime.Gosched()
@@ -739,8 +739,8 @@ func TestAProducerFasterThanTheDrainWaitsForRoom(t *testing.T) {
 	if rows, _ := store.ReadAfter(ctx, "t", 0, 0); len(rows) != events+2 {
 		t.Fatalf("stored %d rows, want the run-start, all %d events and the run-finish", len(rows), events)
 	}
-	_ = core.Runs.Shutdown(ctx)
-	_ = core.Writer.Close(ctx)
+	_ = core.Runs().Shutdown(ctx)
+	_ = core.Writer().Close(ctx)
 }
 
 // storeWithLog is a store whose event log is another: the writer appends

@@ -288,7 +288,7 @@ func TestAGUIRejoinFinishedRun(t *testing.T) {
 		waitRow(t, store, "th", first, rowType(instanceai.TypeRunFinish))
 		// The title derived from the first message is queued by the chat
 		// request and may be stored after the run's finish: let it land.
-		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
+		if err := h.App.Sync(ctx, "th"); err != nil {
 			t.Fatal(err)
 		}
 		events := h.openRejoin(ctx, "th", "").rest()

@@ -143,10 +143,10 @@ func TestAuthentication(t *testing.T) {
 		if got := alice.ListThreads("").Threads; len(got) != 2 || got[0].Title != "Alice's secret plan" {
 			t.Fatalf("alice's threads after bob's attempts = %+v", got)
 		}
-		if r := h.App.Runs.Active("a1"); r != nil {
+		if r := h.App.Active("a1"); r != nil {
 			t.Fatalf("bob started run %s in alice's thread", r.ID)
 		}
-		if err := h.App.Writer.Sync(context.Background(), "a1"); err != nil {
+		if err := h.App.Sync(context.Background(), "a1"); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range servertest.StoredEvents(t, store, "a1") {

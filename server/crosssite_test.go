@@ -74,7 +74,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	if st := h.ThreadStatus("victim"); st.HasActiveRun || st.RunID != "" {
 		t.Fatalf("a refused request started a run: %+v", st)
 	}
-	if rows := servertest.StoredEvents(t, h.App.Store, "victim"); len(rows) != 0 {
+	if rows := servertest.StoredEvents(t, h.Store, "victim"); len(rows) != 0 {
 		t.Fatalf("the victim's thread has %d events, want none", len(rows))
 	}
 	if page := h.ListThreads(""); len(page.Threads) != 2 {

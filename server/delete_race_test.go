@@ -102,10 +102,10 @@ func TestChatRacingDeleteAndRecreate(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		for i := range attempts {
 			thread := fmt.Sprintf("raced-%d", i)
-			if err := h.App.Writer.Sync(context.Background(), thread); err != nil {
+			if err := h.App.Sync(context.Background(), thread); err != nil {
 				t.Fatal(err)
 			}
-			if r := h.App.Runs.Active(thread); r != nil && aliceRuns[r.ID] {
+			if r := h.App.Active(thread); r != nil && aliceRuns[r.ID] {
 				t.Errorf("%s: alice's run %s is still active in bob's thread", thread, r.ID)
 			}
 			rows := servertest.StoredEvents(t, base, thread)
@@ -164,7 +164,7 @@ func TestRunOutlivingItsThreadOnAnotherInstance(t *testing.T) {
 		bob.Connect("shared", "", false).Until(wait, servertest.IsRunFinish(bobRun))
 
 		deadline := time.Now().Add(wait)
-		for a.App.Runs.Active("shared") != nil {
+		for a.App.Active("shared") != nil {
 			if time.Now().After(deadline) {
 				t.Fatalf("alice's run %s still works on A after its thread was deleted", aliceRun)
 			}
@@ -172,7 +172,7 @@ func TestRunOutlivingItsThreadOnAnotherInstance(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 		for _, h := range []*harness{a, b} {
-			if err := h.App.Writer.Sync(context.Background(), "shared"); err != nil {
+			if err := h.App.Sync(context.Background(), "shared"); err != nil {
 				t.Fatal(err)
 			}
 		}

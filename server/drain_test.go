@@ -19,13 +19,13 @@ func TestDrainingAnswers503(t *testing.T) {
 	h := start(t, store, servertest.Options{})
 	run := h.Chat("th", "simple hi")
 	waitRow(t, store, "th", run, rowType(instanceai.TypeRunFinish))
-	if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+	if err := h.App.Sync(context.Background(), "th"); err != nil {
 		t.Fatal(err)
 	}
 	before := len(servertest.StoredEvents(t, store, "th"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	h.App.Runs.Drain(ctx)
+	h.App.Drain(ctx)
 
 	for _, tc := range []struct{ path, body string }{
 		{"/instance-ai/chat/th", `{"message":"simple"}`},

@@ -36,7 +36,7 @@ func TestReplayAtEveryCursor(t *testing.T) {
 		live.Until(wait, func(f servertest.Frame) bool {
 			return f.Decoded.Type == instanceai.TypeRunFinish && f.Decoded.RunID != last
 		})
-		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		log := servertest.StoredEvents(t, store, "th")
@@ -399,7 +399,7 @@ func TestCancelMidRun(t *testing.T) {
 		if err := <-late; err == nil || !errors.Is(err, instanceai.ErrRunFinished) && !strings.Contains(err.Error(), "run cancelled") {
 			t.Fatalf("an emit after the cancel: %v; want ErrRunFinished or the cancellation", err)
 		}
-		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		log := servertest.StoredEvents(t, store, "th")

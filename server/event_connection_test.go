@@ -52,9 +52,9 @@ func rawEvents(t *testing.T, h *harness, thread, extra string) (net.Conn, *http.
 func waitSubscribers(t *testing.T, h *harness, n int, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for h.App.Hub.Subscribers() != n {
+	for h.App.Subscribers() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d subscribers after %v, want %d", h.App.Hub.Subscribers(), d, n)
+			t.Fatalf("%d subscribers after %v, want %d", h.App.Subscribers(), d, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -144,7 +144,7 @@ func TestShutdownEndsEventStreams(t *testing.T) {
 		if err := h.App.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := h.App.Hub.Subscribers(); n != 0 {
+		if n := h.App.Subscribers(); n != 0 {
 			t.Fatalf("%d subscribers after the shutdown", n)
 		}
 		var last servertest.Frame
@@ -221,12 +221,12 @@ func TestEventStreamOverHTTP2(t *testing.T) {
 			break
 		}
 	}
-	if n := app.Hub.Subscribers(); n != 1 {
+	if n := app.Subscribers(); n != 1 {
 		t.Fatalf("%d subscribers", n)
 	}
 	conn.Close()
 	deadline = time.Now().Add(time.Second)
-	for app.Hub.Subscribers() != 0 {
+	for app.Subscribers() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the HTTP/2 stream outlived its client")
 		}
@@ -243,7 +243,7 @@ func TestCurlFollowsEventStream(t *testing.T) {
 	}
 	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	runID := h.Chat("th", "tools")
-	waitRow(t, h.App.Store, "th", runID, rowType(instanceai.TypeRunFinish))
+	waitRow(t, h.Store, "th", runID, rowType(instanceai.TypeRunFinish))
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, curl, "--silent", "--show-error", "--no-buffer", "--include", h.URL+"/instance-ai/events/th")

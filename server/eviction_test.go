@@ -23,7 +23,7 @@ func evictedThread(t *testing.T) (*harness, instanceai.Store, []instanceai.Store
 	h := start(t, store, servertest.Options{})
 	run := h.Chat("ev", "tools")
 	waitRow(t, store, "ev", run, rowType(instanceai.TypeRunFinish))
-	if err := h.App.Writer.Sync(context.Background(), "ev"); err != nil {
+	if err := h.App.Sync(context.Background(), "ev"); err != nil {
 		t.Fatal(err)
 	}
 	kept := servertest.StoredEvents(t, store, "ev")

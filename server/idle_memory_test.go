@@ -74,7 +74,7 @@ func idleStreamMemory(b *testing.B, store instanceai.Store) {
 				}
 			}
 		}
-		for h.App.Core.Hub.Subscribers() < idleStreams {
+		for h.App.Subscribers() < idleStreams {
 			time.Sleep(time.Millisecond)
 		}
 		after := inUse()
@@ -88,7 +88,7 @@ func idleStreamMemory(b *testing.B, store instanceai.Store) {
 		for _, c := range conns {
 			c.Close()
 		}
-		for h.App.Core.Hub.Subscribers() > 0 {
+		for h.App.Subscribers() > 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}

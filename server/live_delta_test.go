@@ -69,7 +69,7 @@ func followDeltas(t *testing.T, queue, deltas int) {
 	// The stream's first comment goes out before the feed subscribes; a
 	// delta published before that would reach the reader merged into the
 	// snapshot's open text, so the run starts once the reader is live.
-	for h.App.Core.Hub.Subscribers() == 0 {
+	for h.App.Subscribers() == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the stream never subscribed")
 		}

@@ -52,7 +52,7 @@ func TestMetricsHTTP(t *testing.T) {
 	h.awaitMetric(`threadline_streams_open{surface="native"}`, 1)
 	runID := h.Chat("m1", "simple hi")
 	live.Until(wait, servertest.IsRunFinish(runID))
-	if err := h.App.Writer.Sync(context.Background(), "m1"); err != nil {
+	if err := h.App.Sync(context.Background(), "m1"); err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := h.Do(http.MethodGet, "/instance-ai/threads/m1/status", ""); code != http.StatusOK {
@@ -121,7 +121,7 @@ func TestMetricsHTTP(t *testing.T) {
 	}
 
 	// CopilotKit's connect replays the finished run from the log.
-	if err := h.App.Writer.Sync(context.Background(), "m-agui"); err != nil {
+	if err := h.App.Sync(context.Background(), "m-agui"); err != nil {
 		t.Fatal(err)
 	}
 	runRows := len(servertest.StoredEvents(t, store, "m-agui"))

@@ -58,17 +58,17 @@ func TestMetrics(t *testing.T) {
 	live := h.Connect("metrics", "", false)
 	runID := h.Chat("metrics", "tools")
 	live.Until(wait, servertest.IsRunFinish(runID))
-	if err := h.App.Writer.Sync(context.Background(), "metrics"); err != nil {
+	if err := h.App.Sync(context.Background(), "metrics"); err != nil {
 		t.Fatal(err)
 	}
 	// The stream subscribes once its replay is over, which may come after
 	// it sent the whole run (a run quicker than the replay's start).
 	deadline := time.Now().Add(wait)
-	for h.App.Hub.Subscribers() != 1 && time.Now().Before(deadline) {
+	for h.App.Subscribers() != 1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	after := h.scrape()
-	stored := servertest.StoredEvents(t, h.App.Store, "metrics")
+	stored := servertest.StoredEvents(t, h.Store, "metrics")
 
 	if got := after[`threadline_events_published_total{type="run-start"}`] - before[`threadline_events_published_total{type="run-start"}`]; got != 1 {
 		t.Fatalf("run-start events counted %v, want 1", got)
@@ -135,7 +135,7 @@ func TestAgentNames(t *testing.T) {
 	if got := <-agent.picked; got != "" {
 		t.Fatalf("default run picked %q", got)
 	}
-	waitRunFinish(t, h.App.Store, "named", wait)
+	waitRunFinish(t, h.Store, "named", wait)
 	code, body = h.Do(http.MethodPost, "/instance-ai/chat/named2", `{"message":"hi","agent":"sales"}`)
 	if code != http.StatusOK {
 		t.Fatalf("named agent: %d %v", code, body)

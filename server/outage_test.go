@@ -126,7 +126,7 @@ func TestPostgresOutageBeyondTheRetryBudget(t *testing.T) {
 			t.Fatal("/messages still shows the failed run streaming")
 		}
 	}
-	sub, snap := h.App.Core.Hub.Subscribe(thread)
+	sub, snap := h.Hub.Subscribe(thread)
 	sub.Close()
 	if len(snap.Open) != 0 {
 		t.Fatalf("a later subscriber would get the dead run's open text: %+v", snap.Open)

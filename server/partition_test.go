@@ -33,7 +33,7 @@ func TestChannelPartitioning(t *testing.T) {
 		runID := h.Chat("part", "tools")
 		liveText := text.Until(wait, servertest.IsRunFinish(runID))
 		liveTools := tools.Until(wait, servertest.IsRunFinish(runID))
-		if err := h.App.Writer.Sync(context.Background(), "part"); err != nil {
+		if err := h.App.Sync(context.Background(), "part"); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range liveText {

@@ -117,7 +117,7 @@ func TestProbesWhileDraining(t *testing.T) {
 	h := start(t, servertest.OpenStore(t, "memory"), servertest.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	h.App.Runs.Drain(ctx)
+	h.App.Drain(ctx)
 	a := h.probe(probe.ReadyPath)
 	if !checkFails("draining", "storage", "migrations")(a) {
 		t.Fatalf("/readyz while draining: %d %+v", a.code, a.body)

@@ -92,7 +92,7 @@ func TestSessionRestoreWhileStreaming(t *testing.T) {
 					restored.Apply(f.Decoded)
 				}
 			}
-			if err := h.App.Writer.Sync(context.Background(), thread); err != nil {
+			if err := h.App.Sync(context.Background(), thread); err != nil {
 				t.Fatal(err)
 			}
 			var all []instanceai.Event

@@ -27,7 +27,7 @@ func TestPrunedThreadReplays(t *testing.T) {
 	for _, thread := range []string{"gone", "kept"} {
 		run := h.Chat(thread, "tools")
 		waitRow(t, store, thread, run, rowType(instanceai.TypeRunFinish))
-		if err := h.App.Writer.Sync(ctx, thread); err != nil {
+		if err := h.App.Sync(ctx, thread); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +89,7 @@ func TestCappedThreadReplays(t *testing.T) {
 	for range 2 {
 		run := h.Chat("th", "tools")
 		waitRow(t, store, "th", run, rowType(instanceai.TypeRunFinish))
-		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
+		if err := h.App.Sync(ctx, "th"); err != nil {
 			t.Fatal(err)
 		}
 	}

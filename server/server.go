@@ -60,6 +60,10 @@ type Config struct {
 	// SubscriberQueueBytes bounds a subscriber's queue in bytes (0: the
 	// hub's default).
 	SubscriberQueueBytes int
+	// Hub, when set, is the hub the core fans live frames out through;
+	// nil makes one of SubscriberQueue frames. Pass one to publish to it
+	// or subscribe to it directly, as tests do.
+	Hub *instanceai.Hub
 	// HistoryMaxBytes bounds what one /messages page or AG-UI snapshot of
 	// a conversation holds past its newest message (0: the default).
 	HistoryMaxBytes int
@@ -137,8 +141,8 @@ const DefaultLeaseRenew = 2 * time.Second
 
 // Server is the wired application.
 type Server struct {
-	// Core is the engine: its Store, Hub, Writer, Runs and Cluster (nil
-	// without a bus) are the server's, for the command and the tests.
+	// Core is the engine, for the command and the tests: the surfaces
+	// were each given it, and its parts are its own.
 	*instanceai.Core
 	// Metrics are served at /metrics; agents report to them too (the n8n
 	// bridge's capture counts).
@@ -172,10 +176,10 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.LeaseRenew = DefaultLeaseRenew
 	}
 	s.leaseRenew = cfg.LeaseRenew
-	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Writer: cfg.Writer, Limits: cfg.Limits,
+	s.Core = instanceai.NewCore(store, agent, instanceai.CoreConfig{SubscriberQueue: cfg.SubscriberQueue, SubscriberQueueBytes: cfg.SubscriberQueueBytes, Hub: cfg.Hub, Writer: cfg.Writer, Limits: cfg.Limits,
 		Bus: cfg.Bus, Instance: cfg.Instance, Lease: cfg.Lease, PollInterval: cfg.PollInterval, BusBroadcast: cfg.BusBroadcast, Logger: cfg.Logger, Observer: s.Metrics,
 		Expired: interruptExpired})
-	s.Metrics.Gauges(s.Hub.Subscribers, s.ActiveRuns)
+	s.Metrics.Gauges(s.Subscribers, s.ActiveRuns)
 	s.Metrics.DefaultAgent(cfg.AgentName)
 
 	// No path cleaning: mux would answer a path with dot segments
@@ -245,10 +249,11 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		Agent: cfg.AgentName, Named: named}).Register(authed)
 	// The probes are public, like /health: an orchestrator sends no token.
 	var busCheck func() error
-	if s.Cluster != nil {
-		busCheck = s.Cluster.Check
+	if s.Clustered() {
+		busCheck = s.BusHealth
 	}
-	probe.New(probe.Config{Store: store, Bus: busCheck, Draining: s.Draining}).Register(router)
+	prober, _ := store.(instanceai.Prober)
+	probe.New(probe.Config{Store: prober, Bus: busCheck, Draining: s.Draining}).Register(router)
 	// The API's description is public, like /health: clients read it
 	// before they have a token.
 	router.Handle(openapi.Path, openapi.Handler(version.String())).Methods(http.MethodGet)

@@ -103,7 +103,7 @@ func newStreamFanout(b *testing.B, wrap func(http.Handler) http.Handler) *stream
 			}
 		}()
 	}
-	for h.App.Hub.Subscribers() < streamFanoutStreams {
+	for h.App.Subscribers() < streamFanoutStreams {
 		time.Sleep(time.Millisecond)
 	}
 	return f
@@ -113,7 +113,7 @@ func (f *streamFanout) round(b *testing.B) time.Duration {
 	want := f.delivered.Load() + streamFanoutBatches*streamFanoutStreams
 	t0 := time.Now()
 	for range streamFanoutBatches {
-		f.h.App.Hub.Publish("fan", []instanceai.Frame{f.frame})
+		f.h.Hub.Publish("fan", []instanceai.Frame{f.frame})
 	}
 	deadline := t0.Add(30 * time.Second)
 	for f.delivered.Load() < want {

@@ -204,7 +204,7 @@ func TestRenameEmitsTitleEvent(t *testing.T) {
 		checkTitleEvent(t, busy[len(busy)-1], "Busy rename", runID, "local")
 		h.Cancel("th")
 		conn.Until(wait, servertest.IsRunFinish(runID))
-		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		var stored []string
@@ -296,7 +296,7 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 				t.Fatal("the stream of the deleted thread is still open")
 			}
 		}
-		if r := h.App.Runs.Active("th"); r != nil {
+		if r := h.App.Active("th"); r != nil {
 			t.Fatalf("run %s still active after delete", r.ID)
 		}
 		code, out := h.Do(http.MethodGet, "/instance-ai/events/th", "")
@@ -312,7 +312,7 @@ func TestDeleteCancelsTheActiveRun(t *testing.T) {
 		// Give the agent time to misbehave: nothing reaches the store after
 		// the delete, and the cancel's run-finish was stored before it.
 		time.Sleep(100 * time.Millisecond)
-		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		ops := store.history("th")
@@ -361,7 +361,7 @@ func TestTitleFromFirstMessage(t *testing.T) {
 		// A later message neither retitles nor announces anything.
 		run2 := h.Chat("th", "simple second")
 		h.Connect("th", "", false).Until(wait, servertest.IsRunFinish(run2))
-		if err := h.App.Writer.Sync(ctx, "th"); err != nil {
+		if err := h.App.Sync(ctx, "th"); err != nil {
 			t.Fatal(err)
 		}
 		var stored int
@@ -407,17 +407,17 @@ func TestDeleteWaitsForBackgroundAgents(t *testing.T) {
 		runID := h.Chat("th", "background")
 		conn := h.Connect("th", "", false)
 		conn.Until(wait, servertest.IsRunFinish(runID))
-		if len(h.App.Runs.LiveRuns("th")) == 0 {
+		if len(h.App.LiveRuns("th")) == 0 {
 			t.Fatal("the background agent is not running at the delete")
 		}
 		if code, _ := h.Do(http.MethodDelete, "/instance-ai/threads/th", ""); code != http.StatusOK {
 			t.Fatalf("delete: %d", code)
 		}
-		if live := h.App.Runs.LiveRuns("th"); len(live) != 0 {
+		if live := h.App.LiveRuns("th"); len(live) != 0 {
 			t.Fatalf("runs %v still live after delete", live)
 		}
 		time.Sleep(300 * time.Millisecond)
-		if err := h.App.Writer.Sync(context.Background(), "th"); err != nil {
+		if err := h.App.Sync(context.Background(), "th"); err != nil {
 			t.Fatal(err)
 		}
 		ops := store.history("th")

@@ -140,7 +140,7 @@ func chatWithTraceparent(t *testing.T, s *servertest.Server, thread, traceparent
 		t.Fatalf("chat: %d", res.StatusCode)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for s.App.Runs.Active(thread) != nil {
+	for s.App.Active(thread) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the run did not finish")
 		}

@@ -35,6 +35,13 @@ const MaxRuns = 50
 // not all answered by tool messages.
 const NoResult = "No result was recorded for this tool call: the run ended before the tool finished, or the client never ran it. Do not assume it succeeded."
 
+// Store is what a conversation is read from: a thread's history window
+// and where its log ends (any instanceai.Store, or the Core).
+type Store interface {
+	history.Store
+	NextSeq(ctx context.Context, threadID string) (int64, error)
+}
+
 // Load returns the thread's conversation before the run currentRunID: for
 // each earlier run (the last MaxRuns), its user message and the assistant
 // side folded from the log (text, tool calls with their arguments, and
@@ -44,7 +51,7 @@ const NoResult = "No result was recorded for this tool call: the run ended befor
 // previous run after that run finished (a client's frontend-tool result) is
 // folded into that run. currentRunID "" (or an id not in the log) returns
 // the whole thread.
-func Load(ctx context.Context, store history.Store, threadID, currentRunID string) ([]instanceai.HistoryMessage, error) {
+func Load(ctx context.Context, store Store, threadID, currentRunID string) ([]instanceai.HistoryMessage, error) {
 	runs, err := fold(ctx, store, threadID, currentRunID, false)
 	if err != nil {
 		return nil, err
@@ -62,7 +69,7 @@ func Load(ctx context.Context, store history.Store, threadID, currentRunID strin
 // outcome yet are returned as open, and the history has no tool messages
 // for them: the caller settles them and appends their tool messages. steps
 // is how many assistant messages (model calls) the run has made.
-func LoadRun(ctx context.Context, store history.Store, threadID, runID string) (history []instanceai.HistoryMessage, open []instanceai.HistoryToolCall, steps int, err error) {
+func LoadRun(ctx context.Context, store Store, threadID, runID string) (history []instanceai.HistoryMessage, open []instanceai.HistoryToolCall, steps int, err error) {
 	if runID == "" {
 		return nil, nil, 0, errors.New("conversation: LoadRun needs a run id")
 	}
@@ -144,7 +151,7 @@ type foldedRun struct {
 
 // fold reads the thread and folds each run before stopRunID (and that run
 // too when include is set), keeping the last MaxRuns.
-func fold(ctx context.Context, store history.Store, threadID, stopRunID string, include bool) ([]*foldedRun, error) {
+func fold(ctx context.Context, store Store, threadID, stopRunID string, include bool) ([]*foldedRun, error) {
 	if store == nil {
 		return nil, errors.New("conversation: no store")
 	}

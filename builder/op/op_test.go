@@ -42,7 +42,7 @@ func run(t *testing.T, req op.Request, cfg op.Config) []instanceai.Event {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the operation did not end")
 	}
-	if err := core.Writer.Sync(ctx, "th"); err != nil {
+	if err := core.Sync(ctx, "th"); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := store.RunEvents(ctx, "th", r.ID)

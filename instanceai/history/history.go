@@ -22,10 +22,13 @@ import (
 // what a thread of long tool outputs or pasted documents may hold.
 const DefaultMaxBytes = 4 << 20
 
-// Store is what the history is read from.
+// Store is what the history is read from: a thread's log a page at a time
+// (instanceai.PageReader) and its user messages. The surfaces read it
+// through their instanceai.Core.
 type Store interface {
-	instanceai.EventLog
-	instanceai.MessageStore
+	instanceai.PageReader
+	MessageHeads(ctx context.Context, threadID string) ([]instanceai.Message, error)
+	MessagesByID(ctx context.Context, threadID string, ids []string) ([]instanceai.Message, error)
 }
 
 // Entry is one message of the conversation, as a head: a stored user

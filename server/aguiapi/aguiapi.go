@@ -75,7 +75,6 @@ type Config struct {
 // Handler serves the AG-UI endpoints.
 type Handler struct {
 	core    *instanceai.Core
-	store   instanceai.Store
 	cfg     Config
 	started time.Time
 }
@@ -106,7 +105,7 @@ func New(core *instanceai.Core, cfg Config) *Handler {
 	if cfg.Version == "" {
 		cfg.Version = version.String()
 	}
-	return &Handler{core: core, store: core.Store, cfg: cfg, started: cfg.Now()}
+	return &Handler{core: core, cfg: cfg, started: cfg.Now()}
 }
 
 // Register mounts POST /run-agent and the rejoin stream on authed (routes
@@ -362,7 +361,7 @@ func (h *Handler) begin(r *http.Request, req runRequest) (source, error) {
 	// A refused request leaves no thread behind: the agent is checked
 	// first, and a resume, which answers a run the thread already has,
 	// does not create one.
-	if err := h.core.Runs.CheckAgent(req.agent); err != nil {
+	if err := h.core.CheckAgent(req.agent); err != nil {
 		return source{}, httpjson.AtField(err, "forwardedProps.agent")
 	}
 	user := auth.UserFrom(ctx)
@@ -487,12 +486,12 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 			id, strings.Join(missing, ", "))
 	}
 	runID := awaited[0].RunID
-	next, err := h.store.NextSeq(ctx, id)
+	next, err := h.core.NextSeq(ctx, id)
 	if err != nil {
 		return source{}, err
 	}
 	after := next - 1
-	stored, err := h.store.RunEvents(ctx, id, runID)
+	stored, err := h.core.RunEvents(ctx, id, runID)
 	if err != nil {
 		return source{}, err
 	}
@@ -518,16 +517,11 @@ func (h *Handler) resume(ctx context.Context, req runRequest, user string, await
 // interrupt (so sub-agents, message ids and open calls carry on) and
 // resumes it as the AG-UI run runID.
 func (s source) resumed(threadID, runID string, stored []instanceai.StoredEvent) source {
-	m := mapping.NewInstanceToAGUI(threadID, runID)
-	for _, se := range stored {
-		if se.Seq > s.after {
-			break
-		}
-		if m.Suspended() {
-			m.Resume(runID) // an interrupt answered earlier: keep going
-		}
-		m.Push(se.Event)
+	if i := slices.IndexFunc(stored, func(se instanceai.StoredEvent) bool { return se.Seq > s.after }); i >= 0 {
+		stored = stored[:i]
 	}
+	m := mapping.NewInstanceToAGUI(threadID, runID)
+	mapping.FoldRun(m, runID, events(stored))
 	if !m.Suspended() {
 		// The log does not show the run stopped at an interrupt: map the
 		// rest on its own.
@@ -565,40 +559,11 @@ func answerOf(r agui.Resume) (instanceai.Answer, error) {
 // left open by the thread's last run, which completed, and returns it.
 func (h *Handler) clientToolResult(ctx context.Context, threadID string, i int, msg agui.Message) (*instanceai.ClientToolResult, error) {
 	field := fmt.Sprintf("messages[%d].toolCallId", i)
-	rows, err := h.store.ReadAfter(ctx, threadID, 0, 0)
+	call, err := h.core.UnansweredCall(ctx, threadID, msg.ToolCallID)
 	if err != nil {
 		return nil, err
 	}
-	var last string
-	for _, row := range rows {
-		if row.Event.Type == instanceai.TypeRunStart {
-			last = row.Event.RunID
-		}
-	}
-	var call *instanceai.ClientToolResult
-	completed := false
-	for _, row := range rows {
-		ev := row.Event
-		switch p := ev.Payload.(type) {
-		case *instanceai.ToolCall:
-			if ev.RunID == last && p.ToolCallID == msg.ToolCallID {
-				call = &instanceai.ClientToolResult{RunID: last, AgentID: ev.AgentID, ToolCallID: p.ToolCallID, ToolName: p.ToolName}
-			}
-		case *instanceai.ToolResult:
-			if p.ToolCallID == msg.ToolCallID {
-				call = nil
-			}
-		case *instanceai.ToolError:
-			if p.ToolCallID == msg.ToolCallID {
-				call = nil
-			}
-		case *instanceai.RunFinish:
-			if ev.RunID == last && ev.AgentID == instanceai.OrchestratorAgentID(last) {
-				completed = p.Status == instanceai.RunCompleted
-			}
-		}
-	}
-	if call == nil || !completed {
+	if call == nil {
 		return nil, httpjson.NewError(http.StatusBadRequest, "invalid_field", field,
 			"the tool message does not answer a call left open by the thread's last run (%q)", msg.ToolCallID)
 	}

@@ -53,16 +53,16 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 	if _, err := h.core.Thread(ctx, threadID, auth.UserFrom(ctx)); err != nil {
 		return
 	}
-	next, err := h.store.NextSeq(ctx, threadID)
+	next, err := h.core.NextSeq(ctx, threadID)
 	if err != nil {
 		return
 	}
-	ix, err := history.Load(ctx, h.store, threadID, next-1)
+	ix, err := history.Load(ctx, h.core, threadID, next-1)
 	if err != nil {
 		return
 	}
 	entries := ix.Entries[ix.Window(len(ix.Entries), 0, h.cfg.HistoryMaxBytes):]
-	users, runs, err := ix.ReadEvents(ctx, h.store, threadID, entries)
+	users, runs, err := ix.ReadEvents(ctx, h.core, threadID, entries)
 	if err != nil {
 		return
 	}
@@ -127,16 +127,7 @@ func (h *Handler) Connect(w http.ResponseWriter, r *http.Request, threadID strin
 	for i, runID := range order {
 		evs := runs[runID]
 		m := mapping.NewInstanceToAGUI(threadID, runID)
-		var mapped []agui.Event
-		for _, ev := range evs {
-			if m.Suspended() {
-				mapped = append(mapped, m.Resume(runID)...)
-			}
-			if m.Finished() {
-				break // a client tool's result stored after the end: the next run's input carries it
-			}
-			mapped = append(mapped, m.Push(ev)...)
-		}
+		mapped := mapping.FoldRun(m, runID, evs)
 		if !m.Finished() && i == len(order)-1 {
 			// The run under way: from its start, live until it ends.
 			h.follow(ctx, out, threadID, runID, ix.RunStart(runID)-1, mapping.NewInstanceToAGUI(threadID, runID), log, nil)
@@ -178,7 +169,7 @@ func (h *Handler) afterCursor(ctx context.Context, ix *history.Index, threadID s
 		return later, nil, nil
 	}
 	runID := order[first-1]
-	rows, err := ix.RunRows(ctx, h.store, threadID, runID)
+	rows, err := ix.RunRows(ctx, h.core, threadID, runID)
 	if err != nil || len(rows) == 0 {
 		return later, nil, err
 	}

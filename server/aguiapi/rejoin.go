@@ -101,11 +101,11 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	if _, err := h.core.Thread(ctx, id, auth.UserFrom(ctx)); err != nil {
 		return nil, err
 	}
-	next, err := h.store.NextSeq(ctx, id)
+	next, err := h.core.NextSeq(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := history.Load(ctx, h.store, id, next-1)
+	ix, err := history.Load(ctx, h.core, id, next-1)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 	if runID == "" {
 		return nil, httpjson.NewError(http.StatusNotFound, "run_not_found", "threadId", "thread %q has no run to rejoin", id)
 	}
-	rows, err := ix.RunRows(ctx, h.store, id, runID)
+	rows, err := ix.RunRows(ctx, h.core, id, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -125,27 +125,22 @@ func (h *Handler) rejoinTarget(r *http.Request) (*rejoinTarget, error) {
 func (h *Handler) newRejoinTarget(ctx context.Context, threadID, runID string, cursor, last int64,
 	runRows []instanceai.StoredEvent) (*rejoinTarget, error) {
 	t := &rejoinTarget{threadID: threadID, runID: runID, cursor: cursor, last: last, runRows: runRows}
-	if first, err := h.store.ReadAfter(ctx, threadID, 0, 1); err != nil {
+	first, err := h.core.FirstSeq(ctx, threadID)
+	if err != nil {
 		return nil, err
-	} else if len(first) > 0 {
-		t.first = first[0].Seq
 	}
+	t.first = first
 	t.snapshot = func(through int64, open *openState) (snapshot, error) {
-		return buildSnapshot(ctx, h.store, threadID, through, h.cfg.HistoryMaxBytes, open)
+		return buildSnapshot(ctx, h.core, threadID, through, h.cfg.HistoryMaxBytes, open)
 	}
 	return t, nil
 }
 
-// foldRun pushes one run's rows through m and returns what it emitted. An
-// interrupt that later rows continue past is resumed, as the run itself
-// continued after the answer.
-func foldRun(m *mapping.InstanceToAGUI, runID string, rows []instanceai.StoredEvent) []agui.Event {
-	var out []agui.Event
-	for _, row := range rows {
-		if m.Suspended() {
-			out = append(out, m.Resume(runID)...)
-		}
-		out = append(out, m.Push(row.Event)...)
+// events are the events of stored rows, in the rows' order.
+func events(rows []instanceai.StoredEvent) []instanceai.Event {
+	out := make([]instanceai.Event, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Event
 	}
 	return out
 }
@@ -410,7 +405,7 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	started.Timestamp = startTS
 
 	probe := mapping.NewInstanceToAGUI(t.threadID, t.runID)
-	all := foldRun(probe, t.runID, t.runRows)
+	all := mapping.FoldRun(probe, t.runID, events(t.runRows))
 	if probe.Finished() && len(all) > 0 {
 		snap, err := t.snapshot(lastSeq, nil)
 		if err != nil {
@@ -430,7 +425,7 @@ func rejoinStart(t *rejoinTarget) (opening []agui.Event, m *mapping.InstanceToAG
 	}
 	m = mapping.NewInstanceToAGUI(t.threadID, t.runID)
 	var st openState
-	st.apply(foldRun(m, t.runID, prefix))
+	st.apply(mapping.FoldRun(m, t.runID, events(prefix)))
 	if m.Suspended() {
 		// The run went on after the interrupt (it is not over at connect).
 		st.apply(m.Resume(t.runID))

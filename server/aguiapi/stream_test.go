@@ -61,8 +61,7 @@ func TestStreamEndsWithRunErrorWhenTheLogFails(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = core.Runs.Shutdown(ctx)
-		_ = core.Writer.Close(ctx)
+		_ = core.Shutdown(ctx)
 	})
 	r := mux.NewRouter()
 	New(core, Config{}).Register(r, r)

@@ -176,7 +176,7 @@ func (a *API) begin(r *http.Request, o operation) (source, error) {
 // thread has no such run (a new run then takes the id). The stream goes on
 // after Last-Event-ID, or from the run's first event.
 func (a *API) resume(r *http.Request, o operation) (source, bool, error) {
-	rows, err := a.core.Store.RunEvents(r.Context(), o.threadID, o.runID)
+	rows, err := a.core.RunEvents(r.Context(), o.threadID, o.runID)
 	if err != nil || len(rows) == 0 {
 		return source{}, false, err
 	}
@@ -187,7 +187,7 @@ func (a *API) resume(r *http.Request, o operation) (source, bool, error) {
 			return source{}, true, httpjson.NewError(http.StatusBadRequest, "invalid_cursor", "Last-Event-ID",
 				"Last-Event-ID must be a non-negative integer event id, got %q", raw)
 		}
-		next, err := a.core.Store.NextSeq(r.Context(), o.threadID)
+		next, err := a.core.NextSeq(r.Context(), o.threadID)
 		if err != nil {
 			return source{}, true, err
 		}

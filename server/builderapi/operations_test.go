@@ -318,7 +318,7 @@ func TestResumeByRunID(t *testing.T) {
 		t.Fatalf("from the start again: %v", types(again))
 	}
 	runs := map[string]bool{}
-	for _, r := range servertest.StoredEvents(t, s.App.Store, "th-b") {
+	for _, r := range servertest.StoredEvents(t, s.Store, "th-b") {
 		runs[r.Event.RunID] = true
 	}
 	if len(runs) != 1 || !runs["gen-1"] {
@@ -391,7 +391,7 @@ func TestBuilderRunThroughAGUI(t *testing.T) {
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if rows, err := s.App.Store.ReadAfter(context.Background(), "ag", 0, 0); err == nil && len(rows) > 0 {
+		if rows, err := s.Store.ReadAfter(context.Background(), "ag", 0, 0); err == nil && len(rows) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -109,7 +109,7 @@ func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	// One row more than the page tells whether another page follows.
 	// A token limited to some threads lists only those, paged as they are.
-	rows, err := instanceai.ListAllowedThreads(r.Context(), h.core.Store, instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
+	rows, err := h.core.ListThreads(r.Context(), instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
 		Limit: limit + 1, Offset: offset, IncludeArchived: all})
 	if err != nil {
 		httpjson.WriteError(w, err)

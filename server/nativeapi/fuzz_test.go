@@ -30,7 +30,7 @@ func FuzzChatRequest(f *testing.F) {
 	store := memory.New()
 	core := instanceai.NewCore(store, instanceai.AgentFunc(func(ctx context.Context, r *instanceai.Run) error { return nil }),
 		instanceai.CoreConfig{})
-	f.Cleanup(func() { _ = core.Writer.Close(context.Background()) })
+	f.Cleanup(func() { _ = core.Shutdown(context.Background()) })
 	router := mux.NewRouter()
 	nativeapi.New(core, nativeapi.Config{MaxBody: 4096, ChatMaxBody: 4096}).Register(router)
 
@@ -70,7 +70,7 @@ func FuzzEventsCursor(f *testing.F) {
 		f.Fatal(err)
 	}
 	core := instanceai.NewCore(store, nil, instanceai.CoreConfig{})
-	f.Cleanup(func() { _ = core.Writer.Close(context.Background()) })
+	f.Cleanup(func() { _ = core.Shutdown(context.Background()) })
 	router := mux.NewRouter()
 	nativeapi.New(core, nativeapi.Config{}).Register(router)
 

@@ -36,7 +36,8 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 // released and its connection closed.
 func TestHijackedStreamDropsStalledClient(t *testing.T) {
 	const writeTimeout = 300 * time.Millisecond
-	core := instanceai.NewCore(memory.New(), nil, instanceai.CoreConfig{})
+	hub := instanceai.NewHub(0)
+	core := instanceai.NewCore(memory.New(), nil, instanceai.CoreConfig{Hub: hub})
 	api := nativeapi.New(core, nativeapi.Config{WriteTimeout: writeTimeout, Heartbeat: time.Hour})
 	router := mux.NewRouter()
 	api.Register(router)
@@ -75,7 +76,7 @@ func TestHijackedStreamDropsStalledClient(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for core.Hub.Subscribers() != 1 {
+	for core.Subscribers() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream never went live")
 		}
@@ -90,8 +91,8 @@ func TestHijackedStreamDropsStalledClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	published := time.Now()
-	core.Hub.Publish("th", []instanceai.Frame{fr})
-	for core.Hub.Subscribers() != 0 {
+	hub.Publish("th", []instanceai.Frame{fr})
+	for core.Subscribers() != 0 {
 		if time.Since(published) > writeTimeout+5*time.Second {
 			t.Fatal("the stalled client was never dropped")
 		}

@@ -111,11 +111,11 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 		return nil, err
 	}
 	ctx := r.Context()
-	next, err := a.store.NextSeq(ctx, t.ID)
+	next, err := a.core.NextSeq(ctx, t.ID)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := history.Load(ctx, a.store, t.ID, next-1)
+	ix, err := history.Load(ctx, a.core, t.ID, next-1)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (a *API) buildMessages(r *http.Request) (*messagesResponse, error) {
 	end = max(end, 0)
 	start := ix.Window(end, win.limit, a.cfg.MessagesMaxBytes)
 	entries := ix.Entries[start:end]
-	got, err := ix.Read(ctx, a.store, t.ID, entries)
+	got, err := ix.Read(ctx, a.core, t.ID, entries)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,6 @@ type Config struct {
 // API is the native Instance AI HTTP surface.
 type API struct {
 	core    *instanceai.Core
-	store   instanceai.Store
 	cfg     Config
 	streams streams
 }
@@ -67,7 +66,7 @@ func New(core *instanceai.Core, cfg Config) *API {
 	if cfg.MessagesMaxBytes <= 0 {
 		cfg.MessagesMaxBytes = history.DefaultMaxBytes
 	}
-	return &API{core: core, store: core.Store, cfg: cfg}
+	return &API{core: core, cfg: cfg}
 }
 
 // Register mounts the routes under /instance-ai.
@@ -142,7 +141,7 @@ func (a *API) startChat(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.NewError(http.StatusBadRequest, "invalid_field", "message", "message must not contain U+0000")
 	}
 	// A refused chat leaves no thread behind.
-	if err := a.core.Runs.CheckAgent(req.Agent); err != nil {
+	if err := a.core.CheckAgent(req.Agent); err != nil {
 		return httpjson.AtField(err, "agent")
 	}
 	user := auth.UserFrom(r.Context())
@@ -349,18 +348,14 @@ func (a *API) send(s *ssestream.Stream, threadID string, batch []instanceai.Deli
 
 // rowPart reads n bytes of one row of the thread's log from off.
 func (a *API) rowPart(threadID string, seq int64, off, n int) ([]byte, error) {
-	pr, ok := a.store.(instanceai.PartReader)
-	if !ok {
-		return nil, errors.New("the store reads no parts of events")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WriteTimeout)
 	defer cancel()
-	return pr.ReadRowPart(ctx, threadID, seq, off, n)
+	return a.core.ReadRowPart(ctx, threadID, seq, off, n)
 }
 
 // row reads the bytes of one row of the thread's log again.
 func (a *API) row(threadID string, seq int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.WriteTimeout)
 	defer cancel()
-	return instanceai.ReadRow(ctx, a.store, threadID, seq)
+	return a.core.ReadRow(ctx, threadID, seq)
 }

@@ -42,7 +42,7 @@ func (a *API) runSyncFrames(ctx context.Context, threadID string, h instanceai.H
 // runSync folds one run's stored events up to last, and the open segments
 // given, into its run-sync frame; false when the run began after last.
 func (a *API) runSync(ctx context.Context, threadID, runID string, last int64, open []instanceai.Event, status instanceai.ThreadStatus) (instanceai.Delivery, bool) {
-	rows, err := a.store.RunEvents(ctx, threadID, runID)
+	rows, err := a.core.RunEvents(ctx, threadID, runID)
 	if err != nil {
 		a.cfg.Logger.Warn("run-sync: read run", "thread", threadID, "run", runID, "err", err)
 		return instanceai.Delivery{}, false

@@ -99,7 +99,7 @@ func (a *API) threadPage(r *http.Request) (threadList, error) {
 	}
 	// One row more than the page tells whether another page follows.
 	// A token limited to some threads lists only those, paged as they are.
-	rows, err := instanceai.ListAllowedThreads(r.Context(), a.store, instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
+	rows, err := a.core.ListThreads(r.Context(), instanceai.ThreadQuery{OwnerID: auth.UserFrom(r.Context()),
 		Limit: limit + 1, Offset: (page - 1) * limit, IncludeArchived: all})
 	if err != nil {
 		return threadList{}, err
@@ -162,7 +162,7 @@ func (a *API) ensureThread(w http.ResponseWriter, r *http.Request) (int, instanc
 		return 0, instanceai.Thread{}, httpjson.FromCore(&instanceai.ThreadNotFoundError{ThreadID: id})
 	}
 	user := auth.UserFrom(r.Context())
-	t, created, err := a.store.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user, Title: title})
+	t, created, err := a.core.EnsureThread(r.Context(), instanceai.Thread{ID: id, OwnerID: user, Title: title})
 	switch {
 	case err != nil:
 		return 0, instanceai.Thread{}, err

@@ -39,9 +39,10 @@ const (
 
 // Config says what /readyz checks.
 type Config struct {
-	// Store is checked when it implements instanceai.Prober: one cheap
-	// query, which also tells whether its migrations are all applied.
-	Store instanceai.Store
+	// Store is the store's probe: one cheap query, which also tells
+	// whether its migrations are all applied. Nil (a store that is no
+	// instanceai.Prober): no store check.
+	Store instanceai.Prober
 	// Bus reports why the bus between instances does not work (nil when
 	// it works); nil when there is no bus, and then no bus check.
 	Bus func() error
@@ -74,8 +75,7 @@ func New(cfg Config) *Probes {
 	if cfg.Draining == nil {
 		cfg.Draining = func() bool { return false }
 	}
-	p := &Probes{cfg: cfg}
-	p.prober, _ = cfg.Store.(instanceai.Prober)
+	p := &Probes{cfg: cfg, prober: cfg.Store}
 	return p
 }
 

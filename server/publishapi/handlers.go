@@ -90,7 +90,7 @@ func (a *API) startRun(w http.ResponseWriter, r *http.Request) (startAnswer, int
 		if req.Message != "" {
 			return a.core.Chat(ctx, t, sr)
 		}
-		return a.core.Runs.Start(sr)
+		return a.core.StartRun(sr)
 	})
 	if err != nil {
 		return startAnswer{}, 0, err
@@ -332,7 +332,7 @@ func (a *API) confirm(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.RequestID == "" {
 		req.RequestID = instanceai.NewID("cr_")
-	} else if asked, err := a.core.Store.GetConfirmation(r.Context(), req.RequestID); err == nil {
+	} else if asked, err := a.core.Confirmation(r.Context(), req.RequestID); err == nil {
 		a.askedBefore(w, p, asked)
 		return
 	} else if !errors.Is(err, instanceai.ErrNotFound) {

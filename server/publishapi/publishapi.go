@@ -72,8 +72,8 @@ func (a *API) lookup(r *http.Request) (*external.Producer, error) {
 	}
 	p, err := a.ps.Find(vars["threadId"], vars["runId"])
 	if errors.Is(err, external.ErrRunNotFound) {
-		row, aerr := a.core.Store.ActiveRun(ctx, vars["threadId"])
-		if aerr == nil && row.RunID == vars["runId"] && row.Owner != "" && row.Owner != a.core.Runs.Instance() {
+		row, aerr := a.core.ClaimedRun(ctx, vars["threadId"])
+		if aerr == nil && row.RunID == vars["runId"] && row.Owner != "" && row.Owner != a.core.Instance() {
 			// A load balancer sent the producer to an instance that does
 			// not hold its run: it is to try the one that does.
 			err = &external.RunOnAnotherInstanceError{ThreadID: vars["threadId"], RunID: vars["runId"], Instance: row.Owner}

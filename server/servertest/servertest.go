@@ -64,9 +64,14 @@ type Options struct {
 // on the test, shuts the application down (failing the test if that fails)
 // and closes the listener.
 type Server struct {
-	// App is the wired application: its Core (Store, Writer, Runs, …) and
-	// Metrics are there for the test to inspect.
+	// App is the wired application: its Core and Metrics are there for
+	// the test to inspect.
 	App *server.Server
+	// Store is the store the server was started on, and Hub the hub its
+	// core fans live frames out through (Config.Hub, or one Start made):
+	// the test's own, to read, write or publish behind the server's back.
+	Store instanceai.Store
+	Hub   *instanceai.Hub
 	// URL is the server's base URL, without a trailing slash.
 	URL string
 	// Client sends every request of the helpers; As replaces it by one
@@ -106,9 +111,14 @@ func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 	if agent == nil {
 		agent = &script.Agent{Delay: o.AgentDelay}
 	}
+	if cfg.Hub == nil {
+		cfg.Hub = instanceai.NewHub(cfg.SubscriberQueue)
+	}
 	app := server.New(store, agent, cfg)
 	if o.Serve != nil {
-		return serve(t, app, *o.Serve)
+		s := serve(t, app, *o.Serve)
+		s.Store, s.Hub = store, cfg.Hub
+		return s
 	}
 	var handler http.Handler = app.Handler()
 	if o.WrapHandler != nil {
@@ -129,7 +139,7 @@ func Start(t testing.TB, store instanceai.Store, o Options) *Server {
 		}
 		srv.Close()
 	})
-	return &Server{App: app, URL: srv.URL, Client: client, t: t}
+	return &Server{App: app, Store: store, Hub: cfg.Hub, URL: srv.URL, Client: client, t: t}
 }
 
 // serve runs app.Serve with opts until the test ends.
@@ -160,7 +170,8 @@ func serve(t testing.TB, app *server.Server, opts server.ServeOptions) *Server {
 }
 
 // Remote returns a Server for one that runs elsewhere at url (a threadline
-// process the test started, say): every helper works; App is nil.
+// process the test started, say): every helper works; App, Store and Hub
+// are nil.
 func Remote(t testing.TB, url string) *Server {
 	return &Server{URL: url, Client: &http.Client{}, t: t}
 }
