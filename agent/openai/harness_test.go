@@ -92,25 +92,7 @@ func (h *harness) wait(t *testing.T, run *instanceai.Run) []instanceai.Event {
 	case <-time.After(15 * time.Second):
 		t.Fatal("run did not finish")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.writer.Sync(ctx, thread); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := h.store.ReadAfter(ctx, thread, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []instanceai.Event
-	for _, r := range rows {
-		if r.Event.RunID == run.ID {
-			out = append(out, r.Event)
-		}
-	}
-	if len(out) == 0 || out[len(out)-1].Type != instanceai.TypeRunFinish {
-		t.Fatalf("the run's log does not end with run-finish: %s", shape(out))
-	}
-	return out
+	return h.finishedRun(t, run.ID)
 }
 
 func (h *harness) play(t *testing.T, req instanceai.StartRequest) []instanceai.Event {
@@ -415,6 +397,13 @@ func (h *harness) resumed(t *testing.T, runs *instanceai.Runs, runID string) []i
 		}
 		return h.wait(t, r)
 	}
+	return h.finishedRun(t, runID)
+}
+
+// finishedRun returns the stored events of runID once the writer has
+// stored what it was handed; the run's log must end with its run-finish.
+func (h *harness) finishedRun(t *testing.T, runID string) []instanceai.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.writer.Sync(ctx, thread); err != nil {
@@ -431,7 +420,7 @@ func (h *harness) resumed(t *testing.T, runs *instanceai.Runs, runID string) []i
 		}
 	}
 	if len(out) == 0 || out[len(out)-1].Type != instanceai.TypeRunFinish {
-		t.Fatalf("run %s is neither active nor finished after the answer: %s", runID, shape(out))
+		t.Fatalf("run %s's log does not end with its run-finish: %s", runID, shape(out))
 	}
 	return out
 }
