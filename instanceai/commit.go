@@ -1,6 +1,7 @@
 package instanceai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -238,6 +239,11 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte, holders []*fe
 			time.Sleep(backoff)
 			backoff = min(backoff*2, d.w.cfg.MaxBackoff)
 		}
+		if attempt > 0 {
+			if first, ok := d.landed(rows, data); ok {
+				return first, tokens, nil
+			}
+		}
 		first, tokens, err = d.appendOnce(rows, data, holders)
 		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrStaleFence) {
 			return first, tokens, err
@@ -246,6 +252,41 @@ func (d *threadDrain) appendWithRetry(rows []Event, data [][]byte, holders []*fe
 			"attempt", attempt+1, "err", err)
 	}
 	return 0, tokens, err
+}
+
+// landed reports whether a failed append was committed after all, and
+// where: the log's last rows are the batch's bytes. A connection that
+// broke after the database committed and before its answer arrived looks
+// like a failure, and trying again would store the batch twice. Events
+// carry their time and ids, so another batch with the same bytes is not
+// one a producer could have meant as new.
+func (d *threadDrain) landed(rows []Event, data [][]byte) (first int64, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), pieceTimeout)
+	defer cancel()
+	next, err := d.w.log.NextSeq(ctx, d.threadID)
+	n := int64(len(rows))
+	if err != nil || n == 0 || next-1 < n {
+		return 0, false
+	}
+	stored, err := d.w.log.ReadRowsAfter(ctx, d.threadID, next-1-n, len(rows), 0)
+	if err != nil || len(stored) != len(rows) {
+		return 0, false
+	}
+	for i := range rows {
+		want := []byte(nil)
+		if i < len(data) {
+			want = data[i]
+		}
+		if want == nil {
+			if want, err = json.Marshal(&rows[i]); err != nil {
+				return 0, false
+			}
+		}
+		if !bytes.Equal(stored[i].Data, want) {
+			return 0, false
+		}
+	}
+	return next - n, true
 }
 
 // appendOnce appends rows, each under its holder's token as it is now,
