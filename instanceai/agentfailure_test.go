@@ -3,7 +3,6 @@ package instanceai_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,18 +63,7 @@ func TestRetryBudgetFailsABackgroundAgentAlone(t *testing.T) {
 	if len(failedRuns) != 0 || len(failedAgents) != 1 || failedAgents[0] != "t/r/h" {
 		t.Fatalf("failed runs %v, agents %v; want agent t/r/h alone", failedRuns, failedAgents)
 	}
-	var published []string
-	nctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	for len(published) == 0 || published[len(published)-1] != "run-start@3" {
-		frames, err := sub.Next(nctx)
-		if err != nil {
-			t.Fatalf("published %v, then %v", published, err)
-		}
-		for _, f := range frames {
-			published = append(published, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
-		}
-	}
+	published := publishedUntil(t, sub, func(last string) bool { return last == "run-start@3" })
 	if want := "run-start@1 run-finish@2 run-start@3"; strings.Join(published, " ") != want {
 		t.Fatalf("published %v, want %s", published, want)
 	}

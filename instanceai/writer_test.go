@@ -467,18 +467,7 @@ func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
 	// One event, so the lost append is one batch whatever the writer's
 	// timing: a run-finish the log holds although its append seemed to fail.
 	e.send(t, finish("r", "a"))
-	var got []string
-	nctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	for len(got) == 0 || got[len(got)-1] != "run-finish@2" {
-		frames, err := sub.Next(nctx)
-		if err != nil {
-			t.Fatalf("published %v, then %v", got, err)
-		}
-		for _, f := range frames {
-			got = append(got, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
-		}
-	}
+	got := publishedUntil(t, sub, func(last string) bool { return last == "run-finish@2" })
 	// Live: the ending the outage seemed to force; then the rows the log
 	// holds.
 	if want := "error@0 run-finish@0 run-finish@2"; strings.Join(got, " ") != want {
@@ -506,10 +495,24 @@ func TestALostAnswerWhoseAppendLandedIsNotAppendedAgain(t *testing.T) {
 	}
 	lossy.lose.Store(true)
 	e.send(t, finish("r", "a"))
+	got := publishedUntil(t, sub, func(last string) bool { return last == "run-finish@2" })
+	if want := "run-finish@2"; strings.Join(got, " ") != want {
+		t.Fatalf("published %v, want %s", got, want)
+	}
+	expectLog(t, e.logShape(t), "run-start[a]", "run-finish[a]")
+	if finished.Load() != 1 {
+		t.Fatalf("the run's claim was released %d times, want once", finished.Load())
+	}
+}
+
+// publishedUntil reads the subscription's frames, as "type@seq", until
+// done says the last one ends what the test waits for.
+func publishedUntil(t *testing.T, sub *instanceai.Subscription, done func(last string) bool) []string {
+	t.Helper()
 	var got []string
 	nctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	for len(got) == 0 || got[len(got)-1] != "run-finish@2" {
+	for len(got) == 0 || !done(got[len(got)-1]) {
 		frames, err := sub.Next(nctx)
 		if err != nil {
 			t.Fatalf("published %v, then %v", got, err)
@@ -518,13 +521,7 @@ func TestALostAnswerWhoseAppendLandedIsNotAppendedAgain(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
 		}
 	}
-	if want := "run-finish@2"; strings.Join(got, " ") != want {
-		t.Fatalf("published %v, want %s", got, want)
-	}
-	expectLog(t, e.logShape(t), "run-start[a]", "run-finish[a]")
-	if finished.Load() != 1 {
-		t.Fatalf("the run's claim was released %d times, want once", finished.Load())
-	}
+	return got
 }
 
 // indexedLog is a log wrapper that also lists a run's events, as every
@@ -558,18 +555,9 @@ func TestARunStartedInAFailedBatchEndsWithItsStart(t *testing.T) {
 			lossy.lose.Store(lost)
 			lossy.failing.Store(3) // the retries, and the ending's first try
 			e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}), call("r", "a", "c1"))
-			var got []string
-			nctx, cancel := context.WithTimeout(context.Background(), waitFor)
-			defer cancel()
-			for len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "run-finish@") || strings.HasSuffix(got[len(got)-1], "@0") {
-				frames, err := sub.Next(nctx)
-				if err != nil {
-					t.Fatalf("published %v, then %v", got, err)
-				}
-				for _, f := range frames {
-					got = append(got, fmt.Sprintf("%s@%d", f.Event.Type, f.Seq))
-				}
-			}
+			got := publishedUntil(t, sub, func(last string) bool {
+				return strings.HasPrefix(last, "run-finish@") && !strings.HasSuffix(last, "@0") // the stored ending
+			})
 			want := "run-start@0 error@0 run-finish@0 run-start@1 error@2 run-finish@3"
 			shape := []string{"run-start[a]", "error[orchestrator-r]", "run-finish[orchestrator-r]"}
 			// The lost append held the tool-call too when the writer took
