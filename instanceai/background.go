@@ -288,7 +288,7 @@ func (r *Run) Spawn(spec AgentSpawned, work BackgroundWork) (*BackgroundTask, er
 	// agent-spawned goes out as the orchestrator's event (it must not
 	// follow a finish), and only then does the new agent become live,
 	// with the token of the row it claims.
-	if err := r.emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}, true); err != nil {
+	if err := r.emit(Event{Type: TypeAgentSpawned, AgentID: agentID, Payload: &spec}, emitSpawn); err != nil {
 		cancel(err)
 		return nil, err
 	}

@@ -162,18 +162,16 @@ func (r *Run) Confirm(ctx context.Context, agentID string, req ConfirmationReque
 			m.markSuspended(r, false)
 		}
 	}()
-	if err := r.Emit(ev); err != nil {
+	// Only once the request is queued is it on its way to a client: a
+	// shutdown hands over a run that waits so, and stops one that has not
+	// asked yet. emitQuestion counts it in the step that queues it, not
+	// after (a shutdown in between stopped the run and closed a question
+	// a client may already hold) nor at the hand-over below, which waits
+	// for the log.
+	if err := r.emit(ev, emitQuestion); err != nil {
 		m.closeConfirmation(req.RequestID)
 		return Answer{}, err
 	}
-	// Only now can a client answer (the request is on its way to them):
-	// a shutdown hands over a run that waits so, and stops one that has
-	// not asked yet. It counts from the queueing, not from the hand-over
-	// below, which waits for the log: a shutdown in between would close a
-	// question a client may already hold.
-	r.mu.Lock()
-	r.waiting.asked++
-	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		r.waiting.asked--

@@ -58,7 +58,22 @@ import (
 // An event of a background agent that has not completed yet (SubAgent.Emit)
 // is not refused for the orchestrator's finish or cancellation: the agent
 // outlives both, until its own agent-completed is queued.
-func (r *Run) Emit(ev Event) error { return r.emit(ev, false) }
+func (r *Run) Emit(ev Event) error { return r.emit(ev, emitPlain) }
+
+// emitKind says what else emit does with an event it queues.
+type emitKind int
+
+const (
+	emitPlain emitKind = iota
+	// emitSpawn marks the agent-spawned of an agent that Spawn runs,
+	// which completes itself.
+	emitSpawn
+	// emitQuestion counts the run as asking a person (waiting.asked) in
+	// the step that queues its confirmation-request: a shutdown sees the
+	// question either not queued (the run is stopped and the question
+	// closed) or queued (the run is handed over), never between.
+	emitQuestion
+)
 
 // Stamp returns ev as the run stores it: the run's id, and where the
 // producer left them out, the orchestrator as its agent and as an
@@ -84,9 +99,8 @@ func (r *Run) Stamp(ev Event) Event {
 	return ev
 }
 
-// emit is Emit; background marks the agent-spawned of an agent that
-// Spawn runs, which completes itself.
-func (r *Run) emit(ev Event, background bool) error {
+// emit is Emit, doing what kind says besides.
+func (r *Run) emit(ev Event, kind emitKind) error {
 	ev = r.Stamp(ev)
 	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("invalid %s event: %w", ev.Type, err)
@@ -155,8 +169,11 @@ func (r *Run) emit(ev Event, background bool) error {
 		r.mu.Unlock()
 		return err
 	}
-	r.recordLocked(&ev, background)
+	r.recordLocked(&ev, kind == emitSpawn)
 	r.names.counted()
+	if kind == emitQuestion {
+		r.waiting.asked++
+	}
 	if ev.Type == TypeRunStart {
 		r.begun = true
 	}

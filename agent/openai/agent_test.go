@@ -272,13 +272,31 @@ func waitConfirmation(t *testing.T, h *harness) instanceai.Confirmation {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cs) > 0 {
+		// The question is stored before its request is queued; a
+		// shutdown in between stops the run. A client learns of it from
+		// the log, so the tests answer once it is there.
+		if len(cs) > 0 && h.asked(t, cs[0]) {
 			return cs[0]
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("no confirmation was requested")
 	return instanceai.Confirmation{}
+}
+
+// asked reports whether the confirmation's request is in the log.
+func (h *harness) asked(t *testing.T, c instanceai.Confirmation) bool {
+	t.Helper()
+	evs, err := h.store.RunEvents(context.Background(), thread, c.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if r, ok := e.Event.Payload.(*instanceai.ConfirmationRequest); ok && r.RequestID == c.RequestID {
+			return true
+		}
+	}
+	return false
 }
 
 func TestApproval(t *testing.T) {
