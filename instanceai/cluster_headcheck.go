@@ -110,13 +110,21 @@ func (h *headCheck) checkHeads(ctx context.Context, threads []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(h.interval, 2*time.Second))
 	defer cancel()
+	// What the hub published is read before the heads: a log only grows,
+	// so a head below it means the thread was deleted. Read after, it
+	// could include rows committed while the heads were read (a slow read
+	// on a busy database), and a live thread would be taken for deleted.
+	published := make(map[string]int64, len(threads))
+	for _, t := range threads {
+		published[t] = h.hub.Committed(t)
+	}
 	heads, err := h.reader.Heads(ctx, threads)
 	if err != nil {
 		return err
 	}
 	for _, t := range threads {
 		head, ok := heads[t]
-		if !ok || head < h.hub.Committed(t) {
+		if !ok || head < published[t] {
 			// Gone, or deleted and made again under the same id (the hub
 			// holds seqs its log never had): its subscribers end, and
 			// the thread starts afresh here.

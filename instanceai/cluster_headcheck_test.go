@@ -70,3 +70,46 @@ func (l rowsLogWithHeads) Heads(_ context.Context, ids []string) (map[string]int
 	}
 	return out, nil
 }
+
+// A row committed and published while the heads are read (a slow read on
+// a busy database) puts the hub past the head that read returns: the
+// thread is live, and its subscribers stay.
+func TestClusterHeadCheckKeepsAThreadThatGrewDuringTheRead(t *testing.T) {
+	hub := NewHub(64)
+	log := headsDuring{rowsLogWithHeads: rowsLogWithHeads{rows: map[string][]StoredEvent{}}, during: func() {
+		hub.Publish("t", []Frame{toolFrame(t, 2)})
+	}}
+	first := toolFrame(t, 1)
+	log.rows["t"] = []StoredEvent{{Seq: 1, Event: *first.Event, Data: first.Data}}
+	c := NewCluster(&scriptedBus{}, hub, ClusterConfig{Instance: "me", Log: log, PollInterval: time.Hour})
+	sub, _ := hub.Subscribe("t")
+	hub.Publish("t", []Frame{toolFrame(t, 1)})
+	if err := c.heads.checkHeads(context.Background(), []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for len(seqs) < 2 {
+		frames, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatalf("after %v: %v, want the thread's subscriber kept", seqs, err)
+		}
+		for _, f := range frames {
+			seqs = append(seqs, f.Seq)
+		}
+	}
+	if !slices.Equal(seqs, []int64{1, 2}) {
+		t.Fatalf("the subscriber got %v, want 1 2", seqs)
+	}
+}
+
+// headsDuring is a log whose head read runs during before it answers.
+type headsDuring struct {
+	rowsLogWithHeads
+	during func()
+}
+
+func (l headsDuring) Heads(ctx context.Context, ids []string) (map[string]int64, error) {
+	out, err := l.rowsLogWithHeads.Heads(ctx, ids)
+	l.during()
+	return out, err
+}
