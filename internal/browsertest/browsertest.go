@@ -247,10 +247,25 @@ func (b *Browser) Fail(what string, err error) {
 	b.t.Fatalf("%s: %v (screenshot %s%s)", what, err, path, note)
 }
 
-// Until waits, within Step, for a JavaScript condition to be true.
+// Until waits, within Step, for a JavaScript condition to be true. A
+// condition that throws (an element it reads is not there yet, or is
+// being drawn again) is not true yet; when the wait ends, the last
+// exception is in the failure.
 func (b *Browser) Until(what, cond string) {
 	b.t.Helper()
-	b.Do(what, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(Step)))
+	guarded := "(() => { try { return (" + cond + "); } catch (e) { globalThis.__untilError = String(e); return false; } })()"
+	ctx, cancel := context.WithTimeout(b.ctx, Step)
+	defer cancel()
+	err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](guarded, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(Step)))
+	if err == nil {
+		return
+	}
+	lctx, lcancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer lcancel()
+	if last, lerr := chromedp.Run(lctx, chromedp.Evaluate[string]("String(globalThis.__untilError ?? '')")); lerr == nil && last != "" {
+		err = fmt.Errorf("%w (the condition last threw %s)", err, last)
+	}
+	b.Fail(what, err)
 }
 
 // Navigate loads url and waits for its load event.
