@@ -213,8 +213,10 @@ func TestClusterLiveControlAndCrash(t *testing.T) {
 
 			// kill -9 of a fourth instance while a tool call is open (a
 			// slower script, so the kill lands between the call and its
-			// result): the instance that settles the run closes the call.
-			d := launch(t, store, 300*time.Millisecond, "-bus", bus, "-instance-id", "inst-d",
+			// result even when the call takes a while to reach B on a
+			// busy machine): the instance that settles the run closes the
+			// call.
+			d := launch(t, store, 1500*time.Millisecond, "-bus", bus, "-instance-id", "inst-d",
 				"-lease", testLease.String(), "-lease-renew", testLeaseRenew.String())
 			if code := d.post("/instance-ai/threads", `{"id":"crash-tool"}`); code != http.StatusOK && code != http.StatusCreated {
 				t.Fatalf("create thread crash-tool: %d", code)
@@ -387,7 +389,12 @@ func TestClusterRollingRestart(t *testing.T) {
 	for _, bc := range clusterBuses {
 		t.Run(bc.name, func(t *testing.T) {
 			store := testpg.FreshDSN(t)
-			ps := cluster(t, store, bc.spec(t), 3, 2*time.Millisecond, "-drain-timeout", "10s", "-shutdown-timeout", "5s")
+			// Nothing here dies without handing over, so no lease needs to
+			// expire: long leases keep an instance that a busy machine
+			// holds back from renewing for two seconds from being taken
+			// for dead.
+			ps := cluster(t, store, bc.spec(t), 3, 2*time.Millisecond, "-drain-timeout", "10s", "-shutdown-timeout", "5s",
+				"-lease", "30s", "-lease-renew", "2s")
 			lb := &balancer{ps: ps}
 			t.Cleanup(func() {
 				if t.Failed() {
