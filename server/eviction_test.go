@@ -108,8 +108,13 @@ func TestAGUIRejoinAfterEvictionEndsWithRunError(t *testing.T) {
 // what it missed, the stream ends with RUN_ERROR{code: events_evicted}.
 func TestAGUIRunStreamAfterEvictionEndsWithRunError(t *testing.T) {
 	store := servertest.OpenStore(t, "memory?max-events=1")
-	h := start(t, store, servertest.Options{SmallBuffers: true, AgentDelay: 200 * time.Microsecond, Config: server.Config{SubscriberQueue: 1}})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// The client reads nothing until the run is over, however long a busy
+	// machine makes it: the server's writes wait for it longer than the
+	// default, which closes the stream of a client that reads nothing
+	// for 10 s.
+	h := start(t, store, servertest.Options{SmallBuffers: true, AgentDelay: 200 * time.Microsecond,
+		Config: server.Config{SubscriberQueue: 1, StreamWriteTimeout: 2 * time.Minute}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res := h.PostRunAgent(ctx, servertest.RunAgentInput("ev", "agui-run", "long 2000", nil), "text/event-stream")
 	defer res.Body.Close()
@@ -117,7 +122,7 @@ func TestAGUIRunStreamAfterEvictionEndsWithRunError(t *testing.T) {
 		t.Fatalf("run-agent: %d", res.StatusCode)
 	}
 	// Not reading: the server's writes block, its queue of one overflows.
-	waitRunFinish(t, store, "ev", 15*time.Second)
+	waitRunFinish(t, store, "ev", time.Minute)
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,11 @@ type Config struct {
 	// a conversation holds past its newest message (0: the default).
 	HistoryMaxBytes int
 	Heartbeat       time.Duration
-	Writer          instanceai.WriterConfig
+	// StreamWriteTimeout is how long one write to a native or AG-UI event
+	// stream may wait for a client that does not read before the stream
+	// is closed (0: ssestream.DefaultWriteTimeout).
+	StreamWriteTimeout time.Duration
+	Writer             instanceai.WriterConfig
 	// Limits bound the events producers hand in (zero: the defaults).
 	Limits instanceai.Limits
 	// Auth authenticates the API's callers; nil (or no tokens) is
@@ -202,7 +206,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 		cfg.ChatMaxBody = httpjson.DefaultChatMaxBody
 	}
 	s.native = nativeapi.New(s.Core, nativeapi.Config{MaxBody: cfg.MaxBody, ChatMaxBody: cfg.ChatMaxBody, Heartbeat: cfg.Heartbeat, Logger: cfg.Logger,
-		MessagesMaxBytes: cfg.HistoryMaxBytes})
+		MessagesMaxBytes: cfg.HistoryMaxBytes, WriteTimeout: cfg.StreamWriteTimeout})
 	s.native.Register(authed)
 	publishapi.New(s.Core, publishapi.Config{MaxBody: cfg.MaxBody, Producers: cfg.Producers}).Register(authed)
 	var agents []string
@@ -238,7 +242,7 @@ func New(store instanceai.Store, agent instanceai.Agent, cfg Config) *Server {
 	runs := aguiapi.New(s.Core, aguiapi.Config{
 		MaxBody: cfg.ChatMaxBody, Heartbeat: cfg.Heartbeat, Agents: agents, AllowedOrigins: cfg.AllowedOrigins, Logger: cfg.Logger,
 		AgentName: cfg.AgentName, LLMHealth: cfg.LLMHealth, Tasks: tasks, HistoryMaxBytes: cfg.HistoryMaxBytes, AgentStatus: agentStatus,
-		MCPStatus: cfg.MCPStatus,
+		MCPStatus: cfg.MCPStatus, WriteTimeout: cfg.StreamWriteTimeout,
 	})
 	runs.Register(authed, router)
 	var named []string

@@ -403,7 +403,11 @@ func TestTitleFromFirstMessage(t *testing.T) {
 func TestDeleteWaitsForBackgroundAgents(t *testing.T) {
 	servertest.ForEachStore(t, func(t *testing.T, base instanceai.Store) {
 		store := &recordingStore{Store: base, ops: map[string][]string{}}
-		h := start(t, store, servertest.Options{AgentDelay: 20 * time.Millisecond})
+		// The background agent's steps are five times the orchestrator's
+		// (see the script's background scenario): at 100 ms it works on
+		// for more than a second after the run's finish, time enough for
+		// the finish to reach this client on a busy machine.
+		h := start(t, store, servertest.Options{AgentDelay: 100 * time.Millisecond})
 		runID := h.Chat("th", "background")
 		conn := h.Connect("th", "", false)
 		conn.Until(wait, servertest.IsRunFinish(runID))
