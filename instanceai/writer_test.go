@@ -453,15 +453,7 @@ func (l *lostAnswerLog) append(store func() (int64, error)) (int64, error) {
 // run has one ending; the rows it did not know it committed are published
 // and the run's claim is released.
 func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
-	store := memory.New()
-	lossy := &lostAnswerLog{EventLog: store}
-	e, finished := outageEnv(t, store, lossy)
-	sub, _ := e.hub.Subscribe("t")
-	defer sub.Close()
-	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}))
-	if _, err := sub.Next(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e, lossy, finished, sub := startedBehindLostAnswers(t)
 	lossy.lose.Store(true)
 	lossy.failing.Store(2) // the retry, and the ending's first try
 	// One event, so the lost append is one batch whatever the writer's
@@ -484,15 +476,7 @@ func TestAnAppendWhoseAnswerWasLostEndsTheRunOnce(t *testing.T) {
 // batch at the log's end and takes it as committed, so it is stored and
 // published once (before, the retry stored it a second time).
 func TestALostAnswerWhoseAppendLandedIsNotAppendedAgain(t *testing.T) {
-	store := memory.New()
-	lossy := &lostAnswerLog{EventLog: store}
-	e, finished := outageEnv(t, store, lossy)
-	sub, _ := e.hub.Subscribe("t")
-	defer sub.Close()
-	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}))
-	if _, err := sub.Next(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e, lossy, finished, sub := startedBehindLostAnswers(t)
 	lossy.lose.Store(true)
 	e.send(t, finish("r", "a"))
 	got := publishedUntil(t, sub, func(last string) bool { return last == "run-finish@2" })
@@ -503,6 +487,22 @@ func TestALostAnswerWhoseAppendLandedIsNotAppendedAgain(t *testing.T) {
 	if finished.Load() != 1 {
 		t.Fatalf("the run's claim was released %d times, want once", finished.Load())
 	}
+}
+
+// startedBehindLostAnswers starts run r on thread t in a writer whose log
+// can lose answers (none lost yet), subscribed, its run-start published.
+func startedBehindLostAnswers(t *testing.T) (*env, *lostAnswerLog, *atomic.Int32, *instanceai.Subscription) {
+	t.Helper()
+	store := memory.New()
+	lossy := &lostAnswerLog{EventLog: store}
+	e, finished := outageEnv(t, store, lossy)
+	sub, _ := e.hub.Subscribe("t")
+	t.Cleanup(sub.Close)
+	e.send(t, ev(instanceai.TypeRunStart, "r", "a", &instanceai.RunStart{MessageID: "m"}))
+	if _, err := sub.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return e, lossy, finished, sub
 }
 
 // publishedUntil reads the subscription's frames, as "type@seq", until
